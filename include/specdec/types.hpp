@@ -1,0 +1,58 @@
+#pragma once
+/// \file
+/// \brief Basic vocabulary of specdec: token ids and a row-major view of logits rows.
+
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "specdec/detail/error.hpp"
+
+namespace specdec {
+
+/// \brief A token id. Valid ids are 0 .. V-1 where V is the models' vocabulary size.
+using token_t = std::int32_t;
+
+/// \brief Non-owning, row-major view of `rows()` rows of `vocab_size()` contiguous values.
+///
+/// The layout is the one llama.cpp uses for its logits buffer: row i starts at
+/// `data()[i * vocab_size()]`. The viewed memory belongs to someone else (a model or a caller
+/// buffer) and must outlive the view.
+///
+/// \tparam Scalar element type; `float` for model logits, `double` in exact tests.
+template <class Scalar>
+class LogitsRows {
+ public:
+  LogitsRows() = default;
+
+  /// \brief Views `values` as rows of `vocab_size` values.
+  /// \throws std::invalid_argument if vocab_size is 0 or does not divide values.size().
+  LogitsRows(std::span<const Scalar> values, std::size_t vocab_size)
+      : values_(values), vocab_size_(vocab_size) {
+    if (vocab_size == 0 || values.size() % vocab_size != 0) {
+      detail::throw_invalid_argument("LogitsRows: ", values.size(),
+                                     " values cannot be split into rows of vocab_size ",
+                                     vocab_size, " (expected a positive divisor)");
+    }
+  }
+
+  [[nodiscard]] std::size_t rows() const noexcept {
+    return vocab_size_ == 0 ? 0 : values_.size() / vocab_size_;
+  }
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_size_; }
+  [[nodiscard]] std::span<const Scalar> values() const noexcept { return values_; }
+
+  /// \brief Row `i` (requires i < rows()).
+  [[nodiscard]] std::span<const Scalar> row(std::size_t i) const noexcept {
+    assert(i < rows());
+    return values_.subspan(i * vocab_size_, vocab_size_);
+  }
+  [[nodiscard]] std::span<const Scalar> operator[](std::size_t i) const noexcept { return row(i); }
+
+ private:
+  std::span<const Scalar> values_;
+  std::size_t vocab_size_ = 0;
+};
+
+}  // namespace specdec
