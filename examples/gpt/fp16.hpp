@@ -25,7 +25,8 @@ constexpr float half_to_float(std::uint16_t half_bits) noexcept {
     float_bits = sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13);
   } else if (mantissa == 0) {  // +-0
     float_bits = sign;
-  } else {  // subnormal m * 2^-24: shift the leading 1 into the implicit bit, one exponent step each
+  } else {  // subnormal m * 2^-24: shift the leading 1 into the implicit bit, one exponent step
+            // each
     exponent = 127 - 15 + 1;
     while ((mantissa & 0x400u) == 0) {
       mantissa <<= 1;

@@ -20,7 +20,6 @@
 #pragma once
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -51,18 +50,18 @@ struct GptConfig {
   std::size_t max_context = 0;  // number of learned positions; contexts longer than this throw
   std::size_t n_layer = 0;
   std::size_t n_head = 0;
-  std::size_t d_model = 0;      // divisible by n_head
-  std::size_t d_ff = 0;         // hidden width of the MLP
+  std::size_t d_model = 0;  // divisible by n_head
+  std::size_t d_ff = 0;     // hidden width of the MLP
 
   [[nodiscard]] std::size_t head_dim() const noexcept { return d_model / n_head; }
   /// Number of parameters, i.e. of fp16 values in the file body.
   [[nodiscard]] std::uint64_t parameter_count() const noexcept {
     const std::uint64_t d = d_model, f = d_ff;
-    const std::uint64_t per_layer = 4 * d                  // ln1, ln2 weight + bias
-                                    + 3 * d * d + 3 * d    // qkv
-                                    + d * d + d            // proj
-                                    + f * d + f            // fc1
-                                    + d * f + d;           // fc2
+    const std::uint64_t per_layer = 4 * d                // ln1, ln2 weight + bias
+                                    + 3 * d * d + 3 * d  // qkv
+                                    + d * d + d          // proj
+                                    + f * d + f          // fc1
+                                    + d * f + d;         // fc2
     return std::uint64_t{vocab_size} * d + std::uint64_t{max_context} * d + n_layer * per_layer +
            2 * d;
   }
@@ -85,9 +84,9 @@ struct GptLayerWeights {
 /// \brief All weights of a GPT, converted to float32 at load time.
 struct GptWeights {
   GptConfig config;
-  RowMajorMatrixXf token_embedding;     // (vocab_size, d_model)   wte; also the output head (tied)
-  RowMajorMatrixXf position_embedding;  // (max_context, d_model)  wpe
-  std::vector<GptLayerWeights> layers;  // (n_layer)
+  RowMajorMatrixXf token_embedding;      // (vocab_size, d_model)   wte; also the output head (tied)
+  RowMajorMatrixXf position_embedding;   // (max_context, d_model)  wpe
+  std::vector<GptLayerWeights> layers;   // (n_layer)
   Eigen::VectorXf lnf_weight, lnf_bias;  // (d_model)
 };
 
@@ -112,7 +111,8 @@ inline constexpr std::uint32_t kMaxContext = 1u << 20;
 inline constexpr std::uint32_t kMaxLayers = 1u << 12;
 inline constexpr std::uint32_t kMaxWidth = 1u << 18;  // n_head, d_model, d_ff
 
-[[noreturn]] inline void throw_file_error(const std::filesystem::path& path, const std::string& what) {
+[[noreturn]] inline void throw_file_error(const std::filesystem::path& path,
+                                          const std::string& what) {
   throw std::runtime_error("specdec: " + path.string() + ": " + what);
 }
 
@@ -122,11 +122,12 @@ inline std::vector<unsigned char> read_file_bytes(const std::filesystem::path& p
   if (!std::filesystem::is_regular_file(path, error)) {
     throw_file_error(path, std::string("cannot open ") + std::string(kind) +
                                (std::filesystem::exists(path, error) ? " (not a regular file)"
-                                                                      : " (file does not exist)"));
+                                                                     : " (file does not exist)"));
   }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw_file_error(path, "cannot open " + std::string(kind) + " for reading");
   const std::streamoff size = in.tellg();
+  if (size < 0) throw_file_error(path, "cannot determine the size of " + std::string(kind));
   std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
   in.seekg(0);
   if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) {
@@ -167,15 +168,17 @@ inline void check_dim(const std::filesystem::path& path, std::string_view name, 
 /// Reads fp16 tensors off the body in file order, converting to float and checking finiteness.
 class TensorReader {
  public:
-  TensorReader(const std::filesystem::path& path, const unsigned char* body) : path_(path), at_(body) {}
+  TensorReader(const std::filesystem::path& path, const unsigned char* body)
+      : path_(path), at_(body) {}
 
   void read(std::string_view name, float* out, std::size_t count) {
     for (std::size_t i = 0; i < count; ++i, at_ += 2) {
       const auto half_bits = static_cast<std::uint16_t>(at_[0] | (at_[1] << 8));
       out[i] = half_to_float(half_bits);
       if (!std::isfinite(out[i])) {
-        throw_file_error(path_, "tensor " + std::string(name) + " has a non-finite value at index " +
-                                    std::to_string(i) + " (fp16 bits 0x" + hex(half_bits) + ")");
+        throw_file_error(path_, "tensor " + std::string(name) +
+                                    " has a non-finite value at index " + std::to_string(i) +
+                                    " (fp16 bits 0x" + hex(half_bits) + ")");
       }
     }
   }
@@ -211,7 +214,9 @@ inline GptWeights parse_gpt_weights(std::span<const unsigned char> bytes,
                                std::to_string(detail::kWeightsHeaderBytes));
   }
   std::array<std::uint32_t, 8> field{};
-  for (std::size_t i = 0; i < field.size(); ++i) field[i] = detail::read_u32_le(bytes.data() + 8 + 4 * i);
+  for (std::size_t i = 0; i < field.size(); ++i) {
+    field[i] = detail::read_u32_le(bytes.data() + 8 + 4 * i);
+  }
   const auto [version, vocab, context, layers, heads, width, ff_width, dtype] = field;
 
   if (version != detail::kWeightsVersion) {
@@ -230,8 +235,8 @@ inline GptWeights parse_gpt_weights(std::span<const unsigned char> bytes,
   detail::check_dim(path, "d_model", width, detail::kMaxWidth);
   detail::check_dim(path, "d_ff", ff_width, detail::kMaxWidth);
   if (width % heads != 0) {
-    throw_file_error(path, "d_model = " + std::to_string(width) + " is not divisible by n_head = " +
-                               std::to_string(heads));
+    throw_file_error(path, "d_model = " + std::to_string(width) +
+                               " is not divisible by n_head = " + std::to_string(heads));
   }
 
   GptConfig config{vocab, context, layers, heads, width, ff_width};
@@ -241,7 +246,8 @@ inline GptWeights parse_gpt_weights(std::span<const unsigned char> bytes,
   const std::uint64_t expected_bytes = detail::kWeightsHeaderBytes + body_bytes;
   const std::string dims = "vocab_size " + std::to_string(vocab) + ", max_context " +
                            std::to_string(context) + ", n_layer " + std::to_string(layers) +
-                           ", d_model " + std::to_string(width) + ", d_ff " + std::to_string(ff_width);
+                           ", d_model " + std::to_string(width) + ", d_ff " +
+                           std::to_string(ff_width);
   if (file_bytes < expected_bytes) {
     throw_file_error(path, "truncated: the header (" + dims + ") needs " +
                                std::to_string(expected_bytes) + " bytes, the file has only " +
@@ -286,7 +292,8 @@ inline GptWeights parse_gpt_weights(std::span<const unsigned char> bytes,
 
 /// \brief Loads a .spdc weight file (see the top of this header for the format).
 /// \throws std::runtime_error naming the file: missing file, wrong magic, unsupported version or
-///         dtype, implausible or inconsistent dims, truncated file, trailing bytes, non-finite weight.
+///         dtype, implausible or inconsistent dims, truncated file, trailing bytes, non-finite
+///         weight.
 inline GptWeights load_gpt_weights(const std::filesystem::path& path) {
   const std::vector<unsigned char> bytes = detail::read_file_bytes(path, "GPT weight file");
   return parse_gpt_weights(bytes, path);

@@ -1,0 +1,121 @@
+// T(n): what verifying n - 1 drafted tokens costs the example GPT, i.e. one target call that
+// computes n new rows of logits on top of a cached 100-token context, for n = 1..9.
+//
+// Speculative decoding pays off when T(n) / T(1) stays close to 1: at n = 1 the target streams
+// its ~43 MB of float32 weights once per token (memory bound), and the n-row forward reads each
+// weight once for all n rows, so extra rows only add arithmetic.
+//
+// Each iteration rolls the KV cache back to the 100-token context and computes n new rows
+// (timed), then does the same for one row (timed separately). The interleaved one-row call makes
+// the T(n)/T(1) counter robust to background load drifting during the run:
+//   T(n)/T(1)      mean n-row time / mean one-row time over the same iterations
+//   T(n)/T(1)_min  fastest n-row call / fastest one-row call (least disturbed by other processes)
+//   T1_ms          mean one-row time
+// Before timing, the benchmark checks in this (-march=native) binary that every row of an n-row
+// call equals the one-row forward of the same prefix bit for bit.
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpt/gpt_model.hpp"
+
+namespace {
+
+using specdec::token_t;
+using specdec::examples::GptModel;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::string_view kText =
+    "1:1 In the beginning God created the heaven and the earth. 1:2 And the earth was without "
+    "form, and void; and darkness was upon the face of the deep.";
+constexpr std::size_t kContextTokens = 100;
+constexpr std::size_t kMaxRows = 9;
+
+/// Models are loaded once per process and shared by all n.
+GptModel& model(const std::string& file) {
+  static std::map<std::string, std::unique_ptr<GptModel>> models;
+  auto& slot = models[file];
+  if (!slot) {
+    slot = std::make_unique<GptModel>(
+        GptModel::from_file(std::filesystem::path(SPECDEC_MODELS_DIR) / file));
+  }
+  return *slot;
+}
+
+/// Row i of target(context, n) must equal draft(first size - n + 1 + i tokens), bit for bit.
+bool batched_rows_match_single_rows(GptModel& m, std::span<const token_t> context) {
+  const std::size_t vocab = m.vocab_size();
+  std::vector<float> single(kMaxRows * vocab);
+  m.reset();
+  for (std::size_t k = 0; k < kMaxRows; ++k) {
+    const auto row = m.draft(context.first(context.size() - kMaxRows + 1 + k));
+    std::copy(row.begin(), row.end(), single.begin() + static_cast<std::ptrdiff_t>(k * vocab));
+  }
+  for (std::size_t n = 1; n <= kMaxRows; ++n) {
+    const auto rows = m.target(context, n);
+    const float* expected = single.data() + (kMaxRows - n) * vocab;
+    if (std::memcmp(rows.data(), expected, n * vocab * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+void BM_GptForward(benchmark::State& state, const std::string& file) {
+  GptModel& m = model(file);
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const std::vector<token_t> text(kText.begin(), kText.begin() + kContextTokens + kMaxRows);
+  const std::span<const token_t> verify_context(text.data(), kContextTokens + n);  // + n tokens
+  const std::span<const token_t> one_row_context(text.data(), kContextTokens + 1);
+
+  if (!batched_rows_match_single_rows(m, text)) {
+    state.SkipWithError("n-row forward is not bitwise equal to one-row forwards");
+    return;
+  }
+  m.reset();
+  m.draft(std::span(text).first(kContextTokens));  // cache the context
+
+  double n_row_seconds = 0.0, one_row_seconds = 0.0;
+  double fastest_n_row = 1e30, fastest_one_row = 1e30;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    benchmark::DoNotOptimize(m.target(verify_context, n).data());  // keeps 100, computes n
+    const auto t1 = Clock::now();
+    benchmark::DoNotOptimize(m.target(one_row_context, 1).data());  // keeps 100, computes 1
+    const auto t2 = Clock::now();
+    const double n_row = std::chrono::duration<double>(t1 - t0).count();
+    const double one_row = std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(n_row);
+    n_row_seconds += n_row;
+    one_row_seconds += one_row;
+    fastest_n_row = std::min(fastest_n_row, n_row);
+    fastest_one_row = std::min(fastest_one_row, one_row);
+  }
+  const auto iterations = static_cast<double>(state.iterations());
+  state.counters["T(n)/T(1)"] = n_row_seconds / one_row_seconds;
+  state.counters["T(n)/T(1)_min"] = fastest_n_row / fastest_one_row;
+  state.counters["T1_ms"] = 1e3 * one_row_seconds / iterations;
+  state.counters["rows/s"] =
+      benchmark::Counter(static_cast<double>(n) * iterations, benchmark::Counter::kIsRate);
+}
+
+BENCHMARK_CAPTURE(BM_GptForward, target, std::string("kjv-target.spdc"))
+    ->ArgName("n")
+    ->DenseRange(1, kMaxRows)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GptForward, draft, std::string("kjv-draft.spdc"))
+    ->ArgName("n")
+    ->DenseRange(1, kMaxRows)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace

@@ -1,0 +1,489 @@
+// The example GPT: a KV-cached forward of tools/train/gpt.py in plain C++20 + Eigen, serving both
+// roles of specdec's model contract (docs/design.md, "Model contract"):
+//
+//   GptModel model = GptModel::from_file("models/kjv-target.spdc");
+//   std::span<const float> row  = model.draft(context);      // V logits after the whole context
+//   std::span<const float> rows = model.target(context, n);  // n x V, row-major; row i follows
+//                                                             // the first size - n + 1 + i tokens
+//   // (operator() forwards to both, so one GptModel is a specdec::DraftModel and a TargetModel.)
+//
+// Architecture (must match gpt.py exactly): x = wte[token] + wpe[position]; per layer
+// x += proj(attention(LN1(x))); x += fc2(gelu_tanh(fc1(LN2(x)))); logits = LN_f(x) @ wte^T.
+//
+// Numerics contract: the logits of a position are a pure function of the tokens up to it,
+// computed bitwise identically however the calls are split. A position is computed the same way
+// whether it is the only new row, one of n target rows, or part of a prompt chunk, because
+//   * every dot product (weights and attention scores) goes through one kernel, `linear_rows`,
+//     whose summation order is fixed: 16 lane accumulators over the input dimension, reduced by
+//     the same packet instructions every time. It batches the inputs only to read each weight
+//     row once for all of them (GEMV memory traffic for n rows), never to change the order of a
+//     sum. (Eigen's GEMM blocks differently for different n, so it is not used.)
+//   * attention, layer norm and GELU run row by row with the same code for every row; packet
+//     functions pad their tail instead of switching to scalar code.
+// So cached == full forward, and row i of target(context, n) == draft(first size-n+1+i tokens).
+// (Bitwise equality holds within one binary; another compiler or -march may round differently.)
+//
+// Memory: weights are float32 in [out][in] row-major layout (converted from fp16 at load). All run
+// buffers are allocated in the constructor; a call allocates nothing. Single-threaded.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "specdec/context_cache.hpp"
+#include "specdec/types.hpp"
+#include "weights.hpp"
+
+// GCC 12 with AVX-512 enabled reports "'__Y' may be used uninitialized" inside its own
+// avx512fintrin.h wherever Eigen's packet math (pexp, ptanh, pmax) is inlined into user code
+// (GCC bug 105593, a false positive). Silenced for this header only, so -Werror builds of the
+// demo and benchmarks compile with -march=native.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace specdec::examples {
+
+namespace detail {
+
+// ----------------------------------------------------------------------------
+// The dot-product kernel (Eigen packet ops: AVX-512, AVX, SSE, NEON, ... or scalar)
+
+using Packet = Eigen::internal::packet_traits<float>::type;
+inline constexpr std::size_t kPacketSize = Eigen::internal::packet_traits<float>::size;
+// Every dot product accumulates into kLanes partial sums (element i goes to lane i % kLanes) that
+// are then reduced by one fixed sequence of packet adds. The order depends on the length only,
+// never on the number of inputs or on the tile a product is computed in.
+inline constexpr std::size_t kLanes = 16;
+static_assert(kLanes % kPacketSize == 0, "specdec: packet size must divide the 16 dot lanes");
+inline constexpr std::size_t kPacketsPerLanes = kLanes / kPacketSize;
+// Register tile: kTileRows weight rows x kTileInputs inputs accumulate at once (one load of a
+// weight packet feeds kTileInputs FMAs, one input packet feeds kTileRows). Sized to the register
+// file and measured (8 x 2 with 32 AVX-512 registers); it does not affect results.
+inline constexpr std::size_t kTileRows = kPacketsPerLanes >= 8 ? 1 : 8 / kPacketsPerLanes;
+inline constexpr std::size_t kTileInputs =
+    (EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 && kPacketsPerLanes == 1) ? 2 : 1;
+
+using ConstRowsRef = Eigen::Ref<const RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
+using RowsRef = Eigen::Ref<RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
+
+/// Lanes i % kLanes of the partial sums -> one float, always by the same instructions.
+inline float reduce_lanes(const Packet (&lanes)[kPacketsPerLanes]) noexcept {
+  Packet sum = lanes[0];
+  for (std::size_t p = 1; p < kPacketsPerLanes; ++p) sum = Eigen::internal::padd(sum, lanes[p]);
+  return Eigen::internal::predux(sum);
+}
+
+/// One tile of linear_rows: kRows consecutive weight rows against kInputs consecutive inputs.
+struct LinearTile {
+  const float* weight;  // (kRows, length), row stride weight_stride
+  std::size_t weight_stride;
+  const float* input;  // (kInputs, length), row stride input_stride
+  std::size_t input_stride;
+  std::size_t length;  // in_features
+  const float* bias;   // (kRows) or nullptr
+  float* out;          // (kInputs, kRows), row stride out_stride
+  std::size_t out_stride;
+};
+
+/// out(j, r) = bias[r] + dot(weight row r, input row j) for a kRows x kInputs tile.
+template <std::size_t kRows, std::size_t kInputs>
+inline void linear_tile(const LinearTile& t) noexcept {
+  using Eigen::internal::ploadu;
+  using Eigen::internal::pmadd;
+  Packet acc[kRows][kInputs][kPacketsPerLanes];
+  for (auto& row : acc)
+    for (auto& input_acc : row)
+      for (Packet& p : input_acc) p = Eigen::internal::pzero(p);
+
+  // HOT SPOT: the forward spends most of its time in this loop. At n = 1 it streams the weights
+  // (memory bound: ~43 MB per token for the target); at larger n the FMAs take over.
+  const std::size_t body = t.length - t.length % kLanes;
+  for (std::size_t i = 0; i < body; i += kLanes) {
+    for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
+      const std::size_t at = i + p * kPacketSize;
+      Packet x[kInputs];
+      for (std::size_t j = 0; j < kInputs; ++j) {
+        x[j] = ploadu<Packet>(t.input + j * t.input_stride + at);
+      }
+      for (std::size_t r = 0; r < kRows; ++r) {
+        const Packet w = ploadu<Packet>(t.weight + r * t.weight_stride + at);
+        for (std::size_t j = 0; j < kInputs; ++j) acc[r][j][p] = pmadd(w, x[j], acc[r][j][p]);
+      }
+    }
+  }
+
+  for (std::size_t r = 0; r < kRows; ++r) {
+    for (std::size_t j = 0; j < kInputs; ++j) {
+      if (body < t.length) {  // length not a multiple of 16: one more zero-padded step, same lanes
+        float w_tail[kLanes] = {};
+        float x_tail[kLanes] = {};
+        const float* w_row = t.weight + r * t.weight_stride;
+        const float* x_row = t.input + j * t.input_stride;
+        std::copy(w_row + body, w_row + t.length, w_tail);
+        std::copy(x_row + body, x_row + t.length, x_tail);
+        for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
+          acc[r][j][p] = pmadd(ploadu<Packet>(w_tail + p * kPacketSize),
+                               ploadu<Packet>(x_tail + p * kPacketSize), acc[r][j][p]);
+        }
+      }
+      const float dot = reduce_lanes(acc[r][j]);
+      t.out[j * t.out_stride + r] = t.bias != nullptr ? dot + t.bias[r] : dot;
+    }
+  }
+}
+
+/// Runs linear_tile<rows, inputs> for runtime rows <= kRows, inputs <= kInputs (edge tiles).
+template <std::size_t kRows, std::size_t kInputs>
+inline void linear_tile_dispatch(std::size_t rows, std::size_t inputs,
+                                 const LinearTile& t) noexcept {
+  if constexpr (kRows > 1) {
+    if (rows < kRows) return linear_tile_dispatch<kRows - 1, kInputs>(rows, inputs, t);
+  }
+  if constexpr (kInputs > 1) {
+    if (inputs < kInputs) return linear_tile_dispatch<kRows, kInputs - 1>(rows, inputs, t);
+  }
+  linear_tile<kRows, kInputs>(t);
+}
+
+/// \brief output(j, o) = bias[o] + dot(weight.row(o), input.row(j)) for all j < input.rows().
+///
+/// weight: (out_features, in_features), input: (n, in_features), output: (n, out_features); bias
+/// has out_features entries or is nullptr. Each weight row is loaded from memory once for all n
+/// inputs, and every output is summed in the same order whatever n is (see kLanes).
+inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef input,
+                        RowsRef output) {
+  eigen_assert(weight.cols() == input.cols() && output.rows() == input.rows() &&
+               output.cols() == weight.rows());
+  const auto out_features = static_cast<std::size_t>(weight.rows());
+  const auto n = static_cast<std::size_t>(input.rows());
+  LinearTile tile{.weight = nullptr,
+                  .weight_stride = static_cast<std::size_t>(weight.outerStride()),
+                  .input = nullptr,
+                  .input_stride = static_cast<std::size_t>(input.outerStride()),
+                  .length = static_cast<std::size_t>(weight.cols()),
+                  .bias = nullptr,
+                  .out = nullptr,
+                  .out_stride = static_cast<std::size_t>(output.outerStride())};
+  for (std::size_t o = 0; o < out_features; o += kTileRows) {
+    const std::size_t rows = std::min(kTileRows, out_features - o);
+    tile.weight = weight.data() + o * tile.weight_stride;
+    tile.bias = bias != nullptr ? bias + o : nullptr;
+    for (std::size_t j = 0; j < n; j += kTileInputs) {  // the weight tile stays in L1 meanwhile
+      tile.input = input.data() + j * tile.input_stride;
+      tile.out = output.data() + j * tile.out_stride + o;
+      linear_tile_dispatch<kTileRows, kTileInputs>(rows, std::min(kTileInputs, n - j), tile);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------
+// Row-wise pieces (one position at a time, the same code for every row)
+
+inline void layer_norm_row(const float* x, const float* weight, const float* bias, std::size_t d,
+                           float* out) noexcept {
+  constexpr float kEps = 1e-5f;  // nn.LayerNorm(eps=1e-5)
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < d; ++i) sum += x[i];
+  const float mean = sum / static_cast<float>(d);
+  float square_sum = 0.0f;
+  for (std::size_t i = 0; i < d; ++i) square_sum += (x[i] - mean) * (x[i] - mean);
+  const float inv_std = 1.0f / std::sqrt(square_sum / static_cast<float>(d) + kEps);
+  for (std::size_t i = 0; i < d; ++i) out[i] = (x[i] - mean) * inv_std * weight[i] + bias[i];
+}
+
+/// Applies a packet function to x[0..n) in place. The tail is zero-padded to a full packet, so
+/// every element goes through the same instructions whatever n is (a scalar epilogue could round
+/// differently from the packet code).
+template <class PacketOp>
+inline void transform_packets(float* x, std::size_t n, PacketOp op) noexcept {
+  using Eigen::internal::ploadu;
+  using Eigen::internal::pstoreu;
+  std::size_t i = 0;
+  for (; i + kPacketSize <= n; i += kPacketSize) pstoreu(x + i, op(ploadu<Packet>(x + i)));
+  if (i < n) {
+    float tail[kPacketSize] = {};
+    std::copy(x + i, x + n, tail);
+    pstoreu(tail, op(ploadu<Packet>(tail)));
+    std::copy(tail, tail + (n - i), x + i);
+  }
+}
+
+inline void gelu_tanh_inplace(float* x, std::size_t n) noexcept {
+  // F.gelu(approximate="tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  using namespace Eigen::internal;
+  transform_packets(x, n, [](const Packet& v) {
+    const Packet v3 = pmul(pmul(v, v), v);
+    const Packet u =
+        pmul(pset1<Packet>(0.7978845608028654f), pmadd(pset1<Packet>(0.044715f), v3, v));
+    return pmul(pmul(pset1<Packet>(0.5f), v), padd(pset1<Packet>(1.0f), ptanh(u)));
+  });
+}
+
+inline void softmax_inplace(float* x, std::size_t n) noexcept {
+  using namespace Eigen::internal;
+  const float max = *std::max_element(x, x + n);
+  const Packet max_packet = pset1<Packet>(max);
+  transform_packets(x, n, [&](const Packet& v) { return pexp(psub(v, max_packet)); });
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) sum += x[i];
+  const float inv_sum = 1.0f / sum;
+  for (std::size_t i = 0; i < n; ++i) x[i] *= inv_sum;
+}
+
+/// y += a * x (elementwise, so the order of operations per element is fixed).
+inline void axpy(float a, const float* x, float* y, std::size_t n) noexcept {
+  using namespace Eigen::internal;
+  const Packet a_packet = pset1<Packet>(a);
+  std::size_t i = 0;
+  for (; i + kPacketSize <= n; i += kPacketSize) {
+    pstoreu(y + i, pmadd(a_packet, ploadu<Packet>(x + i), ploadu<Packet>(y + i)));
+  }
+  for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+}
+
+}  // namespace detail
+
+// ----------------------------------------------------------------------------
+// The model
+
+/// \brief A KV-cached GPT forward that is both a specdec DraftModel and a TargetModel.
+///
+/// Calls take the whole context; the model keeps the K/V rows of the last context it saw and reuses
+/// the longest common prefix (specdec::ContextCache / plan_cache_update), so a call costs the new
+/// positions only, and a rejected draft costs nothing extra (its rows are simply overwritten).
+/// Returned spans point into the model's own logits buffer and stay valid until the next call on
+/// this model. Not thread-safe. Move-only: an accidental copy would duplicate all the weights
+/// (~44 MB for the target).
+class GptModel {
+ public:
+  /// New positions are run through the layers chunk_rows at a time: a target call with
+  /// n <= chunk_rows reads every weight once. Any n works; larger n just takes more chunks.
+  static constexpr std::size_t kDefaultChunkRows = 16;
+
+  explicit GptModel(GptWeights weights, std::size_t chunk_rows = kDefaultChunkRows)
+      : weights_(std::move(weights)), chunk_rows_(chunk_rows) {
+    const GptConfig& c = weights_.config;
+    if (chunk_rows_ == 0) throw std::invalid_argument("specdec: GptModel chunk_rows must be >= 1");
+    if (c.n_layer != weights_.layers.size() || c.n_head == 0 || c.d_model % c.n_head != 0) {
+      throw std::invalid_argument("specdec: GptModel given inconsistent GptWeights");
+    }
+    const auto rows = static_cast<Eigen::Index>(chunk_rows_);
+    const auto d = static_cast<Eigen::Index>(c.d_model);
+    const auto context = static_cast<Eigen::Index>(c.max_context);
+    residual_.setZero(rows, d);
+    normed_.setZero(rows, d);
+    query_.setZero(rows, d);
+    attention_.setZero(rows, d);
+    hidden_.setZero(rows, static_cast<Eigen::Index>(c.d_ff));
+    branch_.setZero(rows, d);
+    scores_.setZero(context);
+    key_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(context, d));
+    value_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(context, d));
+    logits_.setZero(context, static_cast<Eigen::Index>(c.vocab_size));
+    cache_.reserve(c.max_context);
+  }
+
+  /// \brief Loads a .spdc file (see weights.hpp). Throws std::runtime_error naming the file.
+  static GptModel from_file(const std::filesystem::path& path,
+                            std::size_t chunk_rows = kDefaultChunkRows) {
+    return GptModel(load_gpt_weights(path), chunk_rows);
+  }
+
+  GptModel(GptModel&&) noexcept = default;
+  GptModel& operator=(GptModel&&) noexcept = default;
+  GptModel(const GptModel&) = delete;
+  GptModel& operator=(const GptModel&) = delete;
+
+  /// \brief Draft role: the vocab_size() next-token logits after the whole context.
+  /// \throws std::invalid_argument (empty context, token outside [0, vocab_size)),
+  ///         std::length_error (context longer than max_context).
+  std::span<const float> draft(std::span<const token_t> context) { return target(context, 1); }
+
+  /// \brief Target role: n rows of vocab_size() logits, row-major; row i is the next-token logits
+  /// after the first context.size() - n + 1 + i tokens. Requires 1 <= n <= context.size().
+  /// \throws as draft(), and std::invalid_argument for n outside [1, context.size()].
+  std::span<const float> target(std::span<const token_t> context, std::size_t n) {
+    const GptConfig& c = weights_.config;
+    check_call(context, n);
+    // Keep the K/V rows of the longest common prefix with the cached context (but at most
+    // size - n: rows whose logits are wanted are recomputed); rows >= keep get overwritten, which
+    // is all a rollback after a rejected draft takes. The forward below cannot throw, so the
+    // cache's token list is updated up front.
+    const CacheUpdate plan = cache_.update(context, n);
+    const std::size_t first_logits_position = context.size() - n;
+    for (std::size_t start = plan.keep; start < context.size(); start += chunk_rows_) {
+      const std::size_t rows = std::min(chunk_rows_, context.size() - start);
+      forward_chunk(context.subspan(start, rows), start, first_logits_position);
+    }
+    positions_computed_ += plan.new_tokens.size();
+    return {logits_.data(), n * c.vocab_size};
+  }
+
+  std::span<const float> operator()(std::span<const token_t> context) { return draft(context); }
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    return target(context, n);
+  }
+
+  [[nodiscard]] const GptConfig& config() const noexcept { return weights_.config; }
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return weights_.config.vocab_size; }
+  [[nodiscard]] std::size_t max_context() const noexcept { return weights_.config.max_context; }
+  [[nodiscard]] std::size_t chunk_rows() const noexcept { return chunk_rows_; }
+  /// Tokens whose K/V rows are cached (a prefix of the last context).
+  [[nodiscard]] std::span<const token_t> cached_tokens() const noexcept { return cache_.tokens(); }
+  /// Positions run through the model since construction (cache misses); for tests and stats.
+  [[nodiscard]] std::uint64_t positions_computed() const noexcept { return positions_computed_; }
+  /// Forgets the cache; the next call recomputes its whole context.
+  void reset() noexcept { cache_.clear(); }
+
+ private:
+  void check_call(std::span<const token_t> context, std::size_t n) const {
+    const GptConfig& c = weights_.config;
+    if (context.empty()) {
+      throw std::invalid_argument("specdec: GptModel needs at least one context token");
+    }
+    if (context.size() > c.max_context) {
+      throw std::length_error("specdec: context of " + std::to_string(context.size()) +
+                              " tokens exceeds the model's max_context of " +
+                              std::to_string(c.max_context) + " positions");
+    }
+    if (n == 0 || n > context.size()) {
+      throw std::invalid_argument("specdec: GptModel asked for " + std::to_string(n) +
+                                  " target rows, expected 1.." + std::to_string(context.size()) +
+                                  " (one row per context position at most)");
+    }
+    check_tokens(context);
+  }
+
+  void check_tokens(std::span<const token_t> context) const {
+    const GptConfig& c = weights_.config;
+    for (std::size_t i = 0; i < context.size(); ++i) {
+      if (context[i] < 0 || static_cast<std::size_t>(context[i]) >= c.vocab_size) {
+        throw std::invalid_argument("specdec: token " + std::to_string(context[i]) +
+                                    " at context position " + std::to_string(i) +
+                                    " is outside the vocabulary [0, " +
+                                    std::to_string(c.vocab_size) + ")");
+      }
+    }
+  }
+
+  /// Runs positions start .. start + tokens.size() - 1 (at most chunk_rows) through the model,
+  /// writing their K/V rows into the cache and, for positions >= first_logits_position, their
+  /// logits into logits_ row (position - first_logits_position).
+  void forward_chunk(std::span<const token_t> tokens, std::size_t start,
+                     std::size_t first_logits_position) {
+    using detail::linear_rows;
+    const GptConfig& c = weights_.config;
+    const auto rows = static_cast<Eigen::Index>(tokens.size());  // new positions in this chunk
+    const auto d_model = static_cast<Eigen::Index>(c.d_model);
+    const auto d_ff = static_cast<std::size_t>(c.d_ff);
+    const auto n_head = static_cast<Eigen::Index>(c.n_head);
+    const auto head_dim = static_cast<Eigen::Index>(c.head_dim());
+    const auto first = static_cast<Eigen::Index>(start);  // position of chunk row 0
+    const float score_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+
+    // ---- embeddings: x = wte[token] + wpe[position]
+    for (Eigen::Index r = 0; r < rows; ++r) {
+      residual_.row(r) = weights_.token_embedding.row(tokens[static_cast<std::size_t>(r)]) +
+                         weights_.position_embedding.row(first + r);
+    }
+
+    for (std::size_t l = 0; l < c.n_layer; ++l) {
+      const GptLayerWeights& w = weights_.layers[l];
+      RowMajorMatrixXf& keys = key_cache_[l];      // (max_context, d_model)
+      RowMajorMatrixXf& values = value_cache_[l];  // (max_context, d_model)
+
+      // ---- attention: x += proj(attention(ln1(x)))
+      for (Eigen::Index r = 0; r < rows; ++r) {
+        detail::layer_norm_row(residual_.row(r).data(), w.ln1_weight.data(), w.ln1_bias.data(),
+                               c.d_model, normed_.row(r).data());
+      }
+      // qkv rows are [q; k; v]: q goes to the scratch buffer, k and v straight into the cache.
+      const detail::ConstRowsRef x = normed_.topRows(rows);
+      linear_rows(w.qkv_weight.topRows(d_model), w.qkv_bias.data(), x, query_.topRows(rows));
+      linear_rows(w.qkv_weight.middleRows(d_model, d_model), w.qkv_bias.data() + d_model, x,
+                  keys.middleRows(first, rows));
+      linear_rows(w.qkv_weight.bottomRows(d_model), w.qkv_bias.data() + 2 * d_model, x,
+                  values.middleRows(first, rows));
+
+      for (Eigen::Index r = 0; r < rows; ++r) {
+        const Eigen::Index visible = first + r + 1;  // causal: positions 0 .. first + r
+        auto scores = Eigen::Map<RowMajorMatrixXf>(scores_.data(), 1, visible);  // (1, visible)
+        attention_.row(r).setZero();
+        for (Eigen::Index h = 0; h < n_head; ++h) {
+          const Eigen::Index offset = h * head_dim;  // head h owns dims [offset, offset + head_dim)
+          // scores(t) = q . k_t  for every visible t: the keys play the weight rows of the kernel
+          linear_rows(keys.block(0, offset, visible, head_dim), nullptr,
+                      query_.block(r, offset, 1, head_dim), scores);
+          scores *= score_scale;
+          detail::softmax_inplace(scores.data(), static_cast<std::size_t>(visible));
+          float* out = attention_.row(r).data() + offset;  // (head_dim)
+          for (Eigen::Index t = 0; t < visible; ++t) {
+            detail::axpy(scores(0, t), values.row(t).data() + offset, out,
+                         static_cast<std::size_t>(head_dim));
+          }
+        }
+      }
+      linear_rows(w.proj_weight, w.proj_bias.data(), attention_.topRows(rows),
+                  branch_.topRows(rows));
+      residual_.topRows(rows) += branch_.topRows(rows);
+
+      // ---- MLP: x += fc2(gelu_tanh(fc1(ln2(x))))
+      for (Eigen::Index r = 0; r < rows; ++r) {
+        detail::layer_norm_row(residual_.row(r).data(), w.ln2_weight.data(), w.ln2_bias.data(),
+                               c.d_model, normed_.row(r).data());
+      }
+      linear_rows(w.fc1_weight, w.fc1_bias.data(), normed_.topRows(rows), hidden_.topRows(rows));
+      for (Eigen::Index r = 0; r < rows; ++r)
+        detail::gelu_tanh_inplace(hidden_.row(r).data(), d_ff);
+      linear_rows(w.fc2_weight, w.fc2_bias.data(), hidden_.topRows(rows), branch_.topRows(rows));
+      residual_.topRows(rows) += branch_.topRows(rows);
+    }
+
+    // ---- head: logits = ln_f(x) @ wte^T, only for the rows the caller asked for
+    const auto wanted_from = static_cast<Eigen::Index>(first_logits_position);
+    const Eigen::Index first_row = std::max<Eigen::Index>(0, wanted_from - first);
+    if (first_row >= rows) return;
+    const Eigen::Index logit_rows = rows - first_row;
+    for (Eigen::Index r = first_row; r < rows; ++r) {
+      detail::layer_norm_row(residual_.row(r).data(), weights_.lnf_weight.data(),
+                             weights_.lnf_bias.data(), c.d_model, normed_.row(r).data());
+    }
+    linear_rows(weights_.token_embedding, nullptr, normed_.middleRows(first_row, logit_rows),
+                logits_.middleRows(first + first_row - wanted_from, logit_rows));
+  }
+
+  GptWeights weights_;
+  std::size_t chunk_rows_;
+
+  // Run state, allocated once in the constructor (chunk = chunk_rows_ new positions at a time).
+  RowMajorMatrixXf residual_;   // (chunk, d_model)  residual stream x
+  RowMajorMatrixXf normed_;     // (chunk, d_model)  layer-norm output, input of qkv / fc1 / head
+  RowMajorMatrixXf query_;      // (chunk, d_model)  q of the new positions, heads concatenated
+  RowMajorMatrixXf attention_;  // (chunk, d_model)  attention output, heads concatenated
+  RowMajorMatrixXf hidden_;     // (chunk, d_ff)     MLP hidden activations
+  RowMajorMatrixXf branch_;     // (chunk, d_model)  proj / fc2 output, added to the residual
+  Eigen::VectorXf scores_;      // (max_context)     one head's attention weights at one position
+  std::vector<RowMajorMatrixXf> key_cache_;    // (n_layer) x (max_context, d_model)
+  std::vector<RowMajorMatrixXf> value_cache_;  // (n_layer) x (max_context, d_model)
+  RowMajorMatrixXf logits_;  // (max_context, vocab_size)  target rows; a call fills the first n
+  ContextCache cache_;       // (<= max_context)  tokens whose K/V rows are valid
+  std::uint64_t positions_computed_ = 0;
+};
+
+}  // namespace specdec::examples
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

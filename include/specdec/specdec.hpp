@@ -1,0 +1,17 @@
+#pragma once
+/// \file
+/// \brief Umbrella header: everything public in specdec.
+///
+/// specdec is a header-only C++20 library for speculative decoding: a cheap draft model
+/// proposes K tokens, the target model scores them all in one call, and a rejection-sampling
+/// rule keeps the output distributed exactly as sampling from the target alone.
+
+#include "specdec/context_cache.hpp"
+#include "specdec/decoder.hpp"
+#include "specdec/model.hpp"
+#include "specdec/rng.hpp"
+#include "specdec/sampling.hpp"
+#include "specdec/softmax.hpp"
+#include "specdec/stats.hpp"
+#include "specdec/types.hpp"
+#include "specdec/verify.hpp"

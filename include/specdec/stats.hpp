@@ -1,0 +1,85 @@
+#pragma once
+/// \file
+/// \brief DecodeStats: what happened during one generate() call, and the statistics derived
+/// from it.
+///
+/// Counters only count; derived quantities are functions of the counters so they can never
+/// disagree with them. Ratios with a zero denominator return 0 (nothing measured), except
+/// where noted.
+
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+namespace specdec {
+
+/// \brief The speedup the geometric acceptance model predicts for draft length K.
+///
+/// With per-token acceptance probability a (i.i.d.), a round emits on average
+/// (1 - a^(K+1)) / (1 - a) tokens (Leviathan et al. 2023, eq. 1) and costs K draft calls plus
+/// one target call, i.e. (K c + 1) target-call units with c = draft cost / target cost. Plain
+/// decoding emits 1 token per unit. At a = 1 the limit (K + 1) / (K c + 1) is used.
+[[nodiscard]] inline double predicted_speedup(double alpha, std::size_t draft_length,
+                                              double cost_ratio) noexcept {
+  const auto k = static_cast<double>(draft_length);
+  const double tokens_per_round =
+      alpha >= 1.0 ? k + 1.0 : (1.0 - std::pow(alpha, k + 1.0)) / (1.0 - alpha);
+  return tokens_per_round / (k * cost_ratio + 1.0);
+}
+
+/// \brief Counters and timings of one generate() call.
+struct DecodeStats {
+  std::size_t rounds = 0;            ///< draft+verify rounds (target calls of the decoder)
+  std::size_t drafted = 0;           ///< draft tokens proposed (sum of K_eff over rounds)
+  std::size_t accepted = 0;          ///< drafted tokens accepted by verification (including
+                                     ///< accepted tokens later dropped after a stop token)
+  std::size_t emitted = 0;           ///< tokens returned (accepted + corrections + bonuses,
+                                     ///< after stop-token truncation)
+  std::size_t rejecting_rounds = 0;  ///< rounds that ended in a rejection (accepted < K_eff)
+  std::size_t draft_calls = 0;       ///< calls of the draft model
+  std::size_t target_calls = 0;      ///< calls of the target model
+  std::vector<std::size_t> drafted_at;   ///< [k]: rounds that drafted a token at position k
+  std::vector<std::size_t> accepted_at;  ///< [k]: rounds whose position-k draft was accepted
+
+  double draft_seconds = 0;    ///< wall time inside draft model calls
+  double target_seconds = 0;   ///< wall time inside target model calls
+  double total_seconds = 0;    ///< wall time of the whole generate() call
+  double library_seconds = 0;  ///< total - draft - target: specdec's own overhead
+
+  /// \brief accepted / drafted: the fraction of drafted tokens the target accepted (never
+  /// counts corrections or bonus tokens, so it is at most 1). 0 if nothing was drafted.
+  [[nodiscard]] double acceptance_rate() const noexcept {
+    return drafted == 0 ? 0.0 : static_cast<double>(accepted) / static_cast<double>(drafted);
+  }
+
+  /// \brief accepted / (accepted + rejecting_rounds): maximum-likelihood estimate of the
+  /// per-token acceptance probability alpha under the geometric model. Each accepted token is a
+  /// success and each rejection a failure; rounds cut short by K or the budget contribute their
+  /// successes without a failure, so (unlike acceptance_rate) truncation does not bias it.
+  /// 0 if there was no drafted token.
+  [[nodiscard]] double alpha_hat() const noexcept {
+    const std::size_t trials = accepted + rejecting_rounds;
+    return trials == 0 ? 0.0 : static_cast<double>(accepted) / static_cast<double>(trials);
+  }
+
+  /// \brief tau = emitted / rounds: tokens per target call. 0 if there was no round.
+  [[nodiscard]] double tokens_per_round() const noexcept {
+    return rounds == 0 ? 0.0 : static_cast<double>(emitted) / static_cast<double>(rounds);
+  }
+
+  /// \brief c = (draft_seconds / draft_calls) / (target_seconds / target_calls): the cost of a
+  /// draft call in units of a target call. 0 if either side was never called or took no time.
+  [[nodiscard]] double cost_ratio() const noexcept {
+    if (draft_calls == 0 || target_calls == 0 || target_seconds <= 0.0) return 0.0;
+    return (draft_seconds / static_cast<double>(draft_calls)) /
+           (target_seconds / static_cast<double>(target_calls));
+  }
+
+  /// \brief predicted_speedup(alpha_hat(), K, cost_ratio()): the speedup over plain target
+  /// decoding the measured acceptance and costs predict for draft length K.
+  [[nodiscard]] double predicted_speedup(std::size_t draft_length) const noexcept {
+    return specdec::predicted_speedup(alpha_hat(), draft_length, cost_ratio());
+  }
+};
+
+}  // namespace specdec

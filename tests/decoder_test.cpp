@@ -1,0 +1,217 @@
+// Smoke tests of SpeculativeDecoder / AutoregressiveDecoder end to end with tiny models.
+#include "specdec/decoder.hpp"
+
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
+#include <cmath>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+
+namespace {
+
+using specdec::token_t;
+
+constexpr std::size_t kVocab = 8;
+
+// Deterministic "model": logits depend on the last token and the context length.
+std::vector<float> toy_logits(std::span<const token_t> context, float sharpness) {
+  std::vector<float> logits(kVocab);
+  const auto last = static_cast<std::size_t>(context.back());
+  for (std::size_t v = 0; v < kVocab; ++v) {
+    const double phase = static_cast<double>((last * 3 + v * 5 + context.size()) % kVocab);
+    logits[v] = static_cast<float>(sharpness * std::cos(phase));
+  }
+  return logits;
+}
+
+struct ToyTarget {
+  int calls = 0;
+  std::vector<float> buffer;
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    ++calls;
+    buffer.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto row = toy_logits(context.first(context.size() - n + 1 + i), 2.0f);
+      buffer.insert(buffer.end(), row.begin(), row.end());
+    }
+    return buffer;
+  }
+};
+
+struct ToyDraft {
+  std::vector<float> operator()(std::span<const token_t> context) const {
+    return toy_logits(context, 1.5f);
+  }
+};
+
+TEST(DecoderTest, GeneratesExactlyTheBudget) {
+  ToyDraft draft;
+  ToyTarget target;
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 37;
+  config.draft_length = 4;
+  const std::vector<token_t> prompt{1, 2};
+  const auto result = decoder.generate(prompt, config);
+  EXPECT_EQ(result.tokens.size(), 37u);
+  EXPECT_EQ(result.logprobs.size(), 37u);
+  EXPECT_EQ(result.finish_reason, specdec::FinishReason::length);
+  EXPECT_EQ(result.stats.emitted, 37u);
+  EXPECT_EQ(result.stats.target_calls, result.stats.rounds);
+  EXPECT_EQ(result.stats.draft_calls, result.stats.drafted);
+  EXPECT_LE(result.stats.accepted, result.stats.drafted);
+  for (token_t t : result.tokens) {
+    EXPECT_GE(t, 0);
+    EXPECT_LT(t, static_cast<token_t>(kVocab));
+  }
+  for (float lp : result.logprobs) EXPECT_LE(lp, 0.0f);
+}
+
+TEST(DecoderTest, SameSeedSameTokens) {
+  ToyDraft draft;
+  ToyTarget target;
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 50;
+  config.seed = 1234;
+  const std::vector<token_t> prompt{3};
+  const auto first = decoder.generate(prompt, config);
+  const auto second = decoder.generate(prompt, config);
+  EXPECT_EQ(first.tokens, second.tokens);
+  config.seed = 99;
+  const auto third = decoder.generate(prompt, config);
+  EXPECT_NE(first.tokens, third.tokens);
+}
+
+TEST(DecoderTest, GreedyEqualsAutoregressiveGreedy) {
+  ToyDraft draft;
+  ToyTarget target;
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  specdec::GenerationConfig config;
+  config.sampling.temperature = 0.0f;
+  config.max_new_tokens = 40;
+  config.draft_length = 3;
+  const std::vector<token_t> prompt{5, 1};
+  const auto fast = speculative.generate(prompt, config);
+  const auto slow = plain.generate(prompt, config);
+  EXPECT_EQ(fast.tokens, slow.tokens);
+  ASSERT_EQ(fast.logprobs.size(), slow.logprobs.size());
+  for (std::size_t i = 0; i < fast.logprobs.size(); ++i) {
+    EXPECT_NEAR(fast.logprobs[i], slow.logprobs[i], 1e-5f);
+  }
+}
+
+TEST(DecoderTest, StopTokenEndsGenerationAndIsIncluded) {
+  ToyDraft draft;
+  ToyTarget target;
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 200;
+  config.seed = 7;
+  const std::vector<token_t> prompt{2};
+  const auto free_run = decoder.generate(prompt, config);
+  ASSERT_GE(free_run.tokens.size(), 10u);
+  const token_t stop = free_run.tokens[9];
+  config.stop_tokens = {stop};
+  const auto stopped = decoder.generate(prompt, config);
+  ASSERT_FALSE(stopped.tokens.empty());
+  EXPECT_EQ(stopped.tokens.back(), stop);
+  EXPECT_EQ(stopped.finish_reason, specdec::FinishReason::stop_token);
+  for (std::size_t i = 0; i + 1 < stopped.tokens.size(); ++i) EXPECT_NE(stopped.tokens[i], stop);
+}
+
+TEST(DecoderTest, CallbackSeesEveryTokenAndCanStop) {
+  ToyDraft draft;
+  ToyTarget target;
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 30;
+  const std::vector<token_t> prompt{4};
+  std::vector<token_t> streamed;
+  const auto result = decoder.generate(prompt, config, [&](std::span<const token_t> chunk) {
+    streamed.insert(streamed.end(), chunk.begin(), chunk.end());
+    return true;
+  });
+  EXPECT_EQ(streamed, result.tokens);
+
+  int chunks = 0;
+  const auto early = decoder.generate(prompt, config, [&](std::span<const token_t>) {
+    return ++chunks < 2;
+  });
+  EXPECT_EQ(early.finish_reason, specdec::FinishReason::callback);
+  EXPECT_EQ(early.stats.rounds, 2u);
+}
+
+TEST(DecoderTest, ZeroBudgetReturnsNothingWithoutCallingModels) {
+  ToyDraft draft;
+  ToyTarget target;
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 0;
+  const std::vector<token_t> prompt{1};
+  const auto result = decoder.generate(prompt, config);
+  EXPECT_TRUE(result.tokens.empty());
+  EXPECT_EQ(result.finish_reason, specdec::FinishReason::length);
+  EXPECT_EQ(target.calls, 0);
+}
+
+TEST(DecoderTest, RejectsEmptyPromptAndZeroDraftLength) {
+  ToyDraft draft;
+  ToyTarget target;
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  EXPECT_THROW((void)decoder.generate({}, config), std::invalid_argument);
+  config.draft_length = 0;
+  const std::vector<token_t> prompt{1};
+  EXPECT_THROW((void)decoder.generate(prompt, config), std::invalid_argument);
+}
+
+TEST(DecoderTest, ThrowingModelLeavesDecoderUsable) {
+  ToyDraft draft;
+  ToyTarget inner;
+  int calls = 0;
+  auto target = [&](std::span<const token_t> context, std::size_t n) {
+    if (++calls == 3) throw std::runtime_error("model failure");
+    return inner(context, n);
+  };
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 20;
+  const std::vector<token_t> prompt{1};
+  EXPECT_THROW((void)decoder.generate(prompt, config), std::runtime_error);
+  const auto result = decoder.generate(prompt, config);
+  EXPECT_EQ(result.tokens.size(), 20u);
+  ToyTarget reference_target;
+  specdec::SpeculativeDecoder reference(draft, reference_target);
+  EXPECT_EQ(reference.generate(prompt, config).tokens, result.tokens);
+}
+
+TEST(DecoderTest, EigenReturnTypes) {
+  auto draft = [](std::span<const token_t> context) {
+    const auto row = toy_logits(context, 1.0f);
+    return Eigen::VectorXf(Eigen::Map<const Eigen::VectorXf>(row.data(), kVocab));
+  };
+  using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  auto target = [](std::span<const token_t> context, std::size_t n) {
+    RowMajor rows(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(kVocab));
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto row = toy_logits(context.first(context.size() - n + 1 + i), 2.0f);
+      for (std::size_t v = 0; v < kVocab; ++v) {
+        rows(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(v)) = row[v];
+      }
+    }
+    return rows;
+  };
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 16;
+  const std::vector<token_t> prompt{1};
+  EXPECT_EQ(decoder.generate(prompt, config).tokens.size(), 16u);
+}
+
+}  // namespace

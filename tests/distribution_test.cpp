@@ -1,0 +1,633 @@
+// Statistical test of the full decoder: the first three tokens SpeculativeDecoder emits follow
+// the target's own distribution of three tokens, in every sampling mode and for good, poor and
+// identical drafts (chi-square goodness of fit over all 8^3 = 512 cells, 200k runs per case).
+//
+// The expected distribution is computed from the target alone with an independent reference
+// implementation of the filters written in this file (cross-checked against the library's
+// double kernels and against the float kernels' kept sets, so a boundary token cannot make the
+// reference disagree with what the decoder actually does).
+//
+// Power check: a decoding loop built from the library's kernels, following the decoder's
+// documented coin order, reproduces SpeculativeDecoder token for token (control); the same loop
+// with the seed's bugs injected (scalar residual, bonus from the wrong target row) must fail the
+// same chi-square test with p < 1e-4.
+//
+// ctest label: statistical (filter with `ctest -LE statistical` for a quick run).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "specdec/decoder.hpp"
+#include "specdec/rng.hpp"
+#include "specdec/sampling.hpp"
+#include "specdec/verify.hpp"
+
+namespace {
+
+using specdec::SamplingParams;
+using specdec::token_t;
+
+constexpr std::size_t kVocab = 8;
+constexpr std::size_t kContexts = kVocab * kVocab;  // (second-to-last, last) token pairs
+constexpr std::size_t kEmitted = 3;
+constexpr std::size_t kCells = kVocab * kVocab * kVocab;
+constexpr std::size_t kRuns = 200'000;
+// Significance threshold for every goodness-of-fit assertion (15+ cases, fixed seeds: a false
+// alarm has probability ~1.5e-3 per full run and then reproduces until a seed changes).
+constexpr double kMinPValue = 1e-4;
+const std::vector<token_t> kPrompt{2, 5};
+
+// ---- chi-square machinery ------------------------------------------------------------------
+
+// Regularized upper incomplete gamma function Q(a, x) = Gamma(a, x) / Gamma(a): the series for
+// P = 1 - Q below x = a + 1, the continued fraction (modified Lentz) above (Numerical Recipes
+// 6.2). Accurate to ~1e-14 relative for the a, x used here.
+double regularized_gamma_q(double a, double x) {
+  if (x <= 0) return 1.0;
+  const double log_prefactor = a * std::log(x) - x - std::lgamma(a);
+  if (x < a + 1.0) {
+    double term = 1.0 / a;
+    double sum = term;
+    for (int n = 1; n < 100000; ++n) {
+      term *= x / (a + n);
+      sum += term;
+      if (std::abs(term) < std::abs(sum) * 1e-17) break;
+    }
+    return 1.0 - sum * std::exp(log_prefactor);
+  }
+  constexpr double kTiny = 1e-300;
+  double b = x + 1.0 - a;
+  double c = 1.0 / kTiny;
+  double d = 1.0 / b;
+  double h = d;
+  for (int n = 1; n < 100000; ++n) {
+    const double an = -n * (n - a);
+    b += 2.0;
+    d = an * d + b;
+    if (std::abs(d) < kTiny) d = kTiny;
+    c = b + an / c;
+    if (std::abs(c) < kTiny) c = kTiny;
+    d = 1.0 / d;
+    const double delta = d * c;
+    h *= delta;
+    if (std::abs(delta - 1.0) < 1e-16) break;
+  }
+  return std::exp(log_prefactor) * h;
+}
+
+// P(X >= statistic) for X ~ chi-square with `dof` degrees of freedom.
+double chi_square_survival(double statistic, double dof) {
+  return regularized_gamma_q(0.5 * dof, 0.5 * statistic);
+}
+
+struct GoodnessOfFit {
+  double statistic = 0;
+  std::size_t cells = 0;           // after pooling
+  double p_value = 1;
+  std::uint64_t impossible = 0;    // samples in cells of probability 0 (must be none)
+};
+
+// Pearson chi-square of `observed` counts against `probabilities`. Cells expecting fewer than
+// 5 samples are pooled into one cell (merged into the smallest regular cell if the pool itself
+// expects fewer than 5). Cells of probability exactly 0 are excluded and counted separately.
+GoodnessOfFit chi_square_test(const std::vector<std::uint64_t>& observed,
+                              const std::vector<double>& probabilities) {
+  const double n = static_cast<double>(std::accumulate(observed.begin(), observed.end(),
+                                                       std::uint64_t{0}));
+  GoodnessOfFit fit;
+  struct Cell {
+    double observed, expected;
+  };
+  std::vector<Cell> cells;
+  Cell pool{0, 0};
+  for (std::size_t i = 0; i < observed.size(); ++i) {
+    const auto o = static_cast<double>(observed[i]);
+    if (probabilities[i] <= 0) {
+      fit.impossible += observed[i];
+      continue;
+    }
+    const double e = n * probabilities[i];
+    if (e < 5) {
+      pool.observed += o;
+      pool.expected += e;
+    } else {
+      cells.push_back({o, e});
+    }
+  }
+  if (pool.expected > 0) {
+    if (pool.expected >= 5 || cells.empty()) {
+      cells.push_back(pool);
+    } else {
+      auto smallest = std::min_element(cells.begin(), cells.end(), [](const Cell& a, const Cell& b) {
+        return a.expected < b.expected;
+      });
+      smallest->observed += pool.observed;
+      smallest->expected += pool.expected;
+    }
+  }
+  for (const Cell& cell : cells) {
+    fit.statistic += (cell.observed - cell.expected) * (cell.observed - cell.expected) / cell.expected;
+  }
+  fit.cells = cells.size();
+  fit.p_value =
+      cells.size() < 2 ? 1.0 : chi_square_survival(fit.statistic, static_cast<double>(cells.size() - 1));
+  return fit;
+}
+
+TEST(ChiSquareMachineryTest, SurvivalFunctionMatchesKnownValues) {
+  EXPECT_NEAR(chi_square_survival(3.841458820694124, 1), 0.05, 1e-12);
+  EXPECT_NEAR(chi_square_survival(7.3, 2), std::exp(-7.3 / 2), 1e-14);  // dof 2: exp(-x/2)
+  EXPECT_NEAR(chi_square_survival(0.5, 3), 0.918891411654676, 1e-12);
+  EXPECT_NEAR(chi_square_survival(35.56401, 10), 1e-4, 1e-9);
+  EXPECT_NEAR(chi_square_survival(99.33412, 100), 0.5, 1e-6);  // median ~ dof (1 - 2/(9 dof))^3
+  EXPECT_LT(chi_square_survival(700, 500), 1e-7);
+  EXPECT_GT(chi_square_survival(400, 500), 0.999);
+}
+
+TEST(ChiSquareMachineryTest, DetectsABiasedSamplerAndAcceptsAFairOne) {
+  // Two dice rolled 60000 times by an Rng; one of them slightly loaded (1/6 -> 1/6 + 0.01).
+  specdec::Rng rng(7);
+  const std::vector<double> fair(6, 1.0 / 6.0);
+  std::vector<std::uint64_t> fair_counts(6, 0);
+  std::vector<std::uint64_t> loaded_counts(6, 0);
+  for (int i = 0; i < 60000; ++i) {
+    ++fair_counts[static_cast<std::size_t>(rng.uniform01() * 6.0)];
+    const double u = rng.uniform01();
+    constexpr double kLoaded = 1.0 / 6.0 + 0.01;  // face 0; faces 1-5 share the rest evenly
+    ++loaded_counts[u < kLoaded ? 0 : 1 + static_cast<std::size_t>((u - kLoaded) / (1.0 - kLoaded) * 5.0)];
+  }
+  EXPECT_GT(chi_square_test(fair_counts, fair).p_value, kMinPValue);
+  EXPECT_LT(chi_square_test(loaded_counts, fair).p_value, kMinPValue);
+  // A count in a probability-0 cell is reported, never silently pooled.
+  std::vector<double> with_zero{0.5, 0.5, 0.0};
+  EXPECT_EQ(chi_square_test({10, 10, 1}, with_zero).impossible, 1u);
+}
+
+// ---- scripted models: logits from a hash of the last two tokens -------------------------------
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+double hash_unit(std::uint64_t salt, std::size_t index) {
+  return static_cast<double>(mix(mix(salt) ^ index) >> 11) * 0x1.0p-53;
+}
+
+// Standard normal from two hash values (Box-Muller).
+double hash_normal(std::uint64_t salt, std::size_t index) {
+  const double u1 = 1.0 - hash_unit(salt, 2 * index);
+  const double u2 = hash_unit(salt, 2 * index + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+// (kContexts, kVocab) logits; row (a * V + b) follows a context ending in tokens a, b.
+using LogitTable = std::array<float, kContexts * kVocab>;
+
+std::size_t context_index(std::span<const token_t> context) {
+  const auto last = static_cast<std::size_t>(context.back());
+  const auto before = context.size() >= 2 ? static_cast<std::size_t>(context[context.size() - 2]) : 0;
+  return before * kVocab + last;
+}
+
+LogitTable target_table() {
+  LogitTable table{};
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    table[i] = static_cast<float>(1.6 * hash_normal(0x7a59e7, i));
+  }
+  return table;
+}
+
+enum class DraftQuality { well_matched, poor, identical };
+
+const char* name_of(DraftQuality quality) {
+  switch (quality) {
+    case DraftQuality::well_matched: return "well-matched";
+    case DraftQuality::poor: return "poor";
+    case DraftQuality::identical: return "identical";
+  }
+  return "?";
+}
+
+// Draft = the target's logits, shrunk by `shrink` and perturbed by `noise` standard normals.
+LogitTable draft_table(const LogitTable& target, DraftQuality quality) {
+  if (quality == DraftQuality::identical) return target;
+  const double shrink = quality == DraftQuality::well_matched ? 1.0 : 0.3;
+  const double noise = quality == DraftQuality::well_matched ? 0.45 : 2.0;
+  LogitTable table{};
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    table[i] = static_cast<float>(shrink * target[i] + noise * hash_normal(0xd4af7, i));
+  }
+  return table;
+}
+
+// DraftModel: a zero-copy view into the table.
+struct TableDraft {
+  const LogitTable* table;
+  std::span<const float> operator()(std::span<const token_t> context) const {
+    return std::span<const float>(table->data() + context_index(context) * kVocab, kVocab);
+  }
+};
+
+// TargetModel: n rows, row i follows the first context.size() - n + 1 + i tokens.
+struct TableTarget {
+  const LogitTable* table;
+  std::vector<float> rows = std::vector<float>(16 * kVocab);
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    if (rows.size() < n * kVocab) rows.resize(n * kVocab);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto row = context.first(context.size() - n + 1 + i);
+      std::copy_n(table->data() + context_index(row) * kVocab, kVocab, rows.data() + i * kVocab);
+    }
+    return std::span<const float>(rows.data(), n * kVocab);
+  }
+};
+
+// ---- independent reference of the documented filters ------------------------------------------
+
+// p(x) for one row, in double, straight from the documented semantics: temperature, then top-k
+// (ties with the k-th logit kept), then top-p on the renormalised top-k distribution (smallest
+// high-probability set of mass >= top_p, never splitting a tie), then min-p (p >= min_p p_max).
+std::vector<double> reference_probabilities(std::span<const float> row, const SamplingParams& params) {
+  const std::size_t vocab = row.size();
+  std::vector<double> logits(row.begin(), row.end());
+  const double temperature = params.temperature;
+  const double max = *std::max_element(logits.begin(), logits.end());
+  std::vector<bool> kept(vocab, true);
+  if (params.top_k > 0 && static_cast<std::size_t>(params.top_k) < vocab) {
+    std::vector<double> sorted = logits;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const double kth = sorted[static_cast<std::size_t>(params.top_k) - 1];
+    for (std::size_t v = 0; v < vocab; ++v) kept[v] = kept[v] && logits[v] >= kth;
+  }
+  auto weight = [&](std::size_t v) { return std::exp((logits[v] - max) / temperature); };
+  if (params.top_p < 1.0f) {
+    std::vector<std::size_t> order;
+    double total = 0;
+    for (std::size_t v = 0; v < vocab; ++v) {
+      if (kept[v]) {
+        order.push_back(v);
+        total += weight(v);
+      }
+    }
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return logits[a] > logits[b]; });
+    double cumulative = 0;
+    double boundary = logits[order.back()];
+    for (std::size_t v : order) {
+      cumulative += weight(v);
+      if (cumulative >= static_cast<double>(params.top_p) * total) {
+        boundary = logits[v];
+        break;
+      }
+    }
+    for (std::size_t v = 0; v < vocab; ++v) kept[v] = kept[v] && logits[v] >= boundary;
+  }
+  if (params.min_p > 0.0f) {
+    for (std::size_t v = 0; v < vocab; ++v) kept[v] = kept[v] && weight(v) >= params.min_p;
+  }
+  std::vector<double> p(vocab, 0.0);
+  double total = 0;
+  for (std::size_t v = 0; v < vocab; ++v) {
+    if (kept[v]) total += (p[v] = weight(v));
+  }
+  for (double& x : p) x /= total;
+  return p;
+}
+
+// Exact law of the target's first three tokens after kPrompt: 512 cells, index t1*64+t2*8+t3.
+std::vector<double> target_three_token_law(const LogitTable& table, const SamplingParams& params) {
+  std::vector<double> law(kCells, 0.0);
+  auto row_after = [&](std::vector<token_t> context) {
+    return reference_probabilities(
+        std::span<const float>(table.data() + context_index(context) * kVocab, kVocab), params);
+  };
+  const std::vector<double> p1 = row_after(kPrompt);
+  for (std::size_t t1 = 0; t1 < kVocab; ++t1) {
+    if (p1[t1] == 0) continue;
+    const std::vector<double> p2 = row_after({kPrompt.back(), static_cast<token_t>(t1)});
+    for (std::size_t t2 = 0; t2 < kVocab; ++t2) {
+      if (p2[t2] == 0) continue;
+      const std::vector<double> p3 = row_after({static_cast<token_t>(t1), static_cast<token_t>(t2)});
+      for (std::size_t t3 = 0; t3 < kVocab; ++t3) {
+        law[(t1 * kVocab + t2) * kVocab + t3] = p1[t1] * p2[t2] * p3[t3];
+      }
+    }
+  }
+  return law;
+}
+
+// ---- cases -----------------------------------------------------------------------------------
+
+struct Mode {
+  std::string name;
+  SamplingParams params;
+};
+
+std::vector<Mode> sampling_modes() {
+  std::vector<Mode> modes(5);
+  modes[0].name = "T=1";
+  modes[1].name = "T=0.7";
+  modes[1].params.temperature = 0.7f;
+  modes[2].name = "top_k=3";
+  modes[2].params.top_k = 3;
+  modes[3].name = "top_p=0.8";
+  modes[3].params.top_p = 0.8f;
+  modes[4].name = "min_p=0.1";
+  modes[4].params.min_p = 0.1f;
+  return modes;
+}
+
+// The reference must agree with the library on every context the test can reach: the double
+// kernels to 1e-12, and the float kernels (what the decoder runs) on which tokens are kept.
+TEST(DistributionTest, ReferenceFiltersAgreeWithLibraryKernels) {
+  const LogitTable target = target_table();
+  for (const DraftQuality quality :
+       {DraftQuality::well_matched, DraftQuality::poor, DraftQuality::identical}) {
+    const LogitTable table = quality == DraftQuality::identical ? target : draft_table(target, quality);
+    for (const Mode& mode : sampling_modes()) {
+      for (std::size_t c = 0; c < kContexts; ++c) {
+        const std::span<const float> row(table.data() + c * kVocab, kVocab);
+        const std::vector<double> expected = reference_probabilities(row, mode.params);
+        const std::vector<double> row_double(row.begin(), row.end());
+        std::vector<double> scratch_d;
+        std::vector<float> scratch_f;
+        const auto dist_d = specdec::process_logits(std::span<const double>(row_double), mode.params, scratch_d);
+        const auto dist_f = specdec::process_logits(row, mode.params, scratch_f);
+        for (std::size_t v = 0; v < kVocab; ++v) {
+          const auto token = static_cast<token_t>(v);
+          EXPECT_NEAR(dist_d.probability(token), expected[v], 1e-12)
+              << name_of(quality) << " " << mode.name << " context " << c << " token " << v;
+          EXPECT_EQ(dist_f.kept(token), expected[v] > 0)
+              << name_of(quality) << " " << mode.name << " context " << c << " token " << v;
+        }
+      }
+    }
+  }
+}
+
+// ---- running the decoder -------------------------------------------------------------------
+
+struct SampleSummary {
+  std::vector<std::uint64_t> counts = std::vector<std::uint64_t>(kCells, 0);
+  std::size_t accepted = 0;
+  std::size_t rejecting_rounds = 0;
+  std::size_t drafted = 0;
+  double seconds = 0;
+
+  double alpha_hat() const {
+    return static_cast<double>(accepted) / static_cast<double>(accepted + rejecting_rounds);
+  }
+};
+
+std::size_t cell_of(std::span<const token_t> tokens) {
+  return (static_cast<std::size_t>(tokens[0]) * kVocab + static_cast<std::size_t>(tokens[1])) * kVocab +
+         static_cast<std::size_t>(tokens[2]);
+}
+
+specdec::GenerationConfig three_token_config(const SamplingParams& params, std::size_t draft_length) {
+  specdec::GenerationConfig config;
+  config.draft_length = draft_length;
+  config.max_new_tokens = kEmitted;
+  config.sampling = params;
+  config.logprobs = false;
+  return config;
+}
+
+SampleSummary sample_decoder(const LogitTable& target_logits, const LogitTable& draft_logits,
+                             const SamplingParams& params, std::size_t draft_length,
+                             std::uint64_t seed_base, std::size_t runs) {
+  TableDraft draft{&draft_logits};
+  TableTarget target{&target_logits};
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config = three_token_config(params, draft_length);
+  SampleSummary summary;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < runs; ++i) {
+    config.seed = seed_base + i;
+    const specdec::GenerationResult result = decoder.generate(kPrompt, config);
+    if (result.tokens.size() != kEmitted) {
+      ADD_FAILURE() << "run " << i << " emitted " << result.tokens.size() << " tokens";
+      return summary;
+    }
+    ++summary.counts[cell_of(result.tokens)];
+    summary.accepted += result.stats.accepted;
+    summary.rejecting_rounds += result.stats.rejecting_rounds;
+    summary.drafted += result.stats.drafted;
+  }
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return summary;
+}
+
+struct Band {
+  double low, high;
+};
+
+Band intended_alpha(DraftQuality quality) {
+  switch (quality) {
+    case DraftQuality::well_matched: return {0.7, 0.9};
+    case DraftQuality::poor: return {0.2, 0.4};
+    case DraftQuality::identical: return {1.0, 1.0};
+  }
+  return {0, 1};
+}
+
+class DistributionTest : public ::testing::TestWithParam<DraftQuality> {};
+
+TEST_P(DistributionTest, FirstThreeTokensFollowTheTarget) {
+  const DraftQuality quality = GetParam();
+  const LogitTable target = target_table();
+  const LogitTable draft = draft_table(target, quality);
+  const std::vector<Mode> modes = sampling_modes();
+  for (std::size_t m = 0; m < modes.size(); ++m) {
+    const Mode& mode = modes[m];
+    // K = 2 covers one full three-token round (bonus included); K = 5 is cut to K_eff = 2 by
+    // the budget; alternate so both paths are sampled.
+    const std::size_t draft_length = m % 2 == 0 ? 2 : 5;
+    const std::uint64_t seed_base = mix(0x5eed0000 + 16 * static_cast<std::uint64_t>(quality) + m) & ~0xfffffULL;
+    const SampleSummary summary = sample_decoder(target, draft, mode.params, draft_length, seed_base, kRuns);
+    const std::vector<double> law = target_three_token_law(target, mode.params);
+    const GoodnessOfFit fit = chi_square_test(summary.counts, law);
+    const double alpha = summary.alpha_hat();
+    std::printf("[ stats ] %-12s %-10s K=%zu alpha_hat=%.4f (%zu rejecting rounds) chi2=%.1f "
+                "cells=%zu p=%.4g (%.2fs)\n",
+                name_of(quality), mode.name.c_str(), draft_length, alpha, summary.rejecting_rounds,
+                fit.statistic, fit.cells, fit.p_value, summary.seconds);
+    const std::string label = std::string(name_of(quality)) + " " + mode.name;
+    EXPECT_EQ(fit.impossible, 0u) << label << ": emitted a sequence the target cannot produce";
+    EXPECT_GT(fit.p_value, kMinPValue) << label << ": chi2 = " << fit.statistic << " over " << fit.cells << " cells";
+    const Band band = intended_alpha(quality);
+    if (quality == DraftQuality::identical) {
+      // p == q: every draft is accepted (a rejection could only come from float rounding of
+      // p(x)/q(x) = 1 - 1 ulp, with probability ~6e-8 per token).
+      EXPECT_GE(alpha, 1.0 - 1e-5) << label;
+    } else {
+      EXPECT_GE(alpha, band.low) << label << ": the draft is not what the case claims";
+      EXPECT_LE(alpha, band.high) << label << ": the draft is not what the case claims";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DraftQualities, DistributionTest,
+                         ::testing::Values(DraftQuality::well_matched, DraftQuality::poor,
+                                           DraftQuality::identical),
+                         [](const ::testing::TestParamInfo<DraftQuality>& info) {
+                           switch (info.param) {
+                             case DraftQuality::well_matched: return std::string("WellMatched");
+                             case DraftQuality::poor: return std::string("Poor");
+                             case DraftQuality::identical: return std::string("Identical");
+                           }
+                           return std::string("Unknown");
+                         });
+
+// ---- power check: a decoding loop from the library's kernels, with bugs injected -------------
+
+enum class Injected { none, scalar_residual, wrong_bonus_row };
+
+// One generate() of the speculative decoder, re-assembled from the public kernels following the
+// documented round structure and coin order (K_eff draft coins, K_eff acceptance coins, one
+// final coin). With Injected::none it must reproduce SpeculativeDecoder exactly.
+class KernelLoop {
+ public:
+  KernelLoop(const LogitTable& draft, const LogitTable& target) : draft_{&draft}, target_{&target} {}
+
+  std::vector<token_t> generate(const specdec::GenerationConfig& config, Injected injected) {
+    const SamplingParams& params = config.sampling;
+    const std::size_t draft_length = config.draft_length;
+    specdec::Rng rng(config.seed);
+    std::vector<token_t> context = kPrompt;
+    std::vector<token_t> emitted;
+    weights_.assign(draft_length * kVocab, 0.0f);
+    normalizers_.assign(draft_length, 0.0f);
+    while (emitted.size() < config.max_new_tokens) {
+      const std::size_t round_length = std::min(draft_length, config.max_new_tokens - emitted.size() - 1);
+      const std::size_t committed = context.size();
+      std::vector<token_t> drafted;
+      for (std::size_t k = 0; k < round_length; ++k) {
+        const std::span<float> weights(weights_.data() + k * kVocab, kVocab);
+        const auto q = specdec::process_logits(draft_(context), params, filter_scratch_, weights);
+        normalizers_[k] = q.normalizer;
+        drafted.push_back(specdec::sample_from_weights(std::span<const float>(weights), q.normalizer, rng.uniform01()));
+        context.push_back(drafted.back());
+      }
+      const std::span<const float> rows = target_(context, round_length + 1);
+      auto p_row = [&](std::size_t j) {
+        return specdec::process_logits(rows.subspan(j * kVocab, kVocab), params, filter_scratch_);
+      };
+      std::vector<double> coins(round_length);
+      for (double& coin : coins) coin = rng.uniform01();
+      const double final_coin = rng.uniform01();
+      const std::span<float> scratch(scratch_.data(), kVocab);
+
+      std::size_t accepted = 0;
+      token_t next = -1;
+      for (; accepted < round_length; ++accepted) {
+        const auto p = p_row(accepted);
+        const token_t x = drafted[accepted];
+        const std::span<const float> q_weights(weights_.data() + accepted * kVocab, kVocab);
+        const float q_x = q_weights[static_cast<std::size_t>(x)] / normalizers_[accepted];
+        if (coins[accepted] < static_cast<double>(specdec::acceptance_probability(p.probability(x), q_x))) continue;
+        if (injected == Injected::scalar_residual) {
+          // Seed bug 1: subtract the drafted token's scalar q(x) from every p(y).
+          float total = 0;
+          for (std::size_t y = 0; y < kVocab; ++y) {
+            scratch[y] = std::max(0.0f, p.probability(static_cast<token_t>(y)) - q_x);
+            total += scratch[y];
+          }
+          next = total > 0 ? specdec::sample_from_weights(std::span<const float>(scratch), total, final_coin)
+                           : specdec::sample(p, final_coin, scratch);
+        } else {
+          next = specdec::sample_residual(p, q_weights, normalizers_[accepted], final_coin, scratch);
+        }
+        break;
+      }
+      if (accepted == round_length) {
+        // Seed bug 2 (as a wrong-row mistake): bonus from the row of the last drafted token.
+        const std::size_t bonus_row =
+            injected == Injected::wrong_bonus_row && round_length > 0 ? round_length - 1 : round_length;
+        next = specdec::sample(p_row(bonus_row), final_coin, scratch);
+      }
+      context.resize(committed + accepted);
+      emitted.insert(emitted.end(), drafted.begin(), drafted.begin() + static_cast<std::ptrdiff_t>(accepted));
+      emitted.push_back(next);
+      context.push_back(next);
+    }
+    return emitted;
+  }
+
+ private:
+  TableDraft draft_;
+  TableTarget target_;
+  std::vector<float> weights_;
+  std::vector<float> normalizers_;
+  std::vector<float> filter_scratch_;
+  std::array<float, kVocab> scratch_{};
+};
+
+// The harness is faithful: without an injected bug it is the decoder, token for token.
+TEST(DistributionPowerTest, KernelLoopReproducesTheDecoder) {
+  const LogitTable target = target_table();
+  for (const DraftQuality quality : {DraftQuality::well_matched, DraftQuality::poor}) {
+    const LogitTable draft = draft_table(target, quality);
+    for (const Mode& mode : sampling_modes()) {
+      TableDraft draft_model{&draft};
+      TableTarget target_model{&target};
+      specdec::SpeculativeDecoder decoder(draft_model, target_model);
+      KernelLoop loop(draft, target);
+      for (std::size_t draft_length : {1u, 2u, 4u}) {
+        specdec::GenerationConfig config = three_token_config(mode.params, draft_length);
+        config.max_new_tokens = 12;
+        for (std::uint64_t seed = 0; seed < 300; ++seed) {
+          config.seed = seed;
+          ASSERT_EQ(loop.generate(config, Injected::none), decoder.generate(kPrompt, config).tokens)
+              << name_of(quality) << " " << mode.name << " K=" << draft_length << " seed " << seed;
+        }
+      }
+    }
+  }
+}
+
+double injected_p_value(Injected injected, const char* label) {
+  const LogitTable target = target_table();
+  const LogitTable draft = draft_table(target, DraftQuality::well_matched);
+  const SamplingParams params;  // T = 1
+  KernelLoop loop(draft, target);
+  specdec::GenerationConfig config = three_token_config(params, 2);
+  SampleSummary summary;
+  for (std::size_t i = 0; i < kRuns; ++i) {
+    config.seed = 0xbad5eed000000ULL + i;
+    ++summary.counts[cell_of(loop.generate(config, injected))];
+  }
+  const GoodnessOfFit fit = chi_square_test(summary.counts, target_three_token_law(target, params));
+  std::printf("[ power ] %-16s chi2=%.1f cells=%zu p=%.3g impossible=%llu\n", label, fit.statistic,
+              fit.cells, fit.p_value, static_cast<unsigned long long>(fit.impossible));
+  return fit.impossible > 0 ? 0.0 : fit.p_value;
+}
+
+TEST(DistributionPowerTest, CorrectKernelLoopPasses) {
+  EXPECT_GT(injected_p_value(Injected::none, "no bug (control)"), kMinPValue);
+}
+
+TEST(DistributionPowerTest, ScalarResidualFailsTheTest) {
+  EXPECT_LT(injected_p_value(Injected::scalar_residual, "scalar residual"), kMinPValue)
+      << "the chi-square test cannot see the seed's scalar-residual bug";
+}
+
+TEST(DistributionPowerTest, WrongBonusRowFailsTheTest) {
+  EXPECT_LT(injected_p_value(Injected::wrong_bonus_row, "wrong bonus row"), kMinPValue)
+      << "the chi-square test cannot see a bonus token taken from the wrong target row";
+}
+
+}  // namespace

@@ -1,0 +1,26 @@
+// Must not compile: the target model lacks the row-count parameter n (it looks like a draft).
+// Expected diagnostic: "specdec: TargetModel must be callable as model(std::span<const specdec::token_t> context, std::size_t n) ...".
+#include <span>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+
+struct Draft {
+  std::vector<float> operator()(std::span<const specdec::token_t>) const {
+    return std::vector<float>(8, 0.0f);
+  }
+};
+
+struct TargetWithoutRowCount {
+  std::vector<float> operator()(std::span<const specdec::token_t>) const {
+    return std::vector<float>(8, 0.0f);
+  }
+};
+
+int main() {
+  Draft draft;
+  TargetWithoutRowCount target;
+  specdec::SpeculativeDecoder<Draft, TargetWithoutRowCount> decoder(draft, target);
+  const std::vector<specdec::token_t> prompt = {1};
+  return static_cast<int>(decoder.generate(prompt, specdec::GenerationConfig{}).tokens.size());
+}

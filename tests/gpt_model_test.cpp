@@ -1,0 +1,630 @@
+// Tests for the example GPT (examples/gpt/): fp16 conversion, the .spdc loader's error messages,
+// and the KV-cached forward: golden logits from PyTorch, cached == full, batched rows == single
+// rows bit for bit, KV rollback after a rejected draft, call errors, no allocation per call.
+//
+// The shipped models are read from SPECDEC_MODELS_DIR (models/kjv-{target,draft}.{spdc,golden});
+// a small synthetic model with "odd" dimensions (not multiples of the 16 dot lanes, head_dim 8)
+// is generated on the fly to exercise the kernels' tails and chunking.
+
+#include "gpt/gpt_model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpt/fp16.hpp"
+#include "gpt/weights.hpp"
+#include "specdec/model.hpp"
+
+#ifndef SPECDEC_MODELS_DIR
+#error "gpt_model_test needs SPECDEC_MODELS_DIR (see tests/CMakeLists.txt)"
+#endif
+
+namespace {
+
+using specdec::token_t;
+using specdec::examples::GoldenLogits;
+using specdec::examples::GptConfig;
+using specdec::examples::GptModel;
+using specdec::examples::half_to_float;
+using specdec::examples::load_golden_logits;
+using specdec::examples::load_gpt_weights;
+
+namespace fs = std::filesystem;
+
+static_assert(specdec::DraftModel<GptModel>, "GptModel must serve as a specdec draft model");
+static_assert(specdec::TargetModel<GptModel>, "GptModel must serve as a specdec target model");
+
+const fs::path kModelsDir = SPECDEC_MODELS_DIR;
+const fs::path kTargetPath = kModelsDir / "kjv-target.spdc";
+const fs::path kDraftPath = kModelsDir / "kjv-draft.spdc";
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+std::vector<token_t> tokens_of(std::string_view text) {
+  return {text.begin(), text.end()};  // byte-level vocabulary: token = byte
+}
+
+const std::vector<token_t>& genesis() {
+  static const std::vector<token_t> tokens = tokens_of(
+      "In the beginning God created the heaven and the earth. And the earth was without form, "
+      "and void; and darkness was upon the face of the deep. And the Spirit of God moved upon "
+      "the face of the waters.");
+  return tokens;
+}
+
+std::vector<float> copy_of(std::span<const float> values) { return {values.begin(), values.end()}; }
+
+bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// max |a - b| / max |b|: the error relative to the scale of the reference logits.
+double relative_error(std::span<const float> a, std::span<const float> b) {
+  double max_diff = 0.0;
+  double max_ref = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(b[i])));
+  }
+  return max_diff / max_ref;
+}
+
+std::vector<unsigned char> read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const fs::path& path, std::span<const unsigned char> bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+}
+
+void put_u32(std::vector<unsigned char>& bytes, std::size_t offset, std::uint32_t value) {
+  for (int i = 0; i < 4; ++i) bytes[offset + i] = static_cast<unsigned char>(value >> (8 * i));
+}
+
+// Header field offsets in a .spdc file (magic is bytes 0..7).
+constexpr std::size_t kVersionAt = 8, kVocabAt = 12, kContextAt = 16, kLayersAt = 20, kHeadsAt = 24,
+                      kWidthAt = 28, kFfAt = 32, kDtypeAt = 36, kHeaderBytes = 40;
+
+/// A .spdc image with random fp16 weights of magnitude 2^-7 .. 2^-1 (layer-norm gains too).
+std::vector<unsigned char> synthetic_spdc(const GptConfig& c, std::uint64_t seed) {
+  std::vector<unsigned char> bytes(kHeaderBytes);
+  std::memcpy(bytes.data(), "SPDCGPT1", 8);
+  const std::uint32_t fields[] = {1,
+                                  static_cast<std::uint32_t>(c.vocab_size),
+                                  static_cast<std::uint32_t>(c.max_context),
+                                  static_cast<std::uint32_t>(c.n_layer),
+                                  static_cast<std::uint32_t>(c.n_head),
+                                  static_cast<std::uint32_t>(c.d_model),
+                                  static_cast<std::uint32_t>(c.d_ff),
+                                  1};
+  for (std::size_t i = 0; i < 8; ++i) put_u32(bytes, 8 + 4 * i, fields[i]);
+  std::mt19937_64 gen(seed);
+  for (std::uint64_t i = 0; i < c.parameter_count(); ++i) {
+    const std::uint64_t r = gen();
+    const auto sign = static_cast<std::uint16_t>((r & 1) << 15);
+    const auto exponent = static_cast<std::uint16_t>(8 + (r >> 1) % 7);  // 2^-7 .. 2^-1
+    const auto mantissa = static_cast<std::uint16_t>((r >> 8) & 0x3ff);
+    const auto half = static_cast<std::uint16_t>(sign | (exponent << 10) | mantissa);
+    bytes.push_back(static_cast<unsigned char>(half & 0xff));
+    bytes.push_back(static_cast<unsigned char>(half >> 8));
+  }
+  return bytes;
+}
+
+/// Dimensions chosen to hit every edge: d_model, d_ff, vocab not multiples of 16, head_dim 8.
+GptConfig odd_config() {
+  GptConfig c;
+  c.vocab_size = 37;
+  c.max_context = 48;
+  c.n_layer = 2;
+  c.n_head = 3;
+  c.d_model = 24;
+  c.d_ff = 40;
+  return c;
+}
+
+GptModel synthetic_model(std::size_t chunk_rows = GptModel::kDefaultChunkRows) {
+  const std::vector<unsigned char> bytes = synthetic_spdc(odd_config(), 42);
+  return GptModel(specdec::examples::parse_gpt_weights(bytes, "synthetic.spdc"), chunk_rows);
+}
+
+std::vector<token_t> random_tokens(std::size_t count, std::size_t vocab, std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::vector<token_t> tokens(count);
+  for (token_t& t : tokens) t = static_cast<token_t>(gen() % vocab);
+  return tokens;
+}
+
+/// Loaded once per test binary: the target takes ~0.1 s to convert.
+GptModel& shared_target() {
+  static GptModel model = GptModel::from_file(kTargetPath);
+  return model;
+}
+GptModel& shared_draft() {
+  static GptModel model = GptModel::from_file(kDraftPath);
+  return model;
+}
+
+/// Checks row i of model.target(context, n) == a one-row forward of the same prefix, bit for bit,
+/// for every n in 1..max_n, against a separate reference model.
+void expect_rows_match_single_rows(GptModel& batched, GptModel& reference,
+                                   std::span<const token_t> context, std::size_t max_n) {
+  const std::size_t vocab = batched.vocab_size();
+  const std::size_t count = std::min(max_n, context.size());
+  std::vector<float> single(count * vocab);  // row k: logits after context.size() - count + 1 + k
+  for (std::size_t k = 0; k < count; ++k) {
+    const auto row = reference.draft(context.first(context.size() - count + 1 + k));
+    std::copy(row.begin(), row.end(), single.begin() + static_cast<std::ptrdiff_t>(k * vocab));
+  }
+  for (std::size_t n = 1; n <= count; ++n) {
+    const std::span<const float> rows = batched.target(context, n);
+    ASSERT_EQ(rows.size(), n * vocab);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t k = count - n + i;
+      EXPECT_TRUE(bitwise_equal(rows.subspan(i * vocab, vocab),
+                                std::span<const float>(single).subspan(k * vocab, vocab)))
+          << "context length " << context.size() << ", n = " << n << ", row " << i;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp16
+
+TEST(Fp16, EveryBitPatternConvertsExactly) {
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto half = static_cast<std::uint16_t>(bits);
+    const float sign = (half & 0x8000) ? -1.0f : 1.0f;
+    const int exponent = (half >> 10) & 0x1f;
+    const int mantissa = half & 0x3ff;
+    const float value = half_to_float(half);
+    if (exponent == 0x1f && mantissa != 0) {
+      EXPECT_TRUE(std::isnan(value)) << bits;
+    } else if (exponent == 0x1f) {
+      EXPECT_EQ(value, sign * INFINITY) << bits;
+    } else {
+      const double magnitude =
+          exponent == 0 ? std::ldexp(mantissa, -24) : std::ldexp(1024 + mantissa, exponent - 25);
+      EXPECT_EQ(value, static_cast<float>(sign * magnitude)) << bits;
+      EXPECT_EQ(std::signbit(value), (half & 0x8000) != 0) << bits;
+    }
+  }
+  EXPECT_EQ(half_to_float(0x3c00), 1.0f);
+  EXPECT_EQ(half_to_float(0xc000), -2.0f);
+  EXPECT_EQ(half_to_float(0x7bff), 65504.0f);
+  EXPECT_EQ(half_to_float(0x0001), std::ldexp(1.0f, -24));
+  static_assert(half_to_float(0x3555) > 0.333f && half_to_float(0x3555) < 0.3334f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Golden logits (PyTorch, float64, from the same fp16 weights; tools/train/export.py --golden)
+
+void expect_matches_golden(GptModel& model, const fs::path& golden_path, const char* name) {
+  const GoldenLogits golden = load_golden_logits(golden_path);
+  ASSERT_EQ(static_cast<std::size_t>(golden.logits.cols()), model.vocab_size());
+  const std::span<const token_t> tokens(golden.tokens);
+  const std::span<const float> expected(golden.logits.data(),
+                                        static_cast<std::size_t>(golden.logits.size()));
+
+  // Every row in one target call (prompt processing in chunks) ...
+  model.reset();
+  const std::vector<float> all_rows = copy_of(model.target(tokens, tokens.size()));
+  const double batch_error = relative_error(all_rows, expected);
+  // ... and one token at a time through the cache (decoding).
+  model.reset();
+  std::vector<float> incremental;
+  for (std::size_t i = 1; i <= tokens.size(); ++i) {
+    const auto row = model.draft(tokens.first(i));
+    incremental.insert(incremental.end(), row.begin(), row.end());
+  }
+  const double incremental_error = relative_error(incremental, expected);
+  std::printf("[ golden   ] %s: %zu tokens, max|ours - torch| / max|torch| = %.3g\n", name,
+              tokens.size(), batch_error);
+  EXPECT_LE(batch_error, 1e-4);
+  EXPECT_LE(incremental_error, 1e-4);
+  EXPECT_TRUE(bitwise_equal(all_rows, incremental)) << "cached decoding != one full forward";
+}
+
+TEST(GptGolden, TargetMatchesPyTorch) {
+  expect_matches_golden(shared_target(), kModelsDir / "kjv-target.golden", "target");
+}
+
+TEST(GptGolden, DraftMatchesPyTorch) {
+  expect_matches_golden(shared_draft(), kModelsDir / "kjv-draft.golden", "draft");
+}
+
+TEST(GptModel, ShippedConfigs) {
+  const GptConfig& target = shared_target().config();
+  EXPECT_EQ(target.vocab_size, 256u);
+  EXPECT_EQ(target.n_layer, 6u);
+  EXPECT_EQ(target.d_model, 384u);
+  const GptConfig& draft = shared_draft().config();
+  EXPECT_EQ(draft.vocab_size, 256u);
+  EXPECT_EQ(draft.n_layer, 1u);
+  EXPECT_EQ(draft.max_context, target.max_context);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cache: incremental == full, reuse, rollback
+
+TEST(GptModel, CachedForwardEqualsFullForwardBitwise) {
+  GptModel model = synthetic_model();
+  GptModel fresh = synthetic_model();
+  const std::vector<token_t> tokens = random_tokens(40, model.vocab_size(), 7);
+  for (std::size_t i = 1; i <= tokens.size(); ++i) {
+    const std::span<const token_t> prefix(tokens.data(), i);
+    const std::vector<float> cached = copy_of(model.draft(prefix));  // 1 new position
+    fresh.reset();
+    const std::vector<float> full = copy_of(fresh.draft(prefix));  // i positions from scratch
+    ASSERT_TRUE(bitwise_equal(cached, full)) << "prefix length " << i;
+  }
+  EXPECT_EQ(model.positions_computed(), tokens.size());  // each position computed exactly once
+}
+
+TEST(GptModel, CacheReusesTheCommonPrefix) {
+  GptModel& model = shared_draft();
+  model.reset();
+  const std::vector<token_t>& text = genesis();
+  const std::span<const token_t> context(text.data(), 60);
+  const std::uint64_t before = model.positions_computed();
+  model.draft(context.first(50));
+  EXPECT_EQ(model.positions_computed() - before, 50u);
+  model.draft(context.first(51));  // one more token: one position
+  EXPECT_EQ(model.positions_computed() - before, 51u);
+  model.target(context.first(55), 5);  // 4 new tokens, 5 rows: recompute position 50 too
+  EXPECT_EQ(model.positions_computed() - before, 56u);
+  model.draft(context.first(55));  // same context again: the last row is recomputed
+  EXPECT_EQ(model.positions_computed() - before, 57u);
+  EXPECT_EQ(model.cached_tokens().size(), 55u);
+}
+
+/// Feeds accepted + drafted tokens, then accepted + corrected tokens (the decoder's pattern after a
+/// rejection) and returns the 2 rows of the second call.
+std::vector<float> rows_after_rollback(GptModel& model, std::uint64_t* positions_for_second_call) {
+  const std::vector<token_t>& text = genesis();
+  const std::vector<token_t> accepted(text.begin(), text.begin() + 40);  // "A"
+  const std::vector<token_t> drafted = tokens_of("xyzzy");               // rejected
+  const std::vector<token_t> corrected = tokens_of("Q r");               // what came instead
+
+  std::vector<token_t> speculative = accepted;
+  speculative.insert(speculative.end(), drafted.begin(), drafted.end());
+  model.target(speculative, drafted.size() + 1);  // verify 5 drafts: caches A + drafts
+
+  std::vector<token_t> context = accepted;
+  context.insert(context.end(), corrected.begin(), corrected.end());
+  const std::uint64_t before = model.positions_computed();
+  std::vector<float> rows = copy_of(model.target(context, 2));
+  *positions_for_second_call = model.positions_computed() - before;
+  return rows;
+}
+
+std::vector<float> rows_without_history(GptModel& model) {
+  const std::vector<token_t>& text = genesis();
+  std::vector<token_t> context(text.begin(), text.begin() + 40);
+  const std::vector<token_t> corrected = tokens_of("Q r");
+  context.insert(context.end(), corrected.begin(), corrected.end());
+  model.reset();
+  return copy_of(model.target(context, 2));
+}
+
+TEST(GptModel, RollbackAfterRejectedDraftMatchesFreshModel) {
+  {  // draft: against a freshly loaded instance (no state shared at all)
+    GptModel& model = shared_draft();
+    model.reset();
+    std::uint64_t computed = 0;
+    const std::vector<float> rolled_back = rows_after_rollback(model, &computed);
+    EXPECT_EQ(computed, 3u);  // only the 3 corrected tokens past the common prefix
+    GptModel fresh = GptModel::from_file(kDraftPath);
+    EXPECT_TRUE(bitwise_equal(rolled_back, rows_without_history(fresh)));
+  }
+  {  // target: against the same instance after reset() (a second 44 MB load is not worth it)
+    GptModel& model = shared_target();
+    model.reset();
+    std::uint64_t computed = 0;
+    const std::vector<float> rolled_back = rows_after_rollback(model, &computed);
+    EXPECT_EQ(computed, 3u);
+    EXPECT_TRUE(bitwise_equal(rolled_back, rows_without_history(model)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row i of an n-row forward == the one-row forward of the same prefix, bit for bit
+
+TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseDraft) {
+  GptModel batched = GptModel::from_file(kDraftPath);
+  GptModel reference = GptModel::from_file(kDraftPath);
+  const std::vector<token_t>& text = genesis();
+  for (std::size_t length : {1u, 2u, 9u, 10u, 33u, 100u, 160u}) {
+    SCOPED_TRACE(length);
+    expect_rows_match_single_rows(batched, reference, std::span(text).first(length), 9);
+  }
+}
+
+TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseTarget) {
+  GptModel& batched = shared_target();
+  GptModel reference = GptModel::from_file(kTargetPath);
+  const std::vector<token_t>& text = genesis();
+  batched.reset();
+  for (std::size_t length : {12u, 40u}) {
+    SCOPED_TRACE(length);
+    expect_rows_match_single_rows(batched, reference, std::span(text).first(length), 9);
+  }
+}
+
+TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseOddDimsAndSmallChunks) {
+  // chunk_rows 3 < n: target rows span several chunks, and every kernel runs its tail code.
+  GptModel batched = synthetic_model(3);
+  GptModel reference = synthetic_model();
+  for (std::size_t length : {1u, 5u, 12u, 31u, 48u}) {
+    SCOPED_TRACE(length);
+    const std::vector<token_t> tokens = random_tokens(length, batched.vocab_size(), length);
+    expect_rows_match_single_rows(batched, reference, tokens, 12);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Call errors
+
+TEST(GptModel, ContextLongerThanMaxContextThrowsLengthError) {
+  GptModel& model = shared_draft();
+  const std::size_t max_context = model.max_context();
+  std::vector<token_t> tokens = random_tokens(max_context + 1, 128, 3);
+  try {
+    model.draft(tokens);
+    FAIL() << "expected std::length_error";
+  } catch (const std::length_error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(max_context + 1) + " tokens"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("max_context of " + std::to_string(max_context)),
+              std::string::npos)
+        << e.what();
+  }
+  tokens.pop_back();  // exactly max_context positions is fine
+  EXPECT_EQ(model.target(tokens, 3).size(), 3 * model.vocab_size());
+}
+
+TEST(GptModel, BadCallsThrowInvalidArgumentAndLeaveTheCacheUsable) {
+  GptModel model = synthetic_model();
+  const std::vector<token_t> tokens = random_tokens(20, model.vocab_size(), 11);
+  const std::vector<float> expected = copy_of(model.target(tokens, 4));
+
+  EXPECT_THROW(model.draft({}), std::invalid_argument);
+  EXPECT_THROW(model.target(tokens, 0), std::invalid_argument);
+  EXPECT_THROW(model.target(tokens, tokens.size() + 1), std::invalid_argument);
+  std::vector<token_t> bad = tokens;
+  bad.back() = static_cast<token_t>(model.vocab_size());
+  try {
+    model.draft(bad);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("token 37 at context position 19"), std::string::npos)
+        << e.what();
+  }
+  bad.back() = -1;
+  EXPECT_THROW(model.draft(bad), std::invalid_argument);
+
+  EXPECT_TRUE(bitwise_equal(model.target(tokens, 4), expected));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weight-file errors: corrupted copies of the shipped draft file in a temporary directory
+
+class GptWeightFileErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        fs::temp_directory_path() /
+        ("specdec_gpt_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+         "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    original_ = read_bytes(kDraftPath);
+    ASSERT_GT(original_.size(), kHeaderBytes) << "missing " << kDraftPath;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  /// Writes `bytes` to a file and expects loading it to throw std::runtime_error whose message
+  /// names the file and contains every one of `phrases`.
+  void expect_load_error(std::span<const unsigned char> bytes,
+                         std::initializer_list<std::string> phrases) {
+    const fs::path path = dir_ / "corrupted.spdc";
+    write_bytes(path, bytes);
+    expect_error_at(path, phrases);
+  }
+  static void expect_error_at(const fs::path& path, std::initializer_list<std::string> phrases) {
+    try {
+      (void)load_gpt_weights(path);
+      ADD_FAILURE() << "expected std::runtime_error for " << path;
+    } catch (const std::runtime_error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("specdec: ", 0), 0u) << message;
+      EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+      for (const std::string& phrase : phrases) {
+        EXPECT_NE(message.find(phrase), std::string::npos)
+            << "'" << phrase << "' not in: " << message;
+      }
+    }
+  }
+
+  fs::path dir_;
+  std::vector<unsigned char> original_;
+};
+
+TEST_F(GptWeightFileErrors, MissingFile) {
+  expect_error_at(dir_ / "no-such-model.spdc", {"does not exist"});
+}
+
+TEST_F(GptWeightFileErrors, WrongMagic) {
+  std::vector<unsigned char> bytes = original_;
+  std::memcpy(bytes.data(), "GGUF\x03\0\0\0", 8);
+  expect_load_error(bytes, {"magic is \"GGUF????\"", "expected \"SPDCGPT1\""});
+  expect_load_error(std::span(bytes).first(3), {"magic"});  // shorter than the magic itself
+}
+
+TEST_F(GptWeightFileErrors, UnsupportedVersionAndDtype) {
+  std::vector<unsigned char> bytes = original_;
+  put_u32(bytes, kVersionAt, 2);
+  expect_load_error(bytes, {"unsupported .spdc version 2", "supports version 1"});
+  bytes = original_;
+  put_u32(bytes, kDtypeAt, 0);
+  expect_load_error(bytes, {"unsupported dtype 0", "expected 1 (IEEE fp16)"});
+}
+
+TEST_F(GptWeightFileErrors, ImplausibleOrInconsistentDims) {
+  std::vector<unsigned char> bytes = original_;
+  put_u32(bytes, kLayersAt, 0);
+  expect_load_error(bytes, {"implausible n_layer = 0"});
+  bytes = original_;
+  put_u32(bytes, kWidthAt, 0xffffffffu);  // would overflow every size computation
+  expect_load_error(bytes, {"implausible d_model = 4294967295"});
+  bytes = original_;
+  put_u32(bytes, kVocabAt, 0);
+  expect_load_error(bytes, {"implausible vocab_size = 0"});
+  bytes = original_;
+  put_u32(bytes, kHeadsAt, 5);  // d_model 64 is not divisible by 5
+  expect_load_error(bytes, {"d_model = 64 is not divisible by n_head = 5"});
+}
+
+TEST_F(GptWeightFileErrors, WrongDimsDisagreeWithTheFileSize) {
+  std::vector<unsigned char> bytes = original_;
+  put_u32(bytes, kFfAt, 512);  // the header claims more weights than the file holds
+  expect_load_error(bytes,
+                    {"truncated", "d_ff 512", "the file has only " + std::to_string(bytes.size())});
+  bytes = original_;
+  put_u32(bytes, kContextAt, 128);  // fewer positions: the rest of the file is left over
+  expect_load_error(bytes, {"trailing bytes", "max_context 128"});
+}
+
+TEST_F(GptWeightFileErrors, TruncatedFile) {
+  expect_load_error(std::span(original_).first(original_.size() - 10),
+                    {"truncated", "needs " + std::to_string(original_.size()) + " bytes",
+                     "has only " + std::to_string(original_.size() - 10)});
+  expect_load_error(std::span(original_).first(20), {"truncated header: 20 bytes"});
+}
+
+TEST_F(GptWeightFileErrors, TrailingBytes) {
+  std::vector<unsigned char> bytes = original_;
+  bytes.insert(bytes.end(), {0, 0, 0, 0});
+  expect_load_error(bytes, {"4 trailing bytes after the last tensor"});
+}
+
+TEST_F(GptWeightFileErrors, NonFiniteWeight) {
+  std::vector<unsigned char> bytes = original_;
+  bytes[kHeaderBytes + 2 * 5] = 0x00;  // wte[0][5] = +inf
+  bytes[kHeaderBytes + 2 * 5 + 1] = 0x7c;
+  expect_load_error(bytes, {"tensor wte has a non-finite value at index 5"});
+}
+
+TEST_F(GptWeightFileErrors, ValidCopyLoads) {
+  const fs::path path = dir_ / "copy.spdc";
+  write_bytes(path, original_);
+  EXPECT_EQ(load_gpt_weights(path).config.d_model, 64u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// No heap allocation per call after warm-up (glibc: malloc & co. are interposed and counted;
+// operator new and Eigen both allocate through malloc). Skipped under sanitizers.
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SPECDEC_GPT_TEST_COUNTS_MALLOC 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define SPECDEC_GPT_TEST_COUNTS_MALLOC 0
+#endif
+#endif
+#if !defined(SPECDEC_GPT_TEST_COUNTS_MALLOC) && defined(__GLIBC__)
+#define SPECDEC_GPT_TEST_COUNTS_MALLOC 1
+#endif
+#ifndef SPECDEC_GPT_TEST_COUNTS_MALLOC
+#define SPECDEC_GPT_TEST_COUNTS_MALLOC 0
+#endif
+
+}  // namespace
+
+#if SPECDEC_GPT_TEST_COUNTS_MALLOC
+namespace {
+std::atomic<std::size_t> g_allocations{0};  // constant-initialised: counts from before main()
+}  // namespace
+
+extern "C" {
+void* __libc_malloc(std::size_t size);
+void* __libc_calloc(std::size_t count, std::size_t size);
+void* __libc_realloc(void* pointer, std::size_t size);
+void* __libc_memalign(std::size_t alignment, std::size_t size);
+
+void* malloc(std::size_t size) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return __libc_malloc(size);
+}
+void* calloc(std::size_t count, std::size_t size) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return __libc_calloc(count, size);
+}
+void* realloc(void* pointer, std::size_t size) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return __libc_realloc(pointer, size);
+}
+void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return __libc_memalign(alignment, size);
+}
+int posix_memalign(void** result, std::size_t alignment, std::size_t size) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  *result = __libc_memalign(alignment, size);
+  return *result == nullptr ? ENOMEM : 0;
+}
+}  // extern "C"
+#endif
+
+namespace {
+
+TEST(GptModel, CallsDoNotAllocate) {
+#if !SPECDEC_GPT_TEST_COUNTS_MALLOC
+  GTEST_SKIP() << "allocation counting needs glibc and no sanitizer";
+#else
+  GptModel& model = shared_target();
+  model.reset();
+  const std::vector<token_t>& text = genesis();
+  const std::span<const token_t> context(text.data(), 50);
+  {  // the harness sees an allocation inside the window
+    const std::size_t before = g_allocations.load();
+    std::vector<float> probe(3);
+    asm volatile("" : : "g"(probe.data()) : "memory");  // keep the allocation (may be elided)
+    EXPECT_GT(g_allocations.load() - before, 0u);
+    EXPECT_EQ(probe.size(), 3u);
+  }
+  const std::size_t before = g_allocations.load();
+  model.target(context.first(40), 40);  // a prompt: three chunks of new positions
+  model.draft(context.first(41));
+  model.target(context.first(50), 9);  // verify 8 drafts
+  model.target(context.first(45), 2);  // roll back
+  model.reset();
+  model.draft(context.first(20));
+  EXPECT_EQ(g_allocations.load() - before, 0u);
+#endif
+}
+
+}  // namespace
