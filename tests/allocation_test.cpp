@@ -13,6 +13,9 @@
 // Sanitizers (ASan, TSan, MSan) replace the allocator themselves; with them the replacement is
 // compiled out and the counting tests are skipped. The determinism tests always run.
 
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -25,9 +28,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <Eigen/Core>
-#include <gtest/gtest.h>
 
 #include "specdec/specdec.hpp"
 
@@ -156,15 +156,24 @@ void* counted_new_aligned_nothrow(std::size_t size, std::align_val_t alignment) 
 }
 }  // namespace
 
-// clang-format off
 void* operator new(std::size_t size) { return counted_new(size); }
 void* operator new[](std::size_t size) { return counted_new(size); }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return counted_new_nothrow(size); }
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return counted_new_nothrow(size); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  return counted_new_nothrow(size);
+}
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  return counted_new_nothrow(size);
+}
 void* operator new(std::size_t size, std::align_val_t al) { return counted_new_aligned(size, al); }
-void* operator new[](std::size_t size, std::align_val_t al) { return counted_new_aligned(size, al); }
-void* operator new(std::size_t size, std::align_val_t al, const std::nothrow_t&) noexcept { return counted_new_aligned_nothrow(size, al); }
-void* operator new[](std::size_t size, std::align_val_t al, const std::nothrow_t&) noexcept { return counted_new_aligned_nothrow(size, al); }
+void* operator new[](std::size_t size, std::align_val_t al) {
+  return counted_new_aligned(size, al);
+}
+void* operator new(std::size_t size, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return counted_new_aligned_nothrow(size, al);
+}
+void* operator new[](std::size_t size, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return counted_new_aligned_nothrow(size, al);
+}
 
 void operator delete(void* p) noexcept { raw_free(p); }
 void operator delete[](void* p) noexcept { raw_free(p); }
@@ -178,17 +187,16 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept { raw_free
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { raw_free(p); }
 void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { raw_free(p); }
 void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { raw_free(p); }
-// clang-format on
 #endif  // SPECDEC_TEST_COUNTS_NEW
 
 namespace {
 
 using specdec::token_t;
 
-#define SKIP_IF_NOT_COUNTING()                                                            \
-  do {                                                                                    \
-    if (!SPECDEC_TEST_COUNTS_NEW)                                                         \
-      GTEST_SKIP() << "built with a sanitizer, which owns operator new / malloc; the "    \
+#define SKIP_IF_NOT_COUNTING()                                                              \
+  do {                                                                                      \
+    if (!SPECDEC_TEST_COUNTS_NEW)                                                           \
+      GTEST_SKIP() << "built with a sanitizer, which owns operator new / malloc; the "      \
                       "allocation counter is compiled out (run the Release build instead)"; \
   } while (0)
 
@@ -230,16 +238,22 @@ void fill_logits(std::uint64_t hash, std::span<float> row, bool draft) noexcept 
   }
 }
 
+// `offset` (in floats) shifts where the returned row lives inside the buffer, so tests can
+// move model outputs to other addresses / alignments without changing a single logit.
 class PreallocatedDraft {
  public:
-  explicit PreallocatedDraft(std::size_t vocab) : row_(vocab) {}
+  explicit PreallocatedDraft(std::size_t vocab, std::size_t offset = 0)
+      : vocab_(vocab), offset_(offset), buffer_(vocab + offset) {}
   std::span<const float> operator()(std::span<const token_t> context) noexcept {
-    fill_logits(prefix_hash(context), row_, /*draft=*/true);
-    return row_;
+    const std::span<float> row(buffer_.data() + offset_, vocab_);
+    fill_logits(prefix_hash(context), row, /*draft=*/true);
+    return row;
   }
 
  private:
-  std::vector<float> row_;  // (V): the row returned by the last call
+  std::size_t vocab_;
+  std::size_t offset_;
+  std::vector<float> buffer_;  // (offset + V): the row returned by the last call at offset
 };
 
 using RowMajorMatrixXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -249,8 +263,13 @@ using RowMajorMatrixXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Ei
 template <bool AsEigenMap>
 class PreallocatedTarget {
  public:
-  PreallocatedTarget(std::size_t vocab, std::size_t max_rows)
-      : vocab_(vocab), max_rows_(max_rows), values_(vocab * max_rows) {}
+  PreallocatedTarget(std::size_t vocab, std::size_t max_rows, std::size_t offset = 0)
+      : vocab_(vocab),
+        max_rows_(max_rows),
+        buffer_(vocab * max_rows + offset),
+        values_(buffer_.data() + offset) {}
+  PreallocatedTarget(const PreallocatedTarget&) = delete;  // values_ points into buffer_
+  PreallocatedTarget& operator=(const PreallocatedTarget&) = delete;
 
   auto operator()(std::span<const token_t> context, std::size_t n) {
     if (n > max_rows_) std::abort();  // a test bug; throwing would allocate
@@ -258,20 +277,21 @@ class PreallocatedTarget {
     std::uint64_t hash = prefix_hash(context.first(first_prefix));
     for (std::size_t i = 0; i < n; ++i) {
       if (i > 0) hash = extend_hash(hash, context[first_prefix + i - 1]);
-      fill_logits(hash, std::span<float>(values_.data() + i * vocab_, vocab_), /*draft=*/false);
+      fill_logits(hash, std::span<float>(values_ + i * vocab_, vocab_), /*draft=*/false);
     }
     if constexpr (AsEigenMap) {
-      return Eigen::Map<const RowMajorMatrixXf>(values_.data(), static_cast<Eigen::Index>(n),
+      return Eigen::Map<const RowMajorMatrixXf>(values_, static_cast<Eigen::Index>(n),
                                                 static_cast<Eigen::Index>(vocab_));
     } else {
-      return std::span<const float>(values_.data(), n * vocab_);
+      return std::span<const float>(values_, n * vocab_);
     }
   }
 
  private:
   std::size_t vocab_;
   std::size_t max_rows_;
-  std::vector<float> values_;  // (max_rows, V) row-major
+  std::vector<float> buffer_;  // (offset + max_rows * V)
+  float* values_;              // (max_rows, V) row-major, at buffer_ + offset
 };
 
 using SpanTarget = PreallocatedTarget<false>;
@@ -285,13 +305,20 @@ enum class Mode { sampling, greedy, top_k, top_p, min_p, all_filters, logits_pro
 
 const char* mode_name(Mode mode) {
   switch (mode) {
-    case Mode::sampling: return "sampling";
-    case Mode::greedy: return "greedy";
-    case Mode::top_k: return "top_k";
-    case Mode::top_p: return "top_p";
-    case Mode::min_p: return "min_p";
-    case Mode::all_filters: return "all_filters";
-    case Mode::logits_processor: return "logits_processor";
+    case Mode::sampling:
+      return "sampling";
+    case Mode::greedy:
+      return "greedy";
+    case Mode::top_k:
+      return "top_k";
+    case Mode::top_p:
+      return "top_p";
+    case Mode::min_p:
+      return "min_p";
+    case Mode::all_filters:
+      return "all_filters";
+    case Mode::logits_processor:
+      return "logits_processor";
   }
   return "?";
 }
@@ -304,11 +331,24 @@ specdec::GenerationConfig config_for(Mode mode, std::size_t draft_length, std::u
   config.stop_tokens = {-7};  // never produced, but makes the decoder look for stop tokens
   specdec::SamplingParams& s = config.sampling;
   switch (mode) {
-    case Mode::sampling: s.temperature = 1.0f; break;
-    case Mode::greedy: s.temperature = 0.0f; break;
-    case Mode::top_k: s.temperature = 0.8f; s.top_k = 40; break;
-    case Mode::top_p: s.temperature = 0.9f; s.top_p = 0.9f; break;
-    case Mode::min_p: s.temperature = 1.2f; s.min_p = 0.001f; break;
+    case Mode::sampling:
+      s.temperature = 1.0f;
+      break;
+    case Mode::greedy:
+      s.temperature = 0.0f;
+      break;
+    case Mode::top_k:
+      s.temperature = 0.8f;
+      s.top_k = 40;
+      break;
+    case Mode::top_p:
+      s.temperature = 0.9f;
+      s.top_p = 0.9f;
+      break;
+    case Mode::min_p:
+      s.temperature = 1.2f;
+      s.min_p = 0.001f;
+      break;
     case Mode::all_filters:
       s.temperature = 0.7f;
       s.top_k = 50;
@@ -383,8 +423,7 @@ class AllocationWindows {
     if (counts[i] != expected) {
       return ::testing::AssertionFailure()
              << counts[i] << " heap allocations between callbacks " << i << " and " << i + 1
-             << " (expected " << expected << "); all windows: "
-             << ::testing::PrintToString(counts);
+             << " (expected " << expected << "); all windows: " << ::testing::PrintToString(counts);
     }
   }
   return ::testing::AssertionSuccess();
@@ -400,7 +439,8 @@ AllocationWindows run_speculative(std::size_t vocab, std::size_t draft_length, M
   const std::vector<token_t> prompt = {1, 2, 3, 4};
   AllocationWindows windows(inject);
   const specdec::GenerationResult result = decoder.generate(
-      prompt, config, [&windows](std::span<const token_t> chunk) { return windows.on_chunk(chunk); });
+      prompt, config,
+      [&windows](std::span<const token_t> chunk) { return windows.on_chunk(chunk); });
   EXPECT_EQ(result.tokens.size(), config.max_new_tokens);
   EXPECT_EQ(windows.emitted(), result.tokens.size());
   return windows;
@@ -415,7 +455,8 @@ AllocationWindows run_autoregressive(std::size_t vocab, Mode mode,
   const std::vector<token_t> prompt = {1, 2, 3, 4};
   AllocationWindows windows(inject);
   const specdec::GenerationResult result = decoder.generate(
-      prompt, config, [&windows](std::span<const token_t> chunk) { return windows.on_chunk(chunk); });
+      prompt, config,
+      [&windows](std::span<const token_t> chunk) { return windows.on_chunk(chunk); });
   EXPECT_EQ(result.tokens.size(), config.max_new_tokens);
   EXPECT_EQ(windows.emitted(), result.tokens.size());
   return windows;
@@ -490,8 +531,8 @@ struct SpeculativeCase {
 };
 
 std::string case_name(const ::testing::TestParamInfo<SpeculativeCase>& info) {
-  return std::string(mode_name(info.param.mode)) + "_V" + std::to_string(info.param.vocab) +
-         "_K" + std::to_string(info.param.draft_length);
+  return std::string(mode_name(info.param.mode)) + "_V" + std::to_string(info.param.vocab) + "_K" +
+         std::to_string(info.param.draft_length);
 }
 
 std::vector<SpeculativeCase> all_speculative_cases() {
@@ -608,9 +649,50 @@ TEST_P(Determinism, ReusedDecoderMatchesAFreshOne) {
               generate_fresh(GetParam(), 4, 99));
 }
 
+TEST_P(Determinism, ResultDoesNotDependOnWhereTheModelsKeepTheirLogits) {
+  // The same logits at another address (shifted by 1-3 floats, so also another alignment)
+  // must give bit-identical tokens and log-probs: a reduction whose summation order follows
+  // the address (e.g. Eigen peeling to an aligned start) would make a seed's output depend on
+  // the allocator.
+  const std::vector<token_t> prompt = {5, 6, 7};
+  const specdec::GenerationConfig config = config_for(GetParam(), 4, 99);
+  const auto generate_at = [&](std::size_t draft_offset, std::size_t target_offset) {
+    PreallocatedDraft draft(kDeterminismVocab, draft_offset);
+    SpanTarget target(kDeterminismVocab, 5, target_offset);
+    specdec::SpeculativeDecoder<PreallocatedDraft, SpanTarget> decoder(draft, target);
+    return decoder.generate(prompt, config);
+  };
+  const specdec::GenerationResult aligned = generate_at(0, 0);
+  for (const std::size_t offset : {std::size_t{1}, std::size_t{2}, std::size_t{3}}) {
+    SCOPED_TRACE("offset " + std::to_string(offset) + " floats");
+    expect_same(generate_at(offset, 0), aligned);
+    expect_same(generate_at(0, offset), aligned);
+    expect_same(generate_at(offset, offset), aligned);
+  }
+}
+
+TEST(SeedDeterminism, AutoregressiveResultDoesNotDependOnWhereTheModelKeepsItsLogits) {
+  const std::vector<token_t> prompt = {5, 6, 7};
+  for (const Mode mode : {Mode::sampling, Mode::greedy, Mode::all_filters}) {
+    SCOPED_TRACE(mode_name(mode));
+    const auto generate_at = [&](std::size_t offset) {
+      SpanTarget target(kDeterminismVocab, 1, offset);
+      specdec::AutoregressiveDecoder<SpanTarget> decoder(target);
+      return decoder.generate(prompt, config_for(mode, 1, 5));
+    };
+    const specdec::GenerationResult aligned = generate_at(0);
+    for (const std::size_t offset : {std::size_t{1}, std::size_t{2}, std::size_t{3}}) {
+      const specdec::GenerationResult shifted = generate_at(offset);
+      EXPECT_EQ(shifted.tokens, aligned.tokens) << "offset " << offset;
+      EXPECT_EQ(shifted.logprobs, aligned.logprobs) << "offset " << offset;
+    }
+  }
+}
+
 TEST(SeedDeterminism, DifferentSeedsGiveDifferentTokens) {
   // Guards the tests above against a decoder that ignores the seed (or the rng altogether).
-  EXPECT_NE(generate_fresh(Mode::sampling, 4, 1).tokens, generate_fresh(Mode::sampling, 4, 2).tokens);
+  EXPECT_NE(generate_fresh(Mode::sampling, 4, 1).tokens,
+            generate_fresh(Mode::sampling, 4, 2).tokens);
 }
 
 TEST(SeedDeterminism, AutoregressiveSameSeedSameTokensAndReuse) {

@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "specdec/specdec.hpp"
@@ -140,9 +144,8 @@ TEST(DecoderTest, CallbackSeesEveryTokenAndCanStop) {
   EXPECT_EQ(streamed, result.tokens);
 
   int chunks = 0;
-  const auto early = decoder.generate(prompt, config, [&](std::span<const token_t>) {
-    return ++chunks < 2;
-  });
+  const auto early =
+      decoder.generate(prompt, config, [&](std::span<const token_t>) { return ++chunks < 2; });
   EXPECT_EQ(early.finish_reason, specdec::FinishReason::callback);
   EXPECT_EQ(early.stats.rounds, 2u);
 }
@@ -212,6 +215,110 @@ TEST(DecoderTest, EigenReturnTypes) {
   config.max_new_tokens = 16;
   const std::vector<token_t> prompt{1};
   EXPECT_EQ(decoder.generate(prompt, config).tokens.size(), 16u);
+}
+
+TEST(DecoderTest, BudgetIsExactForEveryBudgetAndDraftLength) {
+  ToyDraft draft;
+  std::size_t max_rows = 0;
+  ToyTarget inner;
+  auto target = [&](std::span<const token_t> context, std::size_t n) {
+    max_rows = std::max(max_rows, n);
+    return inner(context, n);
+  };
+  specdec::SpeculativeDecoder decoder(draft, target);
+  const std::vector<token_t> prompt{3, 1};
+  for (std::size_t k = 1; k <= 6; ++k) {
+    for (std::size_t budget = 1; budget <= 20; ++budget) {
+      specdec::GenerationConfig config;
+      config.draft_length = k;
+      config.max_new_tokens = budget;
+      config.seed = budget * 10 + k;
+      max_rows = 0;
+      const auto result = decoder.generate(prompt, config);
+      ASSERT_EQ(result.tokens.size(), budget) << "K=" << k;
+      EXPECT_LE(max_rows, std::min(k, budget - 1) + 1);
+      EXPECT_EQ(result.stats.emitted, budget);
+      EXPECT_EQ(result.stats.drafted_at.size(), k);
+    }
+  }
+}
+
+// The processor bans a token that depends on the context length, so a processor that saw the
+// wrong context for some row would change the greedy output.
+TEST(DecoderTest, LogitsProcessorSeesThePrecedingContextOfEachRow) {
+  ToyDraft draft;
+  ToyTarget target;
+  ToyTarget baseline_target;
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder plain(baseline_target);
+  specdec::GenerationConfig config;
+  config.sampling.temperature = 0.0f;
+  config.max_new_tokens = 60;
+  config.sampling.logits_processor = [](std::span<const token_t> context, std::span<float> row) {
+    row[context.size() % row.size()] = -std::numeric_limits<float>::infinity();
+    row[static_cast<std::size_t>(context.back())] -= 1.0f;
+  };
+  const std::vector<token_t> prompt{6, 2, 2};
+  for (std::size_t k = 1; k <= 5; ++k) {
+    config.draft_length = k;
+    const auto fast = speculative.generate(prompt, config);
+    const auto slow = plain.generate(prompt, config);
+    EXPECT_EQ(fast.tokens, slow.tokens) << "K=" << k;
+    for (std::size_t i = 0; i < fast.tokens.size(); ++i) {
+      // The banned token of that position is never emitted.
+      EXPECT_NE(static_cast<std::size_t>(fast.tokens[i]), (prompt.size() + i) % kVocab);
+    }
+  }
+}
+
+TEST(DecoderTest, BadModelOutputThrowsDomainErrorAndDecoderRecovers) {
+  bool poison = true;
+  auto draft = [&](std::span<const token_t> context) {
+    auto row = toy_logits(context, 1.0f);
+    if (poison) row[3] = std::numeric_limits<float>::quiet_NaN();
+    return row;
+  };
+  ToyTarget target;
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 10;
+  const std::vector<token_t> prompt{1};
+  EXPECT_THROW((void)decoder.generate(prompt, config), std::domain_error);
+  poison = false;
+  EXPECT_EQ(decoder.generate(prompt, config).tokens.size(), 10u);
+
+  auto short_target = [](std::span<const token_t> context, std::size_t n) {
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto row = toy_logits(context.first(context.size() - n + 1 + i), 1.0f);
+      rows.insert(rows.end(), row.begin(), row.end() - 1);  // V - 1 logits per row
+    }
+    return rows;
+  };
+  specdec::SpeculativeDecoder mismatched(draft, short_target);
+  try {
+    (void)mismatched.generate(prompt, config);
+    FAIL() << "expected std::domain_error";
+  } catch (const std::domain_error& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(message.rfind("specdec: ", 0), 0u) << message;
+    EXPECT_NE(message.find("vocabulary"), std::string::npos) << message;
+  }
+}
+
+TEST(DecoderTest, AutoregressiveMatchesSpeculativeWhenEveryRoundIsAPlainStep) {
+  // With max_new_tokens = 1 the speculative round has K_eff = 0: one coin, the bonus sampler.
+  ToyDraft draft;
+  ToyTarget target;
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 1;
+  const std::vector<token_t> prompt{4, 4};
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    config.seed = seed;
+    EXPECT_EQ(speculative.generate(prompt, config).tokens, plain.generate(prompt, config).tokens);
+  }
 }
 
 }  // namespace

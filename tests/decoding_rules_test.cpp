@@ -25,6 +25,17 @@ using specdec::token_t;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Every model below throws once a context grows absurdly long: a decoder that overshoots its
+// budget (or otherwise never terminates) then fails the test at once instead of hanging it.
+constexpr std::size_t kRunawayContext = 10'000;
+
+void guard_runaway(std::span<const token_t> context) {
+  if (context.size() > kRunawayContext) {
+    throw std::runtime_error("test model: context of " + std::to_string(context.size()) +
+                             " tokens; the decoder is not terminating (budget overshoot?)");
+  }
+}
+
 // ---- scripted models ------------------------------------------------------------------------
 //
 // The target is deterministic in every sampling mode: its row after a prefix of length L is
@@ -61,6 +72,7 @@ struct ScriptedTarget {
   RoundTracker* tracker;
   std::vector<float> buffer;
   std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    guard_runaway(context);
     tracker->draft_calls_this_round = 0;
     ++tracker->target_calls;
     tracker->max_target_context = std::max(tracker->max_target_context, context.size());
@@ -78,6 +90,7 @@ struct ScriptedDraft {
   RoundTracker* tracker;
   std::size_t right_positions;
   std::vector<float> operator()(std::span<const token_t> context) {
+    guard_runaway(context);
     const std::size_t position = tracker->draft_calls_this_round++;
     ++tracker->draft_calls;
     tracker->max_draft_context = std::max(tracker->max_draft_context, context.size());
@@ -221,6 +234,7 @@ struct HashTarget {
   RoundTracker* tracker;
   std::vector<float> buffer;
   std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    guard_runaway(context);
     ++tracker->target_calls;
     tracker->max_target_context = std::max(tracker->max_target_context, context.size());
     tracker->max_target_rows = std::max(tracker->max_target_rows, n);
@@ -236,6 +250,7 @@ struct HashTarget {
 struct HashDraft {
   RoundTracker* tracker;
   std::vector<float> operator()(std::span<const token_t> context) {
+    guard_runaway(context);
     ++tracker->draft_calls;
     tracker->max_draft_context = std::max(tracker->max_draft_context, context.size());
     std::vector<float> row = hash_row(context, 1);
@@ -525,13 +540,17 @@ TEST(StatisticsTest, CountersMatchTheRoundStructureForEveryKBudgetAndDraft) {
 
 struct FixedRow {
   std::vector<float> logits;
-  std::span<const float> operator()(std::span<const token_t>) const { return logits; }
+  std::span<const float> operator()(std::span<const token_t> context) const {
+    guard_runaway(context);
+    return logits;
+  }
 };
 
 struct FixedRows {
   std::vector<float> logits;
   std::vector<float> buffer;
-  std::span<const float> operator()(std::span<const token_t>, std::size_t n) {
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    guard_runaway(context);
     buffer.clear();
     for (std::size_t i = 0; i < n; ++i) buffer.insert(buffer.end(), logits.begin(), logits.end());
     return buffer;

@@ -24,7 +24,9 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -198,6 +200,10 @@ double hash_normal(std::uint64_t salt, std::size_t index) {
 using LogitTable = std::array<float, kContexts * kVocab>;
 
 std::size_t context_index(std::span<const token_t> context) {
+  // A decoder that overshoots its budget (or never terminates) fails at once, not by timeout.
+  if (context.size() > 10'000) {
+    throw std::runtime_error("test model: runaway context; the decoder is not terminating");
+  }
   const auto last = static_cast<std::size_t>(context.back());
   const auto before = context.size() >= 2 ? static_cast<std::size_t>(context[context.size() - 2]) : 0;
   return before * kVocab + last;
@@ -221,6 +227,9 @@ const char* name_of(DraftQuality quality) {
   }
   return "?";
 }
+
+// Readable test names in ctest / gtest output.
+void PrintTo(DraftQuality quality, std::ostream* os) { *os << name_of(quality); }
 
 // Draft = the target's logits, shrunk by `shrink` and perturbed by `noise` standard normals.
 LogitTable draft_table(const LogitTable& target, DraftQuality quality) {

@@ -11,6 +11,9 @@
 // Faults are injected by scripted models: deterministic toy models whose logits are a pure
 // function of the prefix they follow, plus a switch that turns a fault on from the Nth call on.
 
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -25,9 +28,6 @@
 #include <string_view>
 #include <typeinfo>
 #include <vector>
-
-#include <Eigen/Core>
-#include <gtest/gtest.h>
 
 #include "specdec/specdec.hpp"
 
@@ -76,15 +76,15 @@ float draft_logit(std::uint64_t hash, std::size_t token) noexcept {
 
 enum class Fault {
   none,
-  nan_logit,            // logit of token 3 is NaN
-  positive_inf_logit,   // logit of token 5 is +inf
-  all_negative_inf,     // every logit is -inf
-  vocab_plus_one,       // returns V + 1 logits per row
-  flat_size_off_by_one, // target only: returns n*V + 1 floats
-  one_row_too_many,     // target only (RowMajor matrix output): n + 1 rows
-  one_row_too_few,      // target only (RowMajor matrix output): n - 1 rows
-  throw_model_error,    // throws ScriptedModelError
-  throw_non_std,        // throws NotAStdException (not derived from std::exception)
+  nan_logit,             // logit of token 3 is NaN
+  positive_inf_logit,    // logit of token 5 is +inf
+  all_negative_inf,      // every logit is -inf
+  vocab_plus_one,        // returns V + 1 logits per row
+  flat_size_off_by_one,  // target only: returns n*V + 1 floats
+  one_row_too_many,      // target only (RowMajor matrix output): n + 1 rows
+  one_row_too_few,       // target only (RowMajor matrix output): n - 1 rows
+  throw_model_error,     // throws ScriptedModelError
+  throw_non_std,         // throws NotAStdException (not derived from std::exception)
 };
 
 // Exceptions a model may throw; generate() must let them through unchanged.
@@ -125,10 +125,17 @@ void throw_if_requested(Fault fault, std::string_view who, std::size_t call) {
 
 void corrupt_row(Fault fault, std::span<float> row) {
   switch (fault) {
-    case Fault::nan_logit: row[3] = kNaN; break;
-    case Fault::positive_inf_logit: row[5] = kInf; break;
-    case Fault::all_negative_inf: std::fill(row.begin(), row.end(), -kInf); break;
-    default: break;
+    case Fault::nan_logit:
+      row[3] = kNaN;
+      break;
+    case Fault::positive_inf_logit:
+      row[5] = kInf;
+      break;
+    case Fault::all_negative_inf:
+      std::fill(row.begin(), row.end(), -kInf);
+      break;
+    default:
+      break;
   }
 }
 
@@ -219,6 +226,21 @@ specdec::GenerationConfig valid_config() {
   return config;
 }
 
+// A second valid config for the recovery checks, exercising the filter and processor paths.
+specdec::GenerationConfig valid_filtered_config() {
+  specdec::GenerationConfig config = valid_config();
+  config.draft_length = 3;
+  config.seed = 99;
+  config.sampling.temperature = 0.7f;
+  config.sampling.top_k = 10;
+  config.sampling.top_p = 0.9f;
+  config.sampling.min_p = 0.01f;
+  config.sampling.logits_processor = [](std::span<const token_t> context, std::span<float> logits) {
+    logits[static_cast<std::size_t>(context.back())] -= 1.0f;  // repetition penalty
+  };
+  return config;
+}
+
 std::string lowercase(std::string_view text) {
   std::string out(text);
   std::transform(out.begin(), out.end(), out.begin(),
@@ -260,8 +282,8 @@ template <class Exception, class Generate>
     return ::testing::AssertionFailure() << "threw " << typeid(error).name() << " instead of "
                                          << typeid(Exception).name() << ": " << error.what();
   } catch (...) {
-    return ::testing::AssertionFailure() << "threw a non-std exception instead of "
-                                         << typeid(Exception).name();
+    return ::testing::AssertionFailure()
+           << "threw a non-std exception instead of " << typeid(Exception).name();
   }
   return ::testing::AssertionFailure() << "no exception; expected " << typeid(Exception).name();
 }
@@ -272,9 +294,9 @@ template <class Exception, class Generate>
     return ::testing::AssertionFailure() << "the reference generation emitted no tokens";
   }
   if (actual.tokens != expected.tokens) {
-    return ::testing::AssertionFailure()
-           << "tokens differ from a fresh decoder's: got " << ::testing::PrintToString(actual.tokens)
-           << ", expected " << ::testing::PrintToString(expected.tokens);
+    return ::testing::AssertionFailure() << "tokens differ from a fresh decoder's: got "
+                                         << ::testing::PrintToString(actual.tokens) << ", expected "
+                                         << ::testing::PrintToString(expected.tokens);
   }
   if (actual.logprobs != expected.logprobs) {
     return ::testing::AssertionFailure()
@@ -305,15 +327,16 @@ struct SpeculativeScenario {
   ::testing::AssertionResult recovers() {
     draft.faults.disarm();
     target.faults.disarm();
-    const specdec::GenerationConfig good = valid_config();
     const std::vector<token_t> good_prompt = {1, 2, 3};
-    const specdec::GenerationResult after = decoder.generate(good_prompt, good);
-
-    ScriptedDraft fresh_draft;
-    Target fresh_target;
-    specdec::SpeculativeDecoder<ScriptedDraft, Target> fresh(fresh_draft, fresh_target);
-    const specdec::GenerationResult reference = fresh.generate(good_prompt, good);
-    return same_output(after, reference);
+    for (const specdec::GenerationConfig& good : {valid_config(), valid_filtered_config()}) {
+      const specdec::GenerationResult after = decoder.generate(good_prompt, good);
+      ScriptedDraft fresh_draft;
+      Target fresh_target;
+      specdec::SpeculativeDecoder<ScriptedDraft, Target> fresh(fresh_draft, fresh_target);
+      const ::testing::AssertionResult same = same_output(after, fresh.generate(good_prompt, good));
+      if (!same) return same;
+    }
+    return ::testing::AssertionSuccess();
   }
 };
 
@@ -331,14 +354,15 @@ struct AutoregressiveScenario {
 
   ::testing::AssertionResult recovers() {
     target.faults.disarm();
-    const specdec::GenerationConfig good = valid_config();
     const std::vector<token_t> good_prompt = {1, 2, 3};
-    const specdec::GenerationResult after = decoder.generate(good_prompt, good);
-
-    Target fresh_target;
-    specdec::AutoregressiveDecoder<Target> fresh(fresh_target);
-    const specdec::GenerationResult reference = fresh.generate(good_prompt, good);
-    return same_output(after, reference);
+    for (const specdec::GenerationConfig& good : {valid_config(), valid_filtered_config()}) {
+      const specdec::GenerationResult after = decoder.generate(good_prompt, good);
+      Target fresh_target;
+      specdec::AutoregressiveDecoder<Target> fresh(fresh_target);
+      const ::testing::AssertionResult same = same_output(after, fresh.generate(good_prompt, good));
+      if (!same) return same;
+    }
+    return ::testing::AssertionSuccess();
   }
 };
 
@@ -588,10 +612,16 @@ struct BadConfig {
 void PrintTo(const BadConfig& bad, std::ostream* os) { *os << bad.name; }
 
 const BadConfig kBadConfigs[] = {
-    {"DraftLengthZero", [](auto& c) { c.draft_length = 0; }, {"draft_length", "0", "expected"}, false},
-    {"TemperatureNegative", [](auto& c) { c.sampling.temperature = -0.5f; },
+    {"DraftLengthZero",
+     [](auto& c) { c.draft_length = 0; },
+     {"draft_length", "0", "expected"},
+     false},
+    {"TemperatureNegative",
+     [](auto& c) { c.sampling.temperature = -0.5f; },
      {"temperature", "-0.5", "expected"}},
-    {"TemperatureNaN", [](auto& c) { c.sampling.temperature = kNaN; }, {"temperature", "nan", "expected"}},
+    {"TemperatureNaN",
+     [](auto& c) { c.sampling.temperature = kNaN; },
+     {"temperature", "nan", "expected"}},
     {"TopPZero", [](auto& c) { c.sampling.top_p = 0.0f; }, {"top_p", "0", "expected"}},
     {"TopPNegative", [](auto& c) { c.sampling.top_p = -0.1f; }, {"top_p", "-0.1", "expected"}},
     {"TopPAboveOne", [](auto& c) { c.sampling.top_p = 1.5f; }, {"top_p", "1.5", "expected"}},
@@ -626,9 +656,8 @@ template <class Scenario>
     }
     return ::testing::AssertionSuccess();
   } catch (const std::exception& error) {
-    return ::testing::AssertionFailure()
-           << "threw " << typeid(error).name() << " instead of std::invalid_argument: "
-           << error.what();
+    return ::testing::AssertionFailure() << "threw " << typeid(error).name()
+                                         << " instead of std::invalid_argument: " << error.what();
   }
   return ::testing::AssertionFailure() << "accepted the bad configuration";
 }
@@ -670,7 +699,8 @@ TEST_P(ConfigErrors, ValidateNamesTheField) {
 TEST(InputErrors, EmptyPromptSpeculative) {
   SpeculativeScenario<> s;
   s.prompt.clear();
-  EXPECT_TRUE(s.fails_with<std::invalid_argument>({"prompt", "empty", "expected at least one token"}));
+  EXPECT_TRUE(
+      s.fails_with<std::invalid_argument>({"prompt", "empty", "expected at least one token"}));
   EXPECT_EQ(s.draft.faults.calls + s.target.faults.calls, 0u);
   EXPECT_TRUE(s.recovers());
 }
@@ -678,7 +708,8 @@ TEST(InputErrors, EmptyPromptSpeculative) {
 TEST(InputErrors, EmptyPromptAutoregressive) {
   AutoregressiveScenario<> s;
   s.prompt.clear();
-  EXPECT_TRUE(s.fails_with<std::invalid_argument>({"prompt", "empty", "expected at least one token"}));
+  EXPECT_TRUE(
+      s.fails_with<std::invalid_argument>({"prompt", "empty", "expected at least one token"}));
   EXPECT_EQ(s.target.faults.calls, 0u);
   EXPECT_TRUE(s.recovers());
 }
@@ -689,8 +720,8 @@ TEST(InputErrors, EmptyPromptAutoregressive) {
 
 struct ModelThrowCase {
   const char* name;
-  bool in_draft;           // which model throws
-  std::size_t from_call;   // 1 = first round; later calls = a later round
+  bool in_draft;          // which model throws
+  std::size_t from_call;  // 1 = first round; later calls = a later round
 };
 
 void PrintTo(const ModelThrowCase& c, std::ostream* os) { *os << c.name; }
@@ -719,9 +750,8 @@ TEST_P(ModelExceptions, StdExceptionPropagatesUnchanged) {
     s.config.sampling.temperature = temperature;
     FaultSwitch& faults = c.in_draft ? s.draft.faults : s.target.faults;
     faults.arm(Fault::throw_model_error, c.from_call);
-    const std::string expected_message =
-        std::string(c.in_draft ? "draft" : "target") + " model failed on call " +
-        std::to_string(c.from_call);
+    const std::string expected_message = std::string(c.in_draft ? "draft" : "target") +
+                                         " model failed on call " + std::to_string(c.from_call);
     try {
       (void)s.decoder.generate(s.prompt, s.config);
       ADD_FAILURE() << "no exception";

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <limits>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -114,11 +115,19 @@ Row draft_row(std::span<const token_t> context) {
   return row;
 }
 
-// TargetModel: a span over a reused buffer. Records call shapes for the sanity checks.
+// A decoder that overshoots its budget (or never terminates) fails at once, not by timeout.
+void guard_runaway(std::span<const token_t> context) {
+  if (context.size() > 10'000) {
+    throw std::runtime_error("test model: runaway context; the decoder is not terminating");
+  }
+}
+
+// TargetModel: a span over a reused buffer.
 struct TieTarget {
   std::vector<float> buffer;
   std::size_t calls = 0;
   std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    guard_runaway(context);
     ++calls;
     buffer.resize(n * kVocab);
     for (std::size_t i = 0; i < n; ++i) {
@@ -132,6 +141,7 @@ struct TieTarget {
 // DraftModel returning an owning vector (the decoder keeps it alive until the next call).
 struct TieDraft {
   std::vector<float> operator()(std::span<const token_t> context) const {
+    guard_runaway(context);
     const Row row = draft_row(context);
     return {row.begin(), row.end()};
   }

@@ -218,8 +218,7 @@ TEST(SamplingTest, CoinGridReproducesTheDistribution) {
   constexpr int kCoins = 200000;
   std::vector<int> counts(logits.size());
   for (int i = 0; i < kCoins; ++i) {
-    const token_t token =
-        specdec::sample(dist, (i + 0.5) / kCoins, std::span<double>(weights));
+    const token_t token = specdec::sample(dist, (i + 0.5) / kCoins, std::span<double>(weights));
     ASSERT_GT(dist.probability(token), 0.0);
     ++counts[static_cast<std::size_t>(token)];
   }

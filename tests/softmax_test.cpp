@@ -41,10 +41,12 @@ TYPED_TEST(SoftmaxTest, MatchesLongDoubleReference) {
     const double tolerance = std::is_same_v<Scalar, float> ? 1e-5 : 1e-13;
     for (std::size_t i = 0; i < size; ++i) {
       const long double expected = std::exp(static_cast<long double>(logits[i]) - max) / total;
-      EXPECT_NEAR(probabilities[i], static_cast<double>(expected), tolerance * static_cast<double>(expected) + 1e-30);
+      EXPECT_NEAR(probabilities[i], static_cast<double>(expected),
+                  tolerance * static_cast<double>(expected) + 1e-30);
       EXPECT_NEAR(log_probabilities[i], static_cast<double>(std::log(expected)), tolerance * 10);
     }
-    EXPECT_NEAR(specdec::logsumexp(logits), static_cast<double>(max + std::log(total)), tolerance * 10);
+    EXPECT_NEAR(specdec::logsumexp(logits), static_cast<double>(max + std::log(total)),
+                tolerance * 10);
   }
 }
 

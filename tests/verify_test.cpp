@@ -51,8 +51,10 @@ TEST(VerifyTest, OnePositionEnumerationGivesTheTargetDistribution) {
       for (std::size_t y = 0; y < size; ++y) {
         const auto token = static_cast<token_t>(y);
         const double q_y = q_weights[y] / q.normalizer;
-        const double accepted = q_y == 0 ? 0 : q_y * specdec::acceptance_probability(p.probability(token), q_y);
-        const double emitted = accepted + (residual_mass > 0 ? reject * residual[y] / residual_mass : 0);
+        const double accepted =
+            q_y == 0 ? 0 : q_y * specdec::acceptance_probability(p.probability(token), q_y);
+        const double emitted =
+            accepted + (residual_mass > 0 ? reject * residual[y] / residual_mass : 0);
         EXPECT_NEAR(emitted, p.probability(token), 1e-12);
       }
     }
@@ -80,8 +82,8 @@ struct Fixture {
     for (std::size_t j = 0; j < k; ++j) {
       const std::span<double> weights(draft_weights.data() + j * kVocab, kVocab);
       const auto q = specdec::process_logits<double>(
-          std::span<const double>(draft_logits).subspan(j * kVocab, kVocab), params,
-          scratch_values, weights);
+          std::span<const double>(draft_logits).subspan(j * kVocab, kVocab), params, scratch_values,
+          weights);
       normalizers.push_back(q.normalizer);
       drafted.push_back(specdec::sample_from_weights<double>(weights, q.normalizer, 0.5));
     }
@@ -120,20 +122,20 @@ TEST(VerifyTest, RejectionSamplesFromTheResidualAndIsLazy) {
   if (result.accepted < 3) {
     EXPECT_FALSE(result.bonus);
     // The correction has positive residual mass: p(y) > q(y).
-    const auto p = specdec::process_logits(f.target_rows().row(result.accepted), f.params,
-                                           f.scratch_values);
+    const auto p =
+        specdec::process_logits(f.target_rows().row(result.accepted), f.params, f.scratch_values);
     const auto y = static_cast<std::size_t>(result.next_token);
-    const double q_y = f.draft_weights[result.accepted * Fixture::kVocab + y] /
-                       f.normalizers[result.accepted];
+    const double q_y =
+        f.draft_weights[result.accepted * Fixture::kVocab + y] / f.normalizers[result.accepted];
     EXPECT_GT(p.probability(result.next_token), q_y);
   }
 }
 
 TEST(VerifyTest, EmptyDraftSamplesFromRowZero) {
   Fixture f(0, 3);
-  const auto result = specdec::verify_stochastic<double>(
-      {}, f.weights_rows(), {}, f.target_rows(), f.params, {}, 0.0,
-      std::span<double>(f.scratch), f.scratch_values);
+  const auto result =
+      specdec::verify_stochastic<double>({}, f.weights_rows(), {}, f.target_rows(), f.params, {},
+                                         0.0, std::span<double>(f.scratch), f.scratch_values);
   EXPECT_EQ(result.accepted, 0u);
   EXPECT_TRUE(result.bonus);
 }
@@ -161,13 +163,14 @@ TEST(VerifyTest, WrongShapesThrowInvalidArgument) {
   Fixture f(2, 4);
   const std::vector<double> coins(1, 0.0);  // one coin for two drafted tokens
   EXPECT_THROW((void)specdec::verify_stochastic<double>(
-                   f.drafted, f.weights_rows(), f.normalizers, f.target_rows(), f.params,
-                   coins, 0.0, std::span<double>(f.scratch), f.scratch_values),
+                   f.drafted, f.weights_rows(), f.normalizers, f.target_rows(), f.params, coins,
+                   0.0, std::span<double>(f.scratch), f.scratch_values),
                std::invalid_argument);
   const std::vector<double> two_rows(2 * Fixture::kVocab, 0.0);
   const std::vector<token_t> three{0, 0, 0};
-  EXPECT_THROW((void)specdec::verify_greedy(three, specdec::LogitsRows<double>(two_rows, Fixture::kVocab)),
-               std::invalid_argument);
+  EXPECT_THROW(
+      (void)specdec::verify_greedy(three, specdec::LogitsRows<double>(two_rows, Fixture::kVocab)),
+      std::invalid_argument);
 }
 
 }  // namespace

@@ -172,10 +172,15 @@ class TensorReader {
       : path_(path), at_(body) {}
 
   void read(std::string_view name, float* out, std::size_t count) {
-    for (std::size_t i = 0; i < count; ++i, at_ += 2) {
-      const auto half_bits = static_cast<std::uint16_t>(at_[0] | (at_[1] << 8));
+    const unsigned char* in = at_;  // a local: `out` stores cannot alias it, so the loop is tight
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto half_bits = static_cast<std::uint16_t>(in[2 * i] | (in[2 * i + 1] << 8));
       out[i] = half_to_float(half_bits);
+    }
+    at_ += 2 * count;
+    for (std::size_t i = 0; i < count; ++i) {
       if (!std::isfinite(out[i])) {
+        const auto half_bits = static_cast<std::uint16_t>(in[2 * i] | (in[2 * i + 1] << 8));
         throw_file_error(path_, "tensor " + std::string(name) +
                                     " has a non-finite value at index " + std::to_string(i) +
                                     " (fp16 bits 0x" + hex(half_bits) + ")");

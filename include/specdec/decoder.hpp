@@ -22,8 +22,11 @@
 #include <utility>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "specdec/detail/error.hpp"
 #include "specdec/detail/model_traits.hpp"
+#include "specdec/detail/timer.hpp"
 #include "specdec/model.hpp"
 #include "specdec/rng.hpp"
 #include "specdec/sampling.hpp"
@@ -46,7 +49,8 @@ struct GenerationConfig {
   /// \brief Throws std::invalid_argument naming the first bad field.
   void validate() const {
     if (draft_length == 0) {
-      detail::throw_invalid_argument("draft_length = 0; expected K >= 1 (tokens drafted per round)");
+      detail::throw_invalid_argument(
+          "draft_length = 0; expected K >= 1 (tokens drafted per round)");
     }
     sampling.validate();
   }
@@ -83,8 +87,9 @@ inline bool is_stop_token(std::span<const token_t> stop_tokens, token_t token) n
 inline void validate_request(std::span<const token_t> prompt, const GenerationConfig& config) {
   config.validate();
   if (prompt.empty()) {
-    throw_invalid_argument("prompt is empty; expected at least one token (e.g. BOS) for the "
-                           "models to condition on");
+    throw_invalid_argument(
+        "prompt is empty; expected at least one token (e.g. BOS) for the "
+        "models to condition on");
   }
 }
 
@@ -94,8 +99,8 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) noexcep
 }
 
 /// Grows `buffer` to at least `size` elements; never shrinks, so steady state allocates nothing.
-template <class T>
-void ensure_size(std::vector<T>& buffer, std::size_t size) {
+template <class T, class Allocator>
+void ensure_size(std::vector<T, Allocator>& buffer, std::size_t size) {
   if (buffer.size() < size) buffer.resize(size);
 }
 
@@ -179,22 +184,31 @@ class SpeculativeDecoder {
   }
 
  private:
+  /// 64-byte aligned storage for rows the kernels store into (full-width vector stores).
+  using AlignedFloats = std::vector<float, Eigen::aligned_allocator<float>>;
+
   /// Buffers reused across rounds and generate() calls. Sizes only grow. Shapes in comments.
   struct Buffers {
-    std::vector<float> draft_weights;      // (K, V) q_k weights each draft token was drawn from
-    std::vector<float> draft_normalizers;  // (K)    sums of those rows
+    AlignedFloats draft_weights;           // (K, S)  q_k weights each draft token was drawn
+                                           //         from; row stride S = V rounded up to 16
+    std::vector<float> draft_normalizers;  // (K)     sums of those rows
     std::vector<token_t> drafted;          // (K)
     std::vector<double> acceptance_coins;  // (K)
-    std::vector<float> row_logprobs;       // (K+1)  target log-prob of the token at position j
-    std::vector<float> draft_processed;    // (V)    draft row after the logits processor
-    std::vector<float> target_processed;   // (V)    target row after the logits processor
-    std::vector<float> sample_scratch;     // (V)    residual or bonus weights
-    std::vector<float> filter_scratch;     // (V)    top-k / top-p selection (grown on use)
+    std::vector<float> row_logprobs;       // (K+1)   target log-prob of the token at position j
+    AlignedFloats draft_processed;         // (V)     draft row after the logits processor
+    AlignedFloats target_processed;        // (V)     target row after the logits processor
+    AlignedFloats sample_scratch;          // (V)     residual or bonus weights
+    std::vector<float> filter_scratch;     // (V)     top-k / top-p selection (grown on use)
     std::vector<token_t> context;          // (prompt + budget + K) committed + speculative
   };
 
+  /// Weight rows start on 64-byte boundaries (16 floats).
+  static constexpr std::size_t padded_row_stride(std::size_t vocab_size) noexcept {
+    return (vocab_size + 15) / 16 * 16;
+  }
+
   void size_buffers(std::size_t vocab_size, std::size_t draft_length) {
-    detail::ensure_size(buffers_.draft_weights, draft_length * vocab_size);
+    detail::ensure_size(buffers_.draft_weights, draft_length * padded_row_stride(vocab_size));
     detail::ensure_size(buffers_.draft_normalizers, draft_length);
     detail::ensure_size(buffers_.drafted, draft_length);
     detail::ensure_size(buffers_.acceptance_coins, draft_length);
@@ -238,9 +252,8 @@ class SpeculativeDecoder {
       // ---- draft: x_k ~ q_k, one draft call and one coin per token ----------------------
       for (std::size_t k = 0; k < round_length; ++k) {
         const std::span<const token_t> draft_context(context.data(), committed + k);
-        const auto call_start = std::chrono::steady_clock::now();
-        auto&& draft_row = (*draft_)(draft_context);
-        stats.draft_seconds += detail::seconds_since(call_start);
+        auto&& draft_row = detail::timed_call(
+            stats.draft_seconds, [&]() -> decltype(auto) { return (*draft_)(draft_context); });
         ++stats.draft_calls;
         const std::span<const float> raw = detail::as_logits_span(draft_row);
         if (vocab_size == 0) size_buffers(raw.size(), draft_length);
@@ -251,13 +264,13 @@ class SpeculativeDecoder {
         if (greedy) {
           token = argmax(logits);
         } else {
-          const std::span<float> weights(buffers_.draft_weights.data() + k * vocab_size,
-                                         vocab_size);
+          const std::span<float> weights(
+              buffers_.draft_weights.data() + k * padded_row_stride(vocab_size), vocab_size);
           const TokenDistribution<float> q =
               process_logits(logits, params, buffers_.filter_scratch, weights);
           buffers_.draft_normalizers[k] = q.normalizer;
-          token = sample_from_weights(std::span<const float>(weights), q.normalizer,
-                                      rng.uniform01());
+          token =
+              sample_from_weights(std::span<const float>(weights), q.normalizer, rng.uniform01());
         }
         buffers_.drafted[k] = token;
         context.push_back(token);
@@ -265,9 +278,9 @@ class SpeculativeDecoder {
 
       // ---- target: one call scores every drafted position plus the bonus position -------
       const std::size_t rows_needed = round_length + 1;
-      const auto call_start = std::chrono::steady_clock::now();
-      auto&& target_result = (*target_)(std::span<const token_t>(context), rows_needed);
-      stats.target_seconds += detail::seconds_since(call_start);
+      auto&& target_result = detail::timed_call(stats.target_seconds, [&]() -> decltype(auto) {
+        return (*target_)(std::span<const token_t>(context), rows_needed);
+      });
       ++stats.target_calls;
       const LogitsRows<float> target_rows = detail::as_target_rows(target_result, rows_needed);
       if (vocab_size == 0) {
@@ -281,9 +294,9 @@ class SpeculativeDecoder {
 
       // Processed target row j follows the committed tokens plus x_0..x_{j-1}.
       auto processed_target_row = [&](std::size_t j) {
-        return apply_logits_processor(
-            params, std::span<const token_t>(context.data(), committed + j), target_rows.row(j),
-            buffers_.target_processed);
+        return apply_logits_processor(params,
+                                      std::span<const token_t>(context.data(), committed + j),
+                                      target_rows.row(j), buffers_.target_processed);
       };
       const std::span<const token_t> drafted(buffers_.drafted.data(), round_length);
 
@@ -294,7 +307,9 @@ class SpeculativeDecoder {
           const std::span<const float> row = processed_target_row(j);
           const auto [best, best_logit] = detail::argmax_checked(row);
           // Greedy log-prob: log-softmax at T = 1 of the processed row, at the argmax.
-          if (config.logprobs) buffers_.row_logprobs[j] = best_logit - logsumexp(row);
+          if (config.logprobs) {
+            buffers_.row_logprobs[j] = best_logit - detail::logsumexp_given_max(row, best_logit);
+          }
           return best;
         });
       } else {
@@ -306,8 +321,8 @@ class SpeculativeDecoder {
         verdict = verify_stochastic(
             drafted,
             LogitsRows<float>(std::span<const float>(buffers_.draft_weights.data(),
-                                                     round_length * vocab_size),
-                              vocab_size),
+                                                     round_length * padded_row_stride(vocab_size)),
+                              vocab_size, padded_row_stride(vocab_size)),
             std::span<const float>(buffers_.draft_normalizers.data(), round_length),
             [&](std::size_t j) {
               last_target_row =
@@ -418,8 +433,9 @@ class AutoregressiveDecoder {
     // draft_length is meaningless here; validate the rest exactly as the speculative decoder.
     config.sampling.validate();
     if (prompt.empty()) {
-      detail::throw_invalid_argument("prompt is empty; expected at least one token (e.g. BOS) "
-                                     "for the models to condition on");
+      detail::throw_invalid_argument(
+          "prompt is empty; expected at least one token (e.g. BOS) "
+          "for the models to condition on");
     }
     const auto start = std::chrono::steady_clock::now();
     const SamplingParams& params = config.sampling;
@@ -438,9 +454,9 @@ class AutoregressiveDecoder {
 
     bool finished = config.max_new_tokens == 0;
     while (!finished) {
-      const auto call_start = std::chrono::steady_clock::now();
-      auto&& target_result = (*target_)(std::span<const token_t>(context_), std::size_t{1});
-      stats.target_seconds += detail::seconds_since(call_start);
+      auto&& target_result = detail::timed_call(stats.target_seconds, [&]() -> decltype(auto) {
+        return (*target_)(std::span<const token_t>(context_), std::size_t{1});
+      });
       ++stats.target_calls;
       const LogitsRows<float> rows = detail::as_target_rows(target_result, 1);
       detail::check_vocab_size(vocab_size, rows.vocab_size(), "target model");
@@ -452,7 +468,8 @@ class AutoregressiveDecoder {
       if (params.greedy()) {
         const auto [best, best_logit] = detail::argmax_checked(logits);
         token = best;
-        logprob = config.logprobs ? best_logit - logsumexp(logits) : 0.0f;
+        logprob =
+            config.logprobs ? best_logit - detail::logsumexp_given_max(logits, best_logit) : 0.0f;
       } else {
         detail::ensure_size(sample_scratch_, vocab_size);
         const TokenDistribution<float> p = process_logits(logits, params, filter_scratch_);
@@ -486,10 +503,10 @@ class AutoregressiveDecoder {
   }
 
   Target* target_;
-  std::vector<token_t> context_;        // (prompt + budget) committed tokens
-  std::vector<float> processed_;        // (V) row after the logits processor
-  std::vector<float> sample_scratch_;   // (V) sampling weights
-  std::vector<float> filter_scratch_;   // (V) top-k / top-p selection
+  std::vector<token_t> context_;  // (prompt + budget) committed tokens
+  std::vector<float, Eigen::aligned_allocator<float>> processed_;       // (V) processed row
+  std::vector<float, Eigen::aligned_allocator<float>> sample_scratch_;  // (V) sampling weights
+  std::vector<float> filter_scratch_;  // (V) top-k / top-p selection
 };
 
 }  // namespace specdec

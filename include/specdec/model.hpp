@@ -41,12 +41,12 @@ namespace specdec {
 /// logits (next-token logits after the whole context).
 template <class M>
 concept DraftModel = std::invocable<M&, std::span<const token_t>> &&
-                     detail::LogitsRowLike<detail::draft_result_t<M>>;
+    detail::LogitsRowLike<detail::draft_result_t<M>>;
 
 /// \brief A callable `model(std::span<const token_t> context, std::size_t n)` returning n rows
 /// of V float logits, row i following the first `context.size() - n + 1 + i` tokens.
 template <class M>
 concept TargetModel = std::invocable<M&, std::span<const token_t>, std::size_t> &&
-                      detail::LogitsRowsLike<detail::target_result_t<M>>;
+    detail::LogitsRowsLike<detail::target_result_t<M>>;
 
 }  // namespace specdec

@@ -109,36 +109,122 @@ void grow_to(std::vector<Scalar>& buffer, std::size_t size) {
   if (buffer.size() < size) buffer.resize(size);
 }
 
-/// Smallest logit among the highest-probability tokens whose mass reaches `target_mass`,
-/// searched among candidates [first, last) (unsorted, modified). Quickselect on the mass:
-/// nth_element splits the range at its middle, the mass above the split decides which half
-/// holds the boundary, so the expected work is linear instead of a full sort.
+/// Smallest logit among the highest-probability tokens whose mass reaches `target_mass`:
+/// the top-p boundary. `logits[0, n)` are the candidates (unsorted) and `weights[0, n)` their
+/// unnormalised weights; both arrays are permuted together.
+///
+/// Quickselect on the mass instead of a sort: a three-way partition around a pivot logit
+/// (greater | equal | less) also sums the mass of the first two groups; the boundary lies in
+/// the greater group, is the pivot itself (a tie group is never split), or lies in the less
+/// group, which is searched next. Expected work is linear in n.
 /// Returns false if the candidates' total mass stays below target_mass (rounding).
+template <class Scalar>
+bool nucleus_boundary(Scalar* logits, Scalar* weights, std::size_t n, double target_mass,
+                      Scalar& boundary) {
+  std::size_t lo = 0;
+  std::size_t hi = n;
+  double mass_above = 0;  // mass of the candidates known to rank before [lo, hi)
+  while (hi > lo) {
+    // Median of three as pivot.
+    Scalar a = logits[lo], b = logits[lo + (hi - lo) / 2], c = logits[hi - 1];
+    if (a < b) std::swap(a, b);
+    if (b < c) std::swap(b, c);
+    if (a < b) std::swap(a, b);
+    const Scalar pivot = b;
+    // Dutch-flag partition: [lo, greater_end) > pivot, [greater_end, less_begin) == pivot,
+    // [less_begin, hi) < pivot.
+    std::size_t greater_end = lo;
+    std::size_t i = lo;
+    std::size_t less_begin = hi;
+    double greater_mass = 0;
+    double equal_mass = 0;
+    while (i < less_begin) {
+      if (logits[i] > pivot) {
+        greater_mass += static_cast<double>(weights[i]);
+        std::swap(logits[i], logits[greater_end]);
+        std::swap(weights[i], weights[greater_end]);
+        ++greater_end;
+        ++i;
+      } else if (logits[i] < pivot) {
+        --less_begin;
+        std::swap(logits[i], logits[less_begin]);
+        std::swap(weights[i], weights[less_begin]);
+      } else {
+        equal_mass += static_cast<double>(weights[i]);
+        ++i;
+      }
+    }
+    if (mass_above + greater_mass >= target_mass) {
+      hi = greater_end;  // non-empty: mass_above < target_mass <= mass_above + greater_mass
+    } else if (mass_above + greater_mass + equal_mass >= target_mass) {
+      boundary = pivot;
+      return true;
+    } else {
+      mass_above += greater_mass + equal_mass;
+      lo = less_begin;
+    }
+  }
+  return false;
+}
+
+/// Older form of nucleus_boundary over candidate logits only (weights recomputed with std::exp
+/// into a temporary). Kept for callers of the first internal API; the library uses the form
+/// above.
 template <class Scalar>
 bool nucleus_boundary(Scalar* first, Scalar* last, Scalar max_logit, Scalar inv_temperature,
                       double target_mass, Scalar& boundary) {
-  auto weight = [&](Scalar logit) {
-    return static_cast<double>(std::exp((logit - max_logit) * inv_temperature));
-  };
-  std::size_t lo = 0;
-  std::size_t hi = static_cast<std::size_t>(last - first);
-  if (hi == 0) return false;
-  double mass_above = 0;  // mass of the tokens ranked before position lo
-  while (hi - lo > 1) {
-    const std::size_t mid = lo + (hi - lo) / 2;
-    std::nth_element(first + lo, first + mid, first + hi, std::greater<Scalar>());
-    double upper = 0;  // ranks [lo, mid)
-    for (std::size_t i = lo; i < mid; ++i) upper += weight(first[i]);
-    if (mass_above + upper >= target_mass) {
-      hi = mid;
-    } else {
-      mass_above += upper;
-      lo = mid;
-    }
+  const auto count = static_cast<std::size_t>(last - first);
+  std::vector<Scalar> weights(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    weights[i] = std::exp((first[i] - max_logit) * inv_temperature);
   }
-  if (mass_above + weight(first[lo]) < target_mass) return false;
-  boundary = first[lo];
-  return true;
+  return nucleus_boundary(first, weights.data(), count, target_mass, boundary);
+}
+
+/// The k-th largest logit (1 <= k < V), by std::nth_element on a scratch copy.
+///
+/// For small k the copy is shrunk first: the k-th largest of the maxima of 64-value groups is a
+/// floor with at least k logits at or above it (those k group maxima), so the k-th largest
+/// logit is >= floor and only logits >= floor, which live in the few groups whose max reaches
+/// the floor, need to be copied and selected.
+template <class Scalar>
+[[nodiscard]] Scalar kth_largest(std::span<const Scalar> logits, std::size_t k,
+                                 std::vector<Scalar>& scratch) {
+  constexpr std::size_t kGroupSize = 64;
+  const std::size_t vocab_size = logits.size();
+  const std::size_t groups = (vocab_size + kGroupSize - 1) / kGroupSize;
+  grow_to(scratch, vocab_size + groups);
+  Scalar* candidates = scratch.data();
+  std::size_t count = 0;
+  if (k * 4 <= groups) {
+    Scalar* group_max = scratch.data() + vocab_size;  // (groups)
+    const auto all = as_array(logits);
+    for (std::size_t g = 0; g < groups; ++g) {
+      const std::size_t offset = g * kGroupSize;
+      group_max[g] =
+          all.segment(static_cast<Eigen::Index>(offset),
+                      static_cast<Eigen::Index>(std::min(kGroupSize, vocab_size - offset)))
+              .maxCoeff();
+    }
+    // Selecting from a copy keeps group_max in group order for the gather below.
+    Scalar* selection = candidates;  // reused: the gather starts after the selection is done
+    std::copy(group_max, group_max + groups, selection);
+    std::nth_element(selection, selection + (k - 1), selection + groups, std::greater<Scalar>());
+    const Scalar floor = selection[k - 1];
+    for (std::size_t g = 0; g < groups; ++g) {
+      if (group_max[g] < floor) continue;
+      const std::size_t end = std::min((g + 1) * kGroupSize, vocab_size);
+      for (std::size_t i = g * kGroupSize; i < end; ++i) {
+        candidates[count] = logits[i];  // branchless gather
+        count += logits[i] >= floor ? 1 : 0;
+      }
+    }
+  } else {
+    std::copy(logits.begin(), logits.end(), candidates);
+    count = vocab_size;
+  }
+  std::nth_element(candidates, candidates + (k - 1), candidates + count, std::greater<Scalar>());
+  return candidates[k - 1];
 }
 
 }  // namespace detail
@@ -146,9 +232,10 @@ bool nucleus_boundary(Scalar* first, Scalar* last, Scalar max_logit, Scalar inv_
 /// \brief The logit threshold implementing top-k, then top-p, then min-p (see file comment).
 ///
 /// Returns -inf when no filter is active. `max_logit` must be the row's finite maximum.
-/// `scratch` is grown to V on first use when top-k or top-p is active, then reused.
+/// `scratch` is grown on first use (V + V/64 values for top-k, 2V for top-p), then reused.
 ///
-/// - top-k: threshold = k-th largest logit (std::nth_element on a copy; ties kept).
+/// - top-k: threshold = k-th largest logit (std::nth_element on a copy, see
+///   detail::kth_largest; ties kept).
 /// - top-p: with Z the mass left by top-k, the candidates are the tokens of probability >=
 ///   (1 - top_p) / V: the others hold less than 1 - top_p in total, so the nucleus lies among
 ///   the candidates and only they are searched. If rounding defeats that, every kept token is
@@ -163,33 +250,40 @@ template <class Scalar>
   Scalar threshold = neg_inf;
 
   if (params.top_k > 0 && static_cast<std::size_t>(params.top_k) < vocab_size) {
-    detail::grow_to(scratch, vocab_size);
-    std::copy(logits.begin(), logits.end(), scratch.begin());
-    const auto kth = scratch.begin() + (params.top_k - 1);
-    std::nth_element(scratch.begin(), kth, scratch.begin() + static_cast<std::ptrdiff_t>(vocab_size),
-                     std::greater<Scalar>());
-    threshold = *kth;
+    threshold = detail::kth_largest(logits, static_cast<std::size_t>(params.top_k), scratch);
   }
 
   if (params.top_p < 1.0f) {
-    detail::grow_to(scratch, vocab_size);
+    // scratch = [candidate logits (V) | their weights (V)]
+    detail::grow_to(scratch, 2 * vocab_size);
     const double kept_mass = detail::exp_sum(logits, max_logit, inv_temperature, threshold);
     const double target_mass = static_cast<double>(params.top_p) * kept_mass;
-    const double epsilon = (1.0 - static_cast<double>(params.top_p)) / static_cast<double>(vocab_size);
-    const auto candidate_floor = static_cast<Scalar>(
-        static_cast<double>(max_logit) + std::log(epsilon * kept_mass) / static_cast<double>(inv_temperature));
-    Scalar boundary = threshold;
-    bool found = false;
+    const double epsilon =
+        (1.0 - static_cast<double>(params.top_p)) / static_cast<double>(vocab_size);
+    const auto candidate_floor =
+        static_cast<Scalar>(static_cast<double>(max_logit) +
+                            std::log(epsilon * kept_mass) / static_cast<double>(inv_temperature));
+    Scalar* candidates = scratch.data();
+    Scalar* candidate_weights = scratch.data() + vocab_size;
+    const Scalar neg_inf_threshold = -std::numeric_limits<Scalar>::infinity();
     for (const Scalar floor : {std::max(threshold, candidate_floor), threshold}) {
-      const auto candidates_end =
-          std::copy_if(logits.begin(), logits.end(), scratch.begin(),
-                       [floor](Scalar logit) { return logit >= floor; });
-      found = detail::nucleus_boundary(scratch.data(),
-                                       scratch.data() + (candidates_end - scratch.begin()), max_logit,
-                                       inv_temperature, target_mass, boundary);
-      if (found) break;
+      // Branchless gather: always write, advance only past candidates (no mispredictions on
+      // the ~50/50 decisions of flat rows).
+      std::size_t count = 0;
+      for (const Scalar logit : logits) {
+        candidates[count] = logit;
+        count += logit >= floor ? 1 : 0;
+      }
+      // Candidates are all kept already, so their weights need no mask.
+      (void)detail::store_weights(std::span<const Scalar>(candidates, count), max_logit,
+                                  inv_temperature, neg_inf_threshold,
+                                  std::span<Scalar>(candidate_weights, count));
+      Scalar boundary = threshold;
+      if (detail::nucleus_boundary(candidates, candidate_weights, count, target_mass, boundary)) {
+        threshold = std::max(threshold, boundary);
+        break;
+      }
     }
-    if (found) threshold = std::max(threshold, boundary);
   }
 
   if (params.min_p > 0.0f) {
@@ -219,8 +313,8 @@ template <class Scalar>
   dist.logits = logits;
   dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
   dist.max_logit = detail::scan_max(logits).value;  // throws on NaN / +inf / all -inf
-  dist.threshold = filter_threshold(logits, dist.max_logit, dist.inv_temperature, params,
-                                    filter_scratch);
+  dist.threshold =
+      filter_threshold(logits, dist.max_logit, dist.inv_temperature, params, filter_scratch);
   dist.normalizer = static_cast<Scalar>(
       detail::exp_sum(logits, dist.max_logit, dist.inv_temperature, dist.threshold));
   return dist;
@@ -246,10 +340,10 @@ template <class Scalar>
   dist.logits = logits;
   dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
   dist.max_logit = detail::scan_max(logits).value;  // throws on NaN / +inf / all -inf
-  dist.threshold = filter_threshold(logits, dist.max_logit, dist.inv_temperature, params,
-                                    filter_scratch);
-  dist.normalizer = static_cast<Scalar>(detail::store_weights(
-      logits, dist.max_logit, dist.inv_temperature, dist.threshold, weights));
+  dist.threshold =
+      filter_threshold(logits, dist.max_logit, dist.inv_temperature, params, filter_scratch);
+  dist.normalizer = static_cast<Scalar>(
+      detail::store_weights(logits, dist.max_logit, dist.inv_temperature, dist.threshold, weights));
   return dist;
 }
 
@@ -279,11 +373,12 @@ template <class Scalar>
 
 /// \brief The row to process: `logits` itself without a processor (zero-copy), otherwise a
 /// copy in `scratch` (grown to V once) rewritten by params.logits_processor(context, row).
-[[nodiscard]] inline std::span<const float> apply_logits_processor(
+template <class Allocator>
+[[nodiscard]] std::span<const float> apply_logits_processor(
     const SamplingParams& params, std::span<const token_t> context, std::span<const float> logits,
-    std::vector<float>& scratch) {
+    std::vector<float, Allocator>& scratch) {
   if (!params.logits_processor) return logits;
-  detail::grow_to(scratch, logits.size());
+  if (scratch.size() < logits.size()) scratch.resize(logits.size());
   const std::span<float> row(scratch.data(), logits.size());
   std::copy(logits.begin(), logits.end(), row.begin());
   params.logits_processor(context, row);

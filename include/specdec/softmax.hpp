@@ -41,14 +41,14 @@ template <class Scalar>
 
 /// \brief log(sum_i exp(x_i)) computed as max + log(sum_i exp(x_i - max)).
 ///
-/// -inf for an all -inf (or empty) row, +inf if some logit is +inf, NaN if some logit is NaN.
+/// -inf for an all -inf (or empty) row, +inf if some logit is +inf, NaN if some logit is NaN
+/// (the fast max may skip a NaN, but the exp-sum cannot). Two passes: max, exp-sum.
 template <class Scalar>
 [[nodiscard]] Scalar logsumexp(std::span<const Scalar> logits) noexcept {
-  const Scalar max_value = max_logit(logits);
+  if (logits.empty()) return -std::numeric_limits<Scalar>::infinity();
+  const Scalar max_value = detail::as_array(logits).maxCoeff();
   if (!std::isfinite(max_value)) return max_value;
-  const Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
-  return max_value +
-         static_cast<Scalar>(std::log(detail::exp_sum(logits, max_value, Scalar(1), neg_inf)));
+  return detail::logsumexp_given_max(logits, max_value);
 }
 
 /// \brief probabilities[i] = exp(x_i - max) / sum_j exp(x_j - max).
@@ -74,9 +74,7 @@ void log_softmax(std::span<const Scalar> logits, std::span<Scalar> log_probabili
                                    " entries; expected ", logits.size());
   }
   const Scalar max_value = detail::scan_max(logits).value;  // throws on NaN / +inf / all -inf
-  const Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
-  const auto log_normalizer =
-      max_value + static_cast<Scalar>(std::log(detail::exp_sum(logits, max_value, Scalar(1), neg_inf)));
+  const Scalar log_normalizer = detail::logsumexp_given_max(logits, max_value);
   detail::as_array(log_probabilities) = detail::as_array(logits) - log_normalizer;
 }
 
@@ -84,9 +82,8 @@ void log_softmax(std::span<const Scalar> logits, std::span<Scalar> log_probabili
 namespace detail {
 template <class R>
 concept ScalarRange = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
-                      std::is_floating_point_v<std::ranges::range_value_t<R>> &&
-                      !std::is_same_v<std::remove_cvref_t<R>,
-                                      std::span<const std::ranges::range_value_t<R>>>;
+    std::is_floating_point_v<std::ranges::range_value_t<R>> &&
+    !std::is_same_v<std::remove_cvref_t<R>, std::span<const std::ranges::range_value_t<R>>>;
 template <class R>
 using range_scalar_t = std::remove_cv_t<std::ranges::range_value_t<R>>;
 }  // namespace detail

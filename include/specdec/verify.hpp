@@ -55,7 +55,8 @@ template <class Scalar>
 /// \brief min(1, p(x) / q(x)) for two processed distributions.
 template <class Scalar>
 [[nodiscard]] Scalar acceptance_probability(const TokenDistribution<Scalar>& p,
-                                            const TokenDistribution<Scalar>& q, token_t x) noexcept {
+                                            const TokenDistribution<Scalar>& q,
+                                            token_t x) noexcept {
   return acceptance_probability(p.probability(x), q.probability(x));
 }
 
@@ -78,18 +79,17 @@ double residual_distribution(const TokenDistribution<Scalar>& p, std::span<const
   const Scalar inv_q_normalizer = Scalar(1) / q_normalizer;
   const bool masked = p.threshold != -std::numeric_limits<Scalar>::infinity();
   double total = 0;
-  detail::for_each_aligned_block(vocab_size, residual.data(), [&](std::size_t offset,
-                                                                 std::size_t length) {
+  detail::for_each_block(vocab_size, [&](std::size_t offset, std::size_t length) {
     const Scalar* p_logits = p.logits.data() + offset;
     const Scalar* q_block = q_weights.data() + offset;
     Scalar* out = residual.data() + offset;
-    total += static_cast<double>(
-        masked ? detail::residual_block<Scalar, true>(p_logits, q_block, length, p.max_logit,
-                                                      p.inv_temperature, p.threshold,
-                                                      inv_p_normalizer, inv_q_normalizer, out)
-               : detail::residual_block<Scalar, false>(p_logits, q_block, length, p.max_logit,
-                                                       p.inv_temperature, p.threshold,
-                                                       inv_p_normalizer, inv_q_normalizer, out));
+    total +=
+        static_cast<double>(masked ? detail::residual_block<Scalar, true>(
+                                         p_logits, q_block, length, p.max_logit, p.inv_temperature,
+                                         p.threshold, inv_p_normalizer, inv_q_normalizer, out)
+                                   : detail::residual_block<Scalar, false>(
+                                         p_logits, q_block, length, p.max_logit, p.inv_temperature,
+                                         p.threshold, inv_p_normalizer, inv_q_normalizer, out));
   });
   return total;
 }
@@ -122,9 +122,9 @@ template <class Scalar>
 /// \param final_coin one coin for the residual (rejection) or bonus (full acceptance) sample
 /// \param scratch V values for residual or bonus weights
 template <class Scalar, class TargetDistributionAt>
-  requires std::invocable<TargetDistributionAt&, std::size_t> &&
-           std::convertible_to<std::invoke_result_t<TargetDistributionAt&, std::size_t>,
-                               TokenDistribution<Scalar>>
+requires std::invocable<TargetDistributionAt&, std::size_t> &&
+    std::convertible_to<std::invoke_result_t<TargetDistributionAt&, std::size_t>,
+                        TokenDistribution<Scalar>>
 [[nodiscard]] VerifyResult verify_stochastic(std::span<const token_t> drafted,
                                              LogitsRows<Scalar> draft_weights,
                                              std::span<const Scalar> draft_normalizers,
@@ -156,17 +156,14 @@ template <class Scalar, class TargetDistributionAt>
 /// \brief verify_stochastic over K+1 already processor-applied target logits rows, processed
 /// with `params` (lazily, as above). `filter_scratch` serves top-k / top-p.
 template <class Scalar>
-[[nodiscard]] VerifyResult verify_stochastic(std::span<const token_t> drafted,
-                                             LogitsRows<Scalar> draft_weights,
-                                             std::span<const Scalar> draft_normalizers,
-                                             LogitsRows<Scalar> target_logits,
-                                             const SamplingParams& params,
-                                             std::span<const double> acceptance_coins,
-                                             double final_coin, std::span<Scalar> scratch,
-                                             std::vector<Scalar>& filter_scratch) {
+[[nodiscard]] VerifyResult verify_stochastic(
+    std::span<const token_t> drafted, LogitsRows<Scalar> draft_weights,
+    std::span<const Scalar> draft_normalizers, LogitsRows<Scalar> target_logits,
+    const SamplingParams& params, std::span<const double> acceptance_coins, double final_coin,
+    std::span<Scalar> scratch, std::vector<Scalar>& filter_scratch) {
   if (target_logits.rows() != drafted.size() + 1) {
-    detail::throw_invalid_argument("verify_stochastic: ", target_logits.rows(),
-                                   " target rows for ", drafted.size(),
+    detail::throw_invalid_argument("verify_stochastic: ", target_logits.rows(), " target rows for ",
+                                   drafted.size(),
                                    " drafted tokens; expected K + 1 = ", drafted.size() + 1);
   }
   return verify_stochastic(
@@ -182,8 +179,8 @@ template <class Scalar>
 /// \param target_argmax_at callable j -> token_t, the argmax of processed target row j (0..K),
 ///        called in order and only as far as needed.
 template <class TargetArgmaxAt>
-  requires std::invocable<TargetArgmaxAt&, std::size_t> &&
-           std::convertible_to<std::invoke_result_t<TargetArgmaxAt&, std::size_t>, token_t>
+requires std::invocable<TargetArgmaxAt&, std::size_t> &&
+    std::convertible_to<std::invoke_result_t<TargetArgmaxAt&, std::size_t>, token_t>
 [[nodiscard]] VerifyResult verify_greedy(std::span<const token_t> drafted,
                                          TargetArgmaxAt&& target_argmax_at) {
   for (std::size_t j = 0; j < drafted.size(); ++j) {
@@ -199,8 +196,8 @@ template <class Scalar>
                                          LogitsRows<Scalar> target_logits) {
   if (target_logits.rows() != drafted.size() + 1) {
     detail::throw_invalid_argument("verify_greedy: ", target_logits.rows(), " target rows for ",
-                                   drafted.size(), " drafted tokens; expected K + 1 = ",
-                                   drafted.size() + 1);
+                                   drafted.size(),
+                                   " drafted tokens; expected K + 1 = ", drafted.size() + 1);
   }
   return verify_greedy(drafted, [&](std::size_t j) { return argmax(target_logits.row(j)); });
 }

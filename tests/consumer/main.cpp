@@ -9,9 +9,8 @@
 #include <cstddef>
 #include <cstdio>
 #include <span>
-#include <vector>
-
 #include <specdec/specdec.hpp>
+#include <vector>
 
 namespace {
 
@@ -58,8 +57,8 @@ int main() {
   for (std::size_t i = 0; i < config.max_new_tokens; ++i) {
     expected.push_back(static_cast<specdec::token_t>((3 + 1 + i) % kVocab));
   }
-  std::printf("specdec consumer: %zu tokens in %zu rounds (%zu drafts rejected):", result.tokens.size(),
-              static_cast<std::size_t>(result.stats.rounds),
+  std::printf("specdec consumer: %zu tokens in %zu rounds (%zu drafts rejected):",
+              result.tokens.size(), static_cast<std::size_t>(result.stats.rounds),
               static_cast<std::size_t>(result.stats.rejecting_rounds));
   for (const specdec::token_t token : result.tokens) std::printf(" %d", static_cast<int>(token));
   std::printf("\n");

@@ -1,12 +1,11 @@
 // Positive control for the failtest harness: the same kind of program with valid models must
 // compile with exactly the command the failtests use, so their failures come from the model
 // types alone, not from a broken include path or flag. Covers each accepted return kind.
+#include <Eigen/Core>
 #include <array>
 #include <cstddef>
 #include <span>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "specdec/specdec.hpp"
 

@@ -1,6 +1,7 @@
 // Must not compile: the draft model returns double logits; specdec reads float rows in place
 // (zero-copy), so a silent conversion is not offered.
-// Expected diagnostic: "specdec: DraftModel must be callable as model(std::span<const specdec::token_t>) and return one row of V contiguous float logits ...".
+// Expected diagnostic: "specdec: DraftModel must be callable as model(std::span<const
+// specdec::token_t>) and return one row of V contiguous float logits ...".
 #include <cstddef>
 #include <span>
 #include <vector>

@@ -1,5 +1,6 @@
 // Must not compile: the draft model returns a token id (a sampled token) instead of logits.
-// Expected diagnostic: "specdec: DraftModel must be callable as model(std::span<const specdec::token_t>) and return one row of V contiguous float logits ...".
+// Expected diagnostic: "specdec: DraftModel must be callable as model(std::span<const
+// specdec::token_t>) and return one row of V contiguous float logits ...".
 #include <cstddef>
 #include <span>
 #include <vector>

@@ -1,5 +1,6 @@
 // Must not compile: the draft model takes an int instead of the token context.
-// Expected diagnostic: "specdec: DraftModel must be callable as model(std::span<const specdec::token_t> ...".
+// Expected diagnostic: "specdec: DraftModel must be callable as model(std::span<const
+// specdec::token_t> ...".
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -7,7 +8,9 @@
 #include "specdec/specdec.hpp"
 
 struct DraftTakingInt {
-  std::vector<float> operator()(int last_token) const { return std::vector<float>(8, float(last_token)); }
+  std::vector<float> operator()(int last_token) const {
+    return std::vector<float>(8, float(last_token));
+  }
 };
 
 struct Target {

@@ -1,11 +1,11 @@
 // Must not compile: the target returns a column-major Eigen matrix (Eigen's default), whose
 // rows are strided; specdec views each row as V contiguous floats.
-// Expected diagnostic: "specdec: TargetModel returned a column-major Eigen matrix; ... must be RowMajor ...".
+// Expected diagnostic: "specdec: TargetModel returned a column-major Eigen matrix; ... must be
+// RowMajor ...".
+#include <Eigen/Core>
 #include <cstddef>
 #include <span>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "specdec/specdec.hpp"
 

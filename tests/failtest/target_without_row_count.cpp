@@ -1,5 +1,6 @@
 // Must not compile: the target model lacks the row-count parameter n (it looks like a draft).
-// Expected diagnostic: "specdec: TargetModel must be callable as model(std::span<const specdec::token_t> context, std::size_t n) ...".
+// Expected diagnostic: "specdec: TargetModel must be callable as model(std::span<const
+// specdec::token_t> context, std::size_t n) ...".
 #include <span>
 #include <vector>
 

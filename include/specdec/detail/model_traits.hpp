@@ -27,7 +27,7 @@ concept EigenContiguousFloats = EigenDense<T> && std::same_as<typename T::Scalar
 
 /// Vectors (one compile-time row or column) have a single contiguous run of coefficients.
 template <class T>
-concept EigenVectorShape = EigenDense<T> && (T::RowsAtCompileTime == 1 || T::ColsAtCompileTime == 1);
+concept EigenVectorShape = EigenDense<T> &&(T::RowsAtCompileTime == 1 || T::ColsAtCompileTime == 1);
 
 /// A column-major matrix type that can have more than one row: its rows are not contiguous.
 template <class T>
@@ -35,14 +35,13 @@ concept EigenColumnMajorMatrix = EigenDense<T> && !EigenVectorShape<T> && !bool(
 
 /// std::vector<float>, std::span<const float>, std::array<float, N>, ...
 template <class T>
-concept ContiguousFloatRange = !EigenDense<T> && std::ranges::contiguous_range<const T> &&
-                               std::ranges::sized_range<const T> &&
-                               std::same_as<std::ranges::range_value_t<const T>, float>;
+concept ContiguousFloatRange =
+    !EigenDense<T> && std::ranges::contiguous_range<const T> && std::ranges::sized_range<const T> &&
+    std::same_as<std::ranges::range_value_t<const T>, float>;
 
 /// One row of V logits (what a DraftModel returns).
 template <class T>
-concept LogitsRowLike =
-    ContiguousFloatRange<T> ||
+concept LogitsRowLike = ContiguousFloatRange<T> ||
     (EigenContiguousFloats<T> && (EigenVectorShape<T> || bool(T::IsRowMajor)));
 
 /// n rows of V logits (what a TargetModel returns): a flat contiguous range of n*V floats or a

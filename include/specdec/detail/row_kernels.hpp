@@ -2,6 +2,13 @@
 /// \file
 /// \brief Vectorised single-pass building blocks over one row of logits (internal).
 ///
+/// Determinism: every reduction here splits the row into blocks at fixed indices (0, kBlockSize,
+/// ...) and lanes at fixed indices, never depending on the address of the data (Eigen's own
+/// reductions peel to an aligned address, so their summation order depends on where a buffer
+/// happens to live). Hence the same logits give bit-identical sums wherever they are stored,
+/// and the same seed gives the same tokens from run to run. Stores are fastest into 64-byte
+/// aligned buffers, which is why the decoder allocates its buffers aligned.
+///
 /// Rows are processed in blocks of kBlockSize values. A block (4 KiB of floats) stays in L1,
 /// so "compute exp of a block, store it, sum it" reads the row from memory once. Block sums are
 /// accumulated in double: the sum of V ~ 1e5 positive floats then loses nothing visible, and
@@ -11,7 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
 #include <limits>
 #include <span>
 #include <utility>
@@ -53,17 +59,21 @@ template <class Scalar>
 /// processor and filters: no token can be sampled). NaN is reported by scan_max.
 template <class Scalar>
 void check_max_logit(Scalar max_value) {
-  if (std::isfinite(max_value)) [[likely]] return;
+  if (std::isfinite(max_value)) [[likely]]
+    return;
   if (std::isnan(max_value)) {
-    throw_domain_error("logits row contains NaN (max logit = nan); expected finite logits "
-                       "(-inf allowed for impossible tokens)");
+    throw_domain_error(
+        "logits row contains NaN (max logit = nan); expected finite logits "
+        "(-inf allowed for impossible tokens)");
   }
   if (max_value > 0) {
-    throw_domain_error("logits row contains +inf (max logit = inf); expected finite logits "
-                       "(-inf allowed for impossible tokens)");
+    throw_domain_error(
+        "logits row contains +inf (max logit = inf); expected finite logits "
+        "(-inf allowed for impossible tokens)");
   }
-  throw_domain_error("every logit in the row is -inf after the logits processor and filters; "
-                     "expected at least one finite logit");
+  throw_domain_error(
+      "every logit in the row is -inf after the logits processor and filters; "
+      "expected at least one finite logit");
 }
 
 /// Result of scan_max: the row's maximum and the first block that attains it.
@@ -143,28 +153,10 @@ void for_each_block(std::size_t size, Body&& body) {
   }
 }
 
-/// \brief As for_each_block, but the first block is shortened so that every later block starts
-/// at a 64-byte boundary of `aligned_to` (the array the kernel stores into). Vector stores that
-/// straddle cache lines cost about half again as much as the exp that produces them.
-template <class Scalar, class Body>
-void for_each_aligned_block(std::size_t size, const Scalar* aligned_to, Body&& body) {
-  constexpr std::size_t kAlignment = 64;
-  const auto address = reinterpret_cast<std::uintptr_t>(aligned_to);
-  const std::size_t misaligned_bytes = address % kAlignment;
-  std::size_t head = misaligned_bytes == 0 || misaligned_bytes % sizeof(Scalar) != 0
-                         ? 0
-                         : (kAlignment - misaligned_bytes) / sizeof(Scalar);
-  head = std::min(head, size);
-  if (head > 0) body(std::size_t{0}, head);
-  for (std::size_t offset = head; offset < size; offset += kBlockSize) {
-    body(offset, std::min(kBlockSize, size - offset));
-  }
-}
-
 /// Whether Scalar has SIMD packets with a vectorised exp (float / double on x86 and ARM).
 template <class Scalar>
-inline constexpr bool kHasPacketExp = Eigen::internal::packet_traits<Scalar>::Vectorizable &&
-                                      Eigen::internal::packet_traits<Scalar>::HasExp &&
+inline constexpr bool kHasPacketExp = Eigen::internal::packet_traits<Scalar>::Vectorizable&&
+                                          Eigen::internal::packet_traits<Scalar>::HasExp &&
                                       (Eigen::internal::packet_traits<Scalar>::size > 1);
 
 /// \brief Whether Eigen's packet exp returns exactly 0 for -inf on this target (AVX-512 does;
@@ -211,8 +203,8 @@ EIGEN_ALWAYS_INLINE Packet packet_weight(const Packet& x, const Packet& inv_t_v,
 /// and leaves every weight above 2^-100 (float; 2^-970 for double) bit-for-bit unchanged,
 /// because smallest_normal is below half an ulp of such weights. The max token's weight is ~1.
 template <class Scalar, bool kStore, bool kMasked, bool kFlush>
-Scalar exp_block(const Scalar* logits, std::size_t length, Scalar max_logit,
-                 Scalar inv_temperature, Scalar threshold, Scalar* out) noexcept {
+Scalar exp_block(const Scalar* logits, std::size_t length, Scalar max_logit, Scalar inv_temperature,
+                 Scalar threshold, Scalar* out) noexcept {
   constexpr Scalar smallest_normal = std::numeric_limits<Scalar>::min();
   Scalar sum = 0;
   std::size_t i = 0;
@@ -228,12 +220,12 @@ Scalar exp_block(const Scalar* logits, std::size_t length, Scalar max_logit,
     Packet sum0 = zero_v;
     Packet sum1 = zero_v;
     for (; i + 2 * kLanes <= length; i += 2 * kLanes) {
-      const Packet w0 = packet_weight<Packet, kMasked, kFlush>(
-          ei::ploadu<Packet>(logits + i), inv_t_v, minus_scaled_max_v, small_v, zero_v,
-          threshold_v);
-      const Packet w1 = packet_weight<Packet, kMasked, kFlush>(
-          ei::ploadu<Packet>(logits + i + kLanes), inv_t_v, minus_scaled_max_v, small_v, zero_v,
-          threshold_v);
+      const Packet w0 =
+          packet_weight<Packet, kMasked, kFlush>(ei::ploadu<Packet>(logits + i), inv_t_v,
+                                                 minus_scaled_max_v, small_v, zero_v, threshold_v);
+      const Packet w1 =
+          packet_weight<Packet, kMasked, kFlush>(ei::ploadu<Packet>(logits + i + kLanes), inv_t_v,
+                                                 minus_scaled_max_v, small_v, zero_v, threshold_v);
       if constexpr (kStore) {
         ei::pstoreu(out + i, w0);
         ei::pstoreu(out + i + kLanes, w1);
@@ -258,15 +250,15 @@ Scalar dispatch_exp_block(bool masked, bool flush, const Scalar* logits, std::si
                           Scalar max_logit, Scalar inv_temperature, Scalar threshold,
                           Scalar* out) noexcept {
   if (masked) {
-    return flush ? exp_block<Scalar, kStore, true, true>(logits, length, max_logit,
-                                                         inv_temperature, threshold, out)
+    return flush ? exp_block<Scalar, kStore, true, true>(logits, length, max_logit, inv_temperature,
+                                                         threshold, out)
                  : exp_block<Scalar, kStore, true, false>(logits, length, max_logit,
                                                           inv_temperature, threshold, out);
   }
-  return flush ? exp_block<Scalar, kStore, false, true>(logits, length, max_logit,
-                                                        inv_temperature, threshold, out)
-               : exp_block<Scalar, kStore, false, false>(logits, length, max_logit,
-                                                         inv_temperature, threshold, out);
+  return flush ? exp_block<Scalar, kStore, false, true>(logits, length, max_logit, inv_temperature,
+                                                        threshold, out)
+               : exp_block<Scalar, kStore, false, false>(logits, length, max_logit, inv_temperature,
+                                                         threshold, out);
 }
 
 /// \brief Sum over kept tokens (logit >= threshold) of exp((logit - max) * inv_temperature), in
@@ -277,11 +269,10 @@ template <class Scalar>
   const bool masked = threshold != -std::numeric_limits<Scalar>::infinity();
   const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
   double total = 0;
-  for_each_aligned_block(logits.size(), logits.data(), [&](std::size_t offset,
-                                                           std::size_t length) {
-    total += static_cast<double>(dispatch_exp_block<Scalar, false>(
-        masked, flush, logits.data() + offset, length, max_logit, inv_temperature, threshold,
-        nullptr));
+  for_each_block(logits.size(), [&](std::size_t offset, std::size_t length) {
+    total += static_cast<double>(
+        dispatch_exp_block<Scalar, false>(masked, flush, logits.data() + offset, length, max_logit,
+                                          inv_temperature, threshold, nullptr));
   });
   return total;
 }
@@ -294,11 +285,10 @@ double store_weights(std::span<const Scalar> logits, Scalar max_logit, Scalar in
   const bool masked = threshold != -std::numeric_limits<Scalar>::infinity();
   const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
   double total = 0;
-  for_each_aligned_block(logits.size(), weights.data(), [&](std::size_t offset,
-                                                            std::size_t length) {
-    total += static_cast<double>(dispatch_exp_block<Scalar, true>(
-        masked, flush, logits.data() + offset, length, max_logit, inv_temperature, threshold,
-        weights.data() + offset));
+  for_each_block(logits.size(), [&](std::size_t offset, std::size_t length) {
+    total += static_cast<double>(
+        dispatch_exp_block<Scalar, true>(masked, flush, logits.data() + offset, length, max_logit,
+                                         inv_temperature, threshold, weights.data() + offset));
   });
   return total;
 }
@@ -326,9 +316,9 @@ Scalar residual_block(const Scalar* p_logits, const Scalar* q_weights, std::size
     Packet sum_v = zero_v;
     for (; i + kLanes <= length; i += kLanes) {
       // Always flushed: this runs once per rejecting round, not worth a variant.
-      const Packet w = packet_weight<Packet, kMasked, true>(ei::ploadu<Packet>(p_logits + i),
-                                                            inv_t_v, minus_scaled_max_v,
-                                                            small_v, zero_v, threshold_v);
+      const Packet w =
+          packet_weight<Packet, kMasked, true>(ei::ploadu<Packet>(p_logits + i), inv_t_v,
+                                               minus_scaled_max_v, small_v, zero_v, threshold_v);
       const Packet q = ei::ploadu<Packet>(q_weights + i);
       const Packet r = ei::pmax(ei::psub(ei::pmul(w, inv_p_v), ei::pmul(q, inv_q_v)), zero_v);
       ei::pstoreu(out + i, r);
@@ -346,6 +336,38 @@ Scalar residual_block(const Scalar* p_logits, const Scalar* q_weights, std::size
   return sum;
 }
 
+/// \brief max + log(sum exp(x - max)) for a row whose finite max is already known (one pass).
+/// Greedy log-probs use it as log p(argmax) = max - logsumexp_given_max(row, max).
+template <class Scalar>
+[[nodiscard]] Scalar logsumexp_given_max(std::span<const Scalar> logits,
+                                         Scalar max_logit) noexcept {
+  const double total =
+      exp_sum(logits, max_logit, Scalar(1), -std::numeric_limits<Scalar>::infinity());
+  return max_logit + static_cast<Scalar>(std::log(total));
+}
+
+/// \brief Sum of one block with a fixed lane assignment (see the determinism note above).
+template <class Scalar>
+[[nodiscard]] Scalar block_sum(const Scalar* values, std::size_t length) noexcept {
+  Scalar sum = 0;
+  std::size_t i = 0;
+  if constexpr (Eigen::internal::packet_traits<Scalar>::Vectorizable &&
+                (Eigen::internal::packet_traits<Scalar>::size > 1)) {
+    namespace ei = Eigen::internal;
+    using Packet = typename ei::packet_traits<Scalar>::type;
+    constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
+    Packet sum0 = ei::pset1<Packet>(Scalar(0));
+    Packet sum1 = sum0;
+    for (; i + 2 * kLanes <= length; i += 2 * kLanes) {
+      sum0 = ei::padd(sum0, ei::ploadu<Packet>(values + i));
+      sum1 = ei::padd(sum1, ei::ploadu<Packet>(values + i + kLanes));
+    }
+    sum = ei::predux(ei::padd(sum0, sum1));
+  }
+  for (; i < length; ++i) sum += values[i];
+  return sum;
+}
+
 /// \brief Inverse-CDF sample from non-negative weights: the first index whose cumulative weight
 /// exceeds coin * total.
 ///
@@ -356,13 +378,11 @@ Scalar residual_block(const Scalar* p_logits, const Scalar* q_weights, std::size
 template <class Scalar>
 [[nodiscard]] token_t inverse_cdf(std::span<const Scalar> weights, double total, double coin) {
   const double target = coin * total;
-  const auto all = as_array(weights);
   double cumulative = 0;
   for (std::size_t offset = 0; offset < weights.size(); offset += kBlockSize) {
     const std::size_t length = std::min(kBlockSize, weights.size() - offset);
-    const auto block_sum = static_cast<double>(
-        all.segment(static_cast<Eigen::Index>(offset), static_cast<Eigen::Index>(length)).sum());
-    if (cumulative + block_sum > target) {
+    const auto mass = static_cast<double>(block_sum(weights.data() + offset, length));
+    if (cumulative + mass > target) {
       // The crossing is in this block, which therefore holds positive weight.
       std::size_t last_positive = offset;
       for (std::size_t i = offset; i < offset + length; ++i) {
@@ -374,7 +394,7 @@ template <class Scalar>
       }
       return static_cast<token_t>(last_positive);  // scalar vs block rounding
     }
-    cumulative += block_sum;
+    cumulative += mass;
   }
   for (std::size_t i = weights.size(); i-- > 0;) {
     if (weights[i] > Scalar(0)) return static_cast<token_t>(i);

@@ -3,6 +3,7 @@
 /// \brief Scoped steady_clock timer used for the draft / target / total statistics (internal).
 
 #include <chrono>
+#include <utility>
 
 namespace specdec::detail {
 
@@ -24,5 +25,13 @@ class ScopedTimer {
   double& seconds_;
   std::chrono::steady_clock::time_point start_;
 };
+
+/// \brief Calls `call()` and adds its wall time to `seconds`; returns exactly what it returns
+/// (a reference stays a reference, a value is not copied).
+template <class Call>
+decltype(auto) timed_call(double& seconds, Call&& call) {
+  const ScopedTimer timer(seconds);
+  return std::forward<Call>(call)();
+}
 
 }  // namespace specdec::detail

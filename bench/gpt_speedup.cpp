@@ -1,0 +1,448 @@
+// gpt_speedup: end-to-end speedup of speculative decoding over plain decoding for the example GPT
+// pair (models/kjv-{draft,target}.spdc), swept over K = 1..k_max and a list of temperatures, on
+// the held-out prompts of models/prompts.txt. A plain program, not Google Benchmark: a data point
+// is a whole generation, and what matters is its ratio to a plain run made under the same
+// conditions, in the same process.
+//
+//   gpt_speedup [--prompts N] [--tokens N] [--k-max K] [--temperatures 0,1] [--seed N]
+//               [--shared-baseline] [--out results.json] [--prompts-file F] [--target F]
+//               [--draft F]
+//
+// Honest ratios on a noisy machine: every speculative run is paired with a plain run of the same
+// prompt, temperature and seed made right next to it, and the order of the two alternates with K
+// (plain first for odd K), so slow drift in the background load hits both sides alike. The
+// headline is the median over prompts of the per-prompt ratio; the aggregate (total tokens /
+// total seconds, both ways) is reported next to it. With --shared-baseline plain decoding runs
+// once per (prompt, T) and is reused for every K: k_max times fewer plain runs, but pairs are
+// further apart in time. Both models' KV caches are reset before every run, so each run pays for
+// its own prompt. Times are the decoders' own (DecodeStats::total_seconds); "cpu" ratios use
+// process CPU time instead, which ignores time spent descheduled by other processes (but not
+// memory-bandwidth contention).
+//
+// Prompt tokens are "\n" + the line's bytes (the newline is the models' BOS). For T = 0 every
+// speculative output must equal the plain output token for token; mismatches are counted and
+// make the exit status 1.
+//
+// Why measured < predicted: DecodeStats::predicted_speedup counts target calls, but a call that
+// verifies K drafts computes K + 1 rows and costs T(K+1) > T(1). The column T(K+1)/T(1) measures
+// that factor (spec target seconds per call / plain target seconds per call), and the JSON/TSV
+// field predicted_corrected = predicted / (T(K+1)/T(1)) is the geometric model with it included.
+//
+// Output: a markdown table on stdout; with --out, a JSON file and a TSV next to it (same name,
+// .tsv) for scripts/plot_speedup.sh. Progress goes to stderr.
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <specdec/specdec.hpp>
+
+#include "gpt/gpt_model.hpp"
+
+namespace {
+
+using specdec::token_t;
+using specdec::examples::GptModel;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::size_t prompts = 0;  // 0 = every prompt in the file
+  std::size_t tokens = 200;
+  std::size_t k_max = 8;
+  std::vector<float> temperatures{0.0f, 1.0f};
+  std::uint64_t seed = 1234;
+  bool shared_baseline = false;
+  bool help = false;
+  std::string out;
+  std::string prompts_file = SPECDEC_MODELS_DIR "/prompts.txt";
+  std::string target = SPECDEC_MODELS_DIR "/kjv-target.spdc";
+  std::string draft = SPECDEC_MODELS_DIR "/kjv-draft.spdc";
+};
+
+template <class Number>
+Number parse_number(std::string_view flag, std::string_view text) {
+  Number value{};
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc{} || stop != end || text.empty()) {
+    throw UsageError(std::string(flag) + " expects a number, got '" + std::string(text) + "'");
+  }
+  return value;
+}
+
+/// "0,1" -> {0, 1}; each checked by the library's SamplingParams::validate.
+std::vector<float> parse_temperatures(std::string_view flag, std::string_view list) {
+  std::vector<float> temperatures;
+  while (true) {
+    const std::size_t comma = list.find(',');
+    specdec::SamplingParams params;
+    params.temperature = parse_number<float>(flag, list.substr(0, comma));
+    try {
+      params.validate();
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(error.what());
+    }
+    temperatures.push_back(params.temperature);
+    if (comma == std::string_view::npos) return temperatures;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    const auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    // One flag per line, read as a table.
+    // clang-format off
+    if (flag == "--prompts") o.prompts = parse_number<std::size_t>(flag, value());
+    else if (flag == "--tokens") o.tokens = parse_number<std::size_t>(flag, value());
+    else if (flag == "--k-max") o.k_max = parse_number<std::size_t>(flag, value());
+    else if (flag == "--temperatures") o.temperatures = parse_temperatures(flag, value());
+    else if (flag == "--seed") o.seed = parse_number<std::uint64_t>(flag, value());
+    else if (flag == "--shared-baseline") o.shared_baseline = true;
+    else if (flag == "--out") o.out = value();
+    else if (flag == "--prompts-file") o.prompts_file = value();
+    else if (flag == "--target") o.target = value();
+    else if (flag == "--draft") o.draft = value();
+    else if (flag == "-h" || flag == "--help") o.help = true;
+    else throw UsageError("unknown option '" + std::string(flag) + "' (see --help)");
+    // clang-format on
+  }
+  if (o.tokens == 0 || o.k_max == 0 || o.temperatures.empty()) {
+    throw UsageError("--tokens, --k-max and --temperatures must be non-empty / >= 1");
+  }
+  return o;
+}
+
+/// One prompt per line, exactly as written (trailing spaces matter); the model sees "\n" + line.
+std::vector<std::vector<token_t>> read_prompts(const std::string& path, std::size_t count) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open prompts file " + path);
+  std::vector<std::vector<token_t>> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    std::vector<token_t>& prompt = prompts.emplace_back(1, token_t{'\n'});
+    for (const unsigned char byte : line) prompt.push_back(byte);
+  }
+  if (count > prompts.size()) {
+    throw UsageError("--prompts " + std::to_string(count) + ": " + path + " has only " +
+                     std::to_string(prompts.size()) + " prompts");
+  }
+  if (count > 0) prompts.resize(count);
+  return prompts;
+}
+
+double quantile(std::vector<double> values, double q) {  // linear interpolation; values non-empty
+  std::sort(values.begin(), values.end());
+  const double at = q * static_cast<double>(values.size() - 1);
+  const auto below = static_cast<std::size_t>(at);
+  const std::size_t above = std::min(below + 1, values.size() - 1);
+  return values[below] + (at - static_cast<double>(below)) * (values[above] - values[below]);
+}
+
+/// Sums the counters and timings of `run` into `total` (pooled statistics over prompts).
+void accumulate(specdec::DecodeStats& total, const specdec::DecodeStats& run) {
+  total.rounds += run.rounds;
+  total.drafted += run.drafted;
+  total.accepted += run.accepted;
+  total.emitted += run.emitted;
+  total.rejecting_rounds += run.rejecting_rounds;
+  total.draft_calls += run.draft_calls;
+  total.target_calls += run.target_calls;
+  total.drafted_at.resize(std::max(total.drafted_at.size(), run.drafted_at.size()));
+  total.accepted_at.resize(total.drafted_at.size());
+  for (std::size_t k = 0; k < run.drafted_at.size(); ++k) {
+    total.drafted_at[k] += run.drafted_at[k];
+    total.accepted_at[k] += run.accepted_at[k];
+  }
+  total.draft_seconds += run.draft_seconds;
+  total.target_seconds += run.target_seconds;
+  total.total_seconds += run.total_seconds;
+  total.library_seconds += run.library_seconds;
+}
+
+/// A generation with its process CPU time.
+struct TimedRun {
+  specdec::GenerationResult result;
+  double cpu_seconds = 0;
+};
+
+template <class Decoder>
+TimedRun timed_generate(Decoder& decoder, std::span<const token_t> prompt,
+                        const specdec::GenerationConfig& config) {
+  const std::clock_t start = std::clock();
+  TimedRun run{decoder.generate(prompt, config), 0};
+  run.cpu_seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
+  return run;
+}
+
+/// Everything measured for one (K, T) over all prompts.
+struct Cell {
+  std::size_t draft_length = 0;
+  float temperature = 0;
+  std::vector<double> speedups, cpu_speedups;  // per prompt: spec tokens/s over plain tokens/s
+  specdec::DecodeStats plain, speculative;     // pooled over prompts
+  double plain_cpu = 0, speculative_cpu = 0;
+  std::size_t greedy_mismatches = 0;
+
+  void add(const TimedRun& plain_run, const TimedRun& speculative_run) {
+    const specdec::DecodeStats& p = plain_run.result.stats;
+    const specdec::DecodeStats& s = speculative_run.result.stats;
+    const auto rate = [](const specdec::DecodeStats& stats, double seconds) {
+      return static_cast<double>(stats.emitted) / seconds;
+    };
+    speedups.push_back(rate(s, s.total_seconds) / rate(p, p.total_seconds));
+    cpu_speedups.push_back(rate(s, speculative_run.cpu_seconds) / rate(p, plain_run.cpu_seconds));
+    accumulate(plain, p);
+    accumulate(speculative, s);
+    plain_cpu += plain_run.cpu_seconds;
+    speculative_cpu += speculative_run.cpu_seconds;
+    if (temperature == 0.0f && speculative_run.result.tokens != plain_run.result.tokens) {
+      ++greedy_mismatches;
+    }
+  }
+
+  /// Aggregate tokens per second: total tokens / total seconds over all prompts.
+  [[nodiscard]] double plain_rate() const {
+    return static_cast<double>(plain.emitted) / plain.total_seconds;
+  }
+  [[nodiscard]] double speculative_rate() const {
+    return static_cast<double>(speculative.emitted) / speculative.total_seconds;
+  }
+  /// T(K+1) / T(1): the cost of a verification call in plain (one-row) target calls. The
+  /// predicted speedup counts target calls, so it overestimates the measured one by about this.
+  [[nodiscard]] double verify_cost() const {
+    return (speculative.target_seconds / static_cast<double>(speculative.target_calls)) /
+           (plain.target_seconds / static_cast<double>(plain.target_calls));
+  }
+};
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return in ? one + " " + five + " " + fifteen : "unknown";
+}
+
+void print_table(const std::vector<Cell>& cells) {
+  std::printf(
+      "| K | T | plain tok/s | spec tok/s | speedup median [IQR] | speedup aggregate | "
+      "speedup cpu median | acceptance | alpha_hat | tau | c | predicted | T(K+1)/T(1) | "
+      "greedy identical |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n");
+  for (const Cell& cell : cells) {
+    const specdec::DecodeStats& s = cell.speculative;
+    const std::string identical =
+        cell.temperature != 0.0f ? "-"
+        : cell.greedy_mismatches == 0
+            ? "yes (" + std::to_string(cell.speedups.size()) + "/" +
+                  std::to_string(cell.speedups.size()) + ")"
+            : "**NO: " + std::to_string(cell.greedy_mismatches) + " differ**";
+    std::printf(
+        "| %zu | %g | %.1f | %.1f | %.2fx [%.2f, %.2f] | %.2fx | %.2fx | %.3f | %.3f | "
+        "%.2f | %.4f | %.2fx | %.2f | %s |\n",
+        cell.draft_length, static_cast<double>(cell.temperature), cell.plain_rate(),
+        cell.speculative_rate(), quantile(cell.speedups, 0.5), quantile(cell.speedups, 0.25),
+        quantile(cell.speedups, 0.75), cell.speculative_rate() / cell.plain_rate(),
+        quantile(cell.cpu_speedups, 0.5), s.acceptance_rate(), s.alpha_hat(), s.tokens_per_round(),
+        s.cost_ratio(), s.predicted_speedup(cell.draft_length), cell.verify_cost(),
+        identical.c_str());
+  }
+}
+
+void write_results(const std::string& json_path, const Options& o, std::size_t prompt_count,
+                   const std::string& load_start, const std::string& load_end,
+                   const std::vector<Cell>& cells) {
+  std::filesystem::path tsv_path(json_path);
+  tsv_path.replace_extension(".tsv");
+  std::ofstream json(json_path), tsv(tsv_path);
+  if (!json || !tsv) throw std::runtime_error("cannot write " + json_path + " / .tsv");
+  char line[1024];
+  std::snprintf(line, sizeof line,
+                "{\n  \"config\": {\"prompts\": %zu, \"tokens\": %zu, \"k_max\": %zu, \"seed\": "
+                "%llu, \"baseline\": \"%s\", \"target\": \"%s\", \"draft\": \"%s\", "
+                "\"load_average_start\": \"%s\", \"load_average_end\": \"%s\"},\n  \"rows\": [",
+                prompt_count, o.tokens, o.k_max, static_cast<unsigned long long>(o.seed),
+                o.shared_baseline ? "shared" : "paired", o.target.c_str(), o.draft.c_str(),
+                load_start.c_str(), load_end.c_str());
+  json << line;
+  std::snprintf(line, sizeof line,
+                "# gpt_speedup: %zu prompts x %zu tokens, %s baseline, seed %llu, load %s -> %s\n",
+                prompt_count, o.tokens, o.shared_baseline ? "shared" : "paired",
+                static_cast<unsigned long long>(o.seed), load_start.c_str(), load_end.c_str());
+  tsv << line;
+  tsv << "k\ttemperature\tplain_tps\tspec_tps\tspeedup_median\tspeedup_p25\tspeedup_p75\t"
+         "speedup_aggregate\tspeedup_cpu_median\tacceptance_rate\talpha_hat\ttau\tc\tpredicted\t"
+         "verify_cost\tpredicted_corrected\tgreedy_mismatches\n";
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    const Cell& cell = cells[i];
+    const specdec::DecodeStats& s = cell.speculative;
+    const double values[] = {cell.plain_rate(),
+                             cell.speculative_rate(),
+                             quantile(cell.speedups, 0.5),
+                             quantile(cell.speedups, 0.25),
+                             quantile(cell.speedups, 0.75),
+                             cell.speculative_rate() / cell.plain_rate(),
+                             quantile(cell.cpu_speedups, 0.5),
+                             s.acceptance_rate(),
+                             s.alpha_hat(),
+                             s.tokens_per_round(),
+                             s.cost_ratio(),
+                             s.predicted_speedup(cell.draft_length),
+                             cell.verify_cost(),
+                             s.predicted_speedup(cell.draft_length) / cell.verify_cost()};
+    tsv << cell.draft_length << '\t' << cell.temperature;
+    for (const double value : values) tsv << '\t' << value;
+    tsv << '\t' << cell.greedy_mismatches << '\n';
+
+    std::snprintf(line, sizeof line,
+                  "%s\n    {\"k\": %zu, \"temperature\": %g, \"plain_tokens_per_second\": %.6g, "
+                  "\"speculative_tokens_per_second\": %.6g, \"speedup_median\": %.6g, "
+                  "\"speedup_p25\": %.6g, \"speedup_p75\": %.6g, \"speedup_aggregate\": %.6g, "
+                  "\"speedup_cpu_median\": %.6g, \"acceptance_rate\": %.6g, \"alpha_hat\": %.6g, "
+                  "\"tokens_per_round\": %.6g, \"cost_ratio\": %.6g, \"predicted_speedup\": "
+                  "%.6g, \"verify_cost\": %.6g, \"predicted_corrected\": %.6g, "
+                  "\"library_fraction\": %.6g, "
+                  "\"greedy_mismatches\": %zu,",
+                  i == 0 ? "" : ",", cell.draft_length, static_cast<double>(cell.temperature),
+                  values[0], values[1], values[2], values[3], values[4], values[5], values[6],
+                  values[7], values[8], values[9], values[10], values[11], values[12], values[13],
+                  s.library_seconds / s.total_seconds, cell.greedy_mismatches);
+    json << line << "\n     \"acceptance_by_position\": [";
+    for (std::size_t k = 0; k < s.drafted_at.size(); ++k) {
+      json << (k ? ", " : "")
+           << static_cast<double>(s.accepted_at[k]) / static_cast<double>(s.drafted_at[k]);
+    }
+    json << "],\n     \"speedup_per_prompt\": [";
+    for (std::size_t p = 0; p < cell.speedups.size(); ++p) {
+      json << (p ? ", " : "") << cell.speedups[p];
+    }
+    json << "]}";
+  }
+  json << "\n  ]\n}\n";
+  std::fprintf(stderr, "wrote %s and %s\n", json_path.c_str(), tsv_path.c_str());
+}
+
+int run(const Options& o) {
+  GptModel target = GptModel::from_file(o.target);
+  GptModel draft = GptModel::from_file(o.draft);
+  const std::vector<std::vector<token_t>> prompts = read_prompts(o.prompts_file, o.prompts);
+  const std::size_t max_context = std::min(target.max_context(), draft.max_context());
+  for (const auto& prompt : prompts) {
+    if (prompt.size() + o.tokens + o.k_max + 1 > max_context) {
+      throw UsageError("a prompt of " + std::to_string(prompt.size()) + " tokens + --tokens " +
+                       std::to_string(o.tokens) + " + K + 1 exceeds the max context of " +
+                       std::to_string(max_context));
+    }
+  }
+
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = o.tokens;
+  config.seed = o.seed;
+  const auto run_plain = [&](std::span<const token_t> prompt) {
+    target.reset();
+    return timed_generate(plain, prompt, config);
+  };
+  const auto run_speculative = [&](std::span<const token_t> prompt) {
+    target.reset();
+    draft.reset();
+    return timed_generate(speculative, prompt, config);
+  };
+  run_plain(prompts[0]);  // warm-up: page in the weights, size the decoders' buffers
+  run_speculative(prompts[0]);
+
+  const std::string load_start = load_average();
+  std::fprintf(stderr, "gpt_speedup: %zu prompts x %zu tokens, K = 1..%zu, %s baseline; load %s\n",
+               prompts.size(), o.tokens, o.k_max, o.shared_baseline ? "shared" : "paired",
+               load_start.c_str());
+  std::vector<Cell> cells;
+  for (const float temperature : o.temperatures) {
+    config.sampling.temperature = temperature;
+    const std::size_t first = cells.size();
+    for (std::size_t k = 1; k <= o.k_max; ++k) {
+      Cell& cell = cells.emplace_back();
+      cell.draft_length = k;
+      cell.temperature = temperature;
+    }
+    for (std::size_t p = 0; p < prompts.size(); ++p) {
+      std::fprintf(stderr, "  T = %g: prompt %zu/%zu\n", static_cast<double>(temperature), p + 1,
+                   prompts.size());
+      TimedRun shared;
+      if (o.shared_baseline) shared = run_plain(prompts[p]);
+      for (std::size_t k = 1; k <= o.k_max; ++k) {
+        config.draft_length = k;
+        TimedRun plain_run, speculative_run;
+        if (o.shared_baseline) {
+          speculative_run = run_speculative(prompts[p]);
+        } else if (k % 2 == 1) {
+          plain_run = run_plain(prompts[p]);
+          speculative_run = run_speculative(prompts[p]);
+        } else {
+          speculative_run = run_speculative(prompts[p]);
+          plain_run = run_plain(prompts[p]);
+        }
+        cells[first + k - 1].add(o.shared_baseline ? shared : plain_run, speculative_run);
+      }
+    }
+  }
+  const std::string load_end = load_average();
+
+  std::printf(
+      "%zu held-out prompts x %zu new tokens, seed %llu, %s plain baseline; load average "
+      "%s at start, %s at end\n\n",
+      prompts.size(), o.tokens, static_cast<unsigned long long>(o.seed),
+      o.shared_baseline ? "shared" : "paired", load_start.c_str(), load_end.c_str());
+  print_table(cells);
+  if (!o.out.empty()) write_results(o.out, o, prompts.size(), load_start, load_end, cells);
+
+  std::size_t mismatches = 0;
+  for (const Cell& cell : cells) mismatches += cell.greedy_mismatches;
+  if (mismatches > 0) {
+    std::fprintf(stderr, "gpt_speedup: %zu greedy speculative outputs differ from plain decoding\n",
+                 mismatches);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+constexpr const char* kUsage =
+    "usage: gpt_speedup [--prompts N] [--tokens N] [--k-max K] [--temperatures 0,1] [--seed N]\n"
+    "                   [--shared-baseline] [--out FILE.json] [--prompts-file F] [--target F]\n"
+    "                   [--draft F]\n"
+    "Defaults: every prompt of models/prompts.txt, 200 tokens, K = 1..8, T = 0,1, seed 1234,\n"
+    "paired baseline (a plain run next to every speculative run), no files written.\n";
+
+int main(int argc, char** argv) {
+  try {
+    const Options options = parse_args(argc, argv);
+    if (options.help) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    return run(options);
+  } catch (const UsageError& error) {
+    std::fprintf(stderr, "gpt_speedup: %s\n", error.what());
+    return 2;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "gpt_speedup: error: %s\n", error.what());
+    return 1;
+  }
+}

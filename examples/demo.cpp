@@ -1,0 +1,297 @@
+// specdec-demo: streams speculative decoding of the shipped King James Bible models to the
+// terminal, then runs plain decoding with the same settings and seed and compares the two.
+// `specdec-demo --help` lists the flags.
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <specdec/specdec.hpp>
+
+#include "gpt/gpt_model.hpp"
+#include "text_stream.hpp"
+
+namespace {
+
+using specdec::token_t;
+using specdec::examples::GptModel;
+using specdec::examples::TextStream;
+
+constexpr const char* kHelp = R"(usage: specdec-demo [options]
+
+Generates text with speculative decoding (a 1-layer draft GPT proposes K tokens, the 6-layer
+target verifies them in one call), streaming it as it is committed, then runs plain decoding
+with the same settings and seed and compares speed. The models see "\n" + prompt: a newline
+starts every training verse.
+
+  --prompt TEXT          "Book C:V text" (default "Psalms 23:1 ")
+  --max-new-tokens N     tokens to generate, >= 1 (default 200); clamped so that
+                         prompt + N + K + 1 <= the models' max context (384 positions)
+  -k, --draft-length K   tokens drafted per target call, >= 1 (default 4)
+  --temperature T        >= 0; 0 = greedy (default 0)
+  --top-k N              keep the N most likely tokens; 0 = off (default 0)
+  --top-p P              nucleus sampling, in (0, 1]; 1 = off (default 1)
+  --min-p P              drop tokens below P * max probability, in [0, 1) (default 0)
+  --seed N               random seed for sampling (default 0)
+  --target PATH          target weights (default <source dir>/models/kjv-target.spdc)
+  --draft PATH           draft weights (default <source dir>/models/kjv-draft.spdc)
+  --json                 print a JSON summary (with the text) instead of streaming
+  --no-baseline          skip the plain-decoding run
+  --no-baseline-text     run plain decoding but do not print its text
+  -h, --help             this text
+
+Exit status: 0 ok, 1 runtime error (e.g. unreadable weights), 2 bad usage.
+)";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::string prompt = "Psalms 23:1 ";
+  specdec::GenerationConfig config;
+  std::string target_path = SPECDEC_MODELS_DIR "/kjv-target.spdc";
+  std::string draft_path = SPECDEC_MODELS_DIR "/kjv-draft.spdc";
+  bool json = false, baseline = true, baseline_text = true, help = false;
+};
+
+template <class Number>
+Number parse_number(std::string_view flag, std::string_view text) {
+  Number value{};
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc{} || stop != end || text.empty()) {
+    const char* expected = std::is_floating_point_v<Number> ? "a number"
+                           : std::is_signed_v<Number>       ? "an integer"
+                                                            : "a non-negative integer";
+    throw UsageError(std::string(flag) + " expects " + expected + ", got '" + std::string(text) +
+                     "'");
+  }
+  return value;
+}
+
+Options parse_args(int argc, char** argv) {
+  Options options;
+  specdec::GenerationConfig& config = options.config;
+  config.max_new_tokens = 200;
+  config.sampling.temperature = 0.0f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    const auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    const auto size_value = [&] { return parse_number<std::size_t>(flag, value()); };
+    const auto float_value = [&] { return parse_number<float>(flag, value()); };
+    // One flag per line, read as a table.
+    // clang-format off
+    if (flag == "-h" || flag == "--help") options.help = true;
+    else if (flag == "--prompt") options.prompt = value();
+    else if (flag == "--max-new-tokens") config.max_new_tokens = size_value();
+    else if (flag == "-k" || flag == "--draft-length") config.draft_length = size_value();
+    else if (flag == "--temperature") config.sampling.temperature = float_value();
+    else if (flag == "--top-k") config.sampling.top_k = parse_number<int>(flag, value());
+    else if (flag == "--top-p") config.sampling.top_p = float_value();
+    else if (flag == "--min-p") config.sampling.min_p = float_value();
+    else if (flag == "--seed") config.seed = parse_number<std::uint64_t>(flag, value());
+    else if (flag == "--target") options.target_path = value();
+    else if (flag == "--draft") options.draft_path = value();
+    else if (flag == "--json") options.json = true;
+    else if (flag == "--no-baseline") options.baseline = false;
+    else if (flag == "--no-baseline-text") options.baseline_text = false;
+    else throw UsageError("unknown option '" + std::string(flag) + "'");
+    // clang-format on
+  }
+  if (config.max_new_tokens == 0) throw UsageError("--max-new-tokens must be >= 1");
+  try {
+    config.validate();  // the library's own checks: K >= 1, temperature, top-k, top-p, min-p
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+  return options;
+}
+
+std::string to_text(std::span<const token_t> tokens) {
+  std::string text;
+  for (const token_t token : tokens) text.push_back(static_cast<char>(token));
+  return text;
+}
+
+double tokens_per_second(const specdec::DecodeStats& stats) {
+  return stats.total_seconds > 0 ? static_cast<double>(stats.emitted) / stats.total_seconds : 0;
+}
+
+double seconds_per_target_call(const specdec::DecodeStats& stats) {
+  return stats.target_seconds / static_cast<double>(stats.target_calls);
+}
+
+/// A JSON string literal. Bytes >= 0x7f become \u00XX (byte = code point: lossless, since a
+/// sampled byte sequence need not be valid UTF-8).
+std::string json_string(std::string_view bytes) {
+  std::string out = "\"";
+  for (const unsigned char byte : bytes) {
+    if (byte == '"' || byte == '\\') {
+      out += {'\\', static_cast<char>(byte)};
+    } else if (byte >= 0x20 && byte < 0x7f) {
+      out += static_cast<char>(byte);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", byte);
+      out += escaped;
+    }
+  }
+  return out + "\"";
+}
+
+void print_json(const Options& options, const specdec::GenerationResult& fast,
+                const specdec::GenerationResult& slow) {
+  const specdec::GenerationConfig& config = options.config;
+  const specdec::SamplingParams& s = config.sampling;
+  const specdec::DecodeStats& stats = fast.stats;
+  std::printf(
+      "{\n  \"prompt\": %s,\n  \"draft_length\": %zu,\n  \"max_new_tokens\": %zu,\n"
+      "  \"seed\": %llu,\n  \"sampling\": {\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, "
+      "\"min_p\": %g},\n  \"speculative\": {\"text\": %s, \"new_tokens\": %zu, \"seconds\": %.6g, "
+      "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, \"alpha_hat\": "
+      "%.6g, \"tokens_per_round\": %.6g, \"cost_ratio\": %.6g, \"predicted_speedup\": %.6g}",
+      json_string(options.prompt).c_str(), config.draft_length, config.max_new_tokens,
+      static_cast<unsigned long long>(config.seed), static_cast<double>(s.temperature), s.top_k,
+      static_cast<double>(s.top_p), static_cast<double>(s.min_p),
+      json_string(to_text(fast.tokens)).c_str(), stats.emitted, stats.total_seconds,
+      tokens_per_second(stats), stats.rounds, stats.acceptance_rate(), stats.alpha_hat(),
+      stats.tokens_per_round(), stats.cost_ratio(), stats.predicted_speedup(config.draft_length));
+  if (options.baseline) {
+    const std::string text =
+        options.baseline_text ? "\"text\": " + json_string(to_text(slow.tokens)) + ", " : "";
+    std::printf(
+        ",\n  \"plain\": {%s\"new_tokens\": %zu, \"seconds\": %.6g, \"tokens_per_second\""
+        ": %.6g},\n  \"measured_speedup\": %.6g,\n  \"verify_cost\": %.6g,\n  \"identical\": %s",
+        text.c_str(), slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats),
+        tokens_per_second(stats) / tokens_per_second(slow.stats),
+        seconds_per_target_call(stats) / seconds_per_target_call(slow.stats),
+        fast.tokens == slow.tokens ? "true" : "false");
+  }
+  std::printf("\n}\n");
+}
+
+void print_comparison(const Options& options, const specdec::GenerationResult& fast,
+                      const specdec::GenerationResult& slow) {
+  const std::size_t k = options.config.draft_length;
+  const specdec::DecodeStats& stats = fast.stats;
+  if (options.baseline && options.baseline_text) {
+    std::printf("\n--- plain decoding ---\n%s%s\n", options.prompt.c_str(),
+                to_text(slow.tokens).c_str());
+  }
+  std::printf("\nspeculative (K = %zu): %4zu tokens in %.3f s, %7.1f tokens/s\n", k, stats.emitted,
+              stats.total_seconds, tokens_per_second(stats));
+  if (options.baseline) {
+    std::printf("plain decoding:        %4zu tokens in %.3f s, %7.1f tokens/s\n",
+                slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats));
+    std::printf("measured speedup:      %.2fx\n",
+                tokens_per_second(stats) / tokens_per_second(slow.stats));
+  }
+  std::printf("predicted speedup:     %.2fx  (geometric model: alpha_hat %.3f, c %.4f)\n",
+              stats.predicted_speedup(k), stats.alpha_hat(), stats.cost_ratio());
+  std::printf("tokens per round:      %.2f  (acceptance rate %.3f)\n", stats.tokens_per_round(),
+              stats.acceptance_rate());
+  if (options.baseline) {
+    // Where the time goes: a round emits tau tokens for K draft calls and one target call that
+    // computes K + 1 rows, which costs T(K+1)/T(1) one-token calls.
+    const double verify_cost = seconds_per_target_call(stats) / seconds_per_target_call(slow.stats);
+    const double round_cost = (static_cast<double>(k) * stats.cost_ratio() + 1) * verify_cost;
+    std::printf(
+        "cost per round:        %.2f plain steps (T(%zu)/T(1) = %.2f), so tau / cost = %.2fx\n",
+        round_cost, k + 1, verify_cost, stats.tokens_per_round() / round_cost);
+  }
+  if (options.baseline && options.config.sampling.greedy()) {
+    std::printf("greedy outputs identical: %s\n",
+                fast.tokens == slow.tokens ? "yes" : "NO (a bug: please report it)");
+  } else if (options.baseline) {
+    std::printf(
+        "(sampling: both texts are exact samples from the target, but the two decoders "
+        "spend the seed's random numbers differently, so they usually differ)\n");
+  }
+}
+
+int run(Options& options) {
+  specdec::GenerationConfig& config = options.config;
+  GptModel target = GptModel::from_file(options.target_path);
+  GptModel draft = GptModel::from_file(options.draft_path);
+
+  std::vector<token_t> prompt{'\n'};  // BOS: every training verse follows a newline
+  for (const unsigned char byte : options.prompt) prompt.push_back(byte);
+  // A round's target call sees at most prompt + new tokens + K + 1 positions.
+  const std::size_t max_context = std::min(target.max_context(), draft.max_context());
+  const std::size_t fixed = prompt.size() + config.draft_length + 1;
+  if (fixed >= max_context) {
+    throw UsageError("prompt (" + std::to_string(prompt.size()) +
+                     " tokens) + K + 1 leaves no "
+                     "room for new tokens in the max context of " +
+                     std::to_string(max_context));
+  }
+  if (fixed + config.max_new_tokens > max_context) {
+    config.max_new_tokens = max_context - fixed;
+    std::fprintf(stderr,
+                 "specdec-demo: --max-new-tokens clamped to %zu (prompt + new tokens + "
+                 "K + 1 <= max context %zu)\n",
+                 config.max_new_tokens, max_context);
+  }
+
+  // Warm-up, kept out of both timings: a model's first call may pay page faults and cold caches.
+  target.target(prompt, 1);
+  target.reset();
+
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::GenerationResult fast, slow;
+  if (options.json) {
+    fast = speculative.generate(prompt, config);
+  } else {
+    TextStream stream(options.prompt, config.draft_length, config.max_new_tokens);
+    fast = speculative.generate(prompt, config, stream);
+    stream.finish();
+  }
+  if (options.baseline) {
+    target.reset();  // forget the cached prompt: plain decoding pays for it too
+    specdec::AutoregressiveDecoder plain(target);
+    slow = plain.generate(prompt, config);
+  }
+
+  if (options.json) {
+    print_json(options, fast, slow);
+  } else {
+    print_comparison(options, fast, slow);
+  }
+  const bool greedy_mismatch =
+      options.baseline && config.sampling.greedy() && fast.tokens != slow.tokens;
+  return greedy_mismatch ? 1 : 0;
+}
+
+/// Library and model messages start with "specdec: "; ours get the program's name instead.
+std::string_view without_prefix(std::string_view message) {
+  return message.starts_with("specdec: ") ? message.substr(9) : message;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options options = parse_args(argc, argv);
+    if (options.help) {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+    return run(options);
+  } catch (const UsageError& error) {
+    std::fprintf(stderr, "specdec-demo: %s (see --help)\n", without_prefix(error.what()).data());
+    return 2;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "specdec-demo: error: %s\n", without_prefix(error.what()).data());
+    return 1;
+  }
+}

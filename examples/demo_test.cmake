@@ -1,0 +1,61 @@
+# Smoke test of the specdec-demo CLI, run by ctest (see examples/CMakeLists.txt):
+#
+#   cmake -DDEMO=<specdec-demo> -DEXPECTED_EXIT=<code> [-DEXPECTED_OUTPUT=<text>]
+#         -P demo_test.cmake -- <demo arguments...>
+#
+# Runs the demo with the arguments after "--" and fails unless it exits with EXPECTED_EXIT.
+# Exit 0: stdout must be the --json summary (parsed here) with the fields the README documents,
+#         and a greedy run must report identical speculative and plain outputs.
+# Otherwise: stderr must be one line containing EXPECTED_OUTPUT (a plain substring).
+
+set(demo_args)
+set(after_separator FALSE)
+math(EXPR last_arg "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last_arg})
+  if(after_separator)
+    list(APPEND demo_args "${CMAKE_ARGV${i}}")
+  elseif(CMAKE_ARGV${i} STREQUAL "--")
+    set(after_separator TRUE)
+  endif()
+endforeach()
+
+execute_process(COMMAND ${DEMO} ${demo_args}
+                RESULT_VARIABLE exit_code OUTPUT_VARIABLE out ERROR_VARIABLE err
+                TIMEOUT 300)
+string(REPLACE ";" " " shown_args "${demo_args}")
+if(NOT exit_code STREQUAL EXPECTED_EXIT)
+  message(FATAL_ERROR "specdec-demo ${shown_args}: exit ${exit_code}, expected ${EXPECTED_EXIT}\n"
+                      "stdout:\n${out}\nstderr:\n${err}")
+endif()
+
+if(EXPECTED_EXIT EQUAL 0)
+  foreach(field text new_tokens tokens_per_second acceptance_rate alpha_hat tokens_per_round
+                cost_ratio predicted_speedup)
+    string(JSON value ERROR_VARIABLE json_error GET "${out}" speculative ${field})
+    if(json_error)
+      message(FATAL_ERROR "--json summary: speculative.${field}: ${json_error}\n${out}")
+    endif()
+  endforeach()
+  string(JSON new_tokens GET "${out}" speculative new_tokens)
+  string(JSON budget GET "${out}" max_new_tokens)
+  if(NOT new_tokens EQUAL budget)
+    message(FATAL_ERROR "--json summary: ${new_tokens} new tokens, expected ${budget}\n${out}")
+  endif()
+  string(JSON speedup GET "${out}" measured_speedup)
+  string(JSON temperature GET "${out}" sampling temperature)
+  if(temperature EQUAL 0)
+    string(JSON identical GET "${out}" identical)
+    if(NOT identical)
+      message(FATAL_ERROR "greedy speculative and plain outputs differ\n${out}")
+    endif()
+  endif()
+  message(STATUS "ok: exit 0, measured speedup ${speedup}")
+else()
+  string(FIND "${err}" "${EXPECTED_OUTPUT}" found)
+  string(STRIP "${err}" stripped)
+  if(found EQUAL -1 OR stripped MATCHES "\n")
+    message(FATAL_ERROR "specdec-demo ${shown_args}: expected one stderr line containing "
+                        "'${EXPECTED_OUTPUT}', got:\n${err}")
+  endif()
+  message(STATUS "ok: exit ${exit_code}: ${stripped}")
+endif()
