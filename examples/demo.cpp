@@ -46,7 +46,8 @@ starts every training verse.
   --no-baseline-text     run plain decoding but do not print its text
   -h, --help             this text
 
-Exit status: 0 ok, 1 runtime error (e.g. unreadable weights), 2 bad usage.
+Exit status: 0 ok, 1 runtime error (unreadable weights, or greedy outputs that differ),
+2 bad usage.
 )";
 
 struct UsageError : std::runtime_error {
@@ -230,10 +231,8 @@ int run(Options& options) {
   const std::size_t max_context = std::min(target.max_context(), draft.max_context());
   const std::size_t fixed = prompt.size() + config.draft_length + 1;
   if (fixed >= max_context) {
-    throw UsageError("prompt (" + std::to_string(prompt.size()) +
-                     " tokens) + K + 1 leaves no "
-                     "room for new tokens in the max context of " +
-                     std::to_string(max_context));
+    throw UsageError("prompt (" + std::to_string(prompt.size()) + " tokens) + K + 1 leaves " +
+                     "no room for new tokens in the max context of " + std::to_string(max_context));
   }
   if (fixed + config.max_new_tokens > max_context) {
     config.max_new_tokens = max_context - fixed;
