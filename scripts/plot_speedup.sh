@@ -40,18 +40,21 @@ fi
 
 # The TSV: a "# gpt_speedup: <setup>" line, a header line, then one row per (K, T).
 setup="$(sed -n '1s/^# gpt_speedup: //p' "$tsv")"
+k_max="$(awk -F'\t' '!/^#/ && NR > 2 && $1 > k { k = $1 } END { print k }' "$tsv")"
 temperatures="$(awk -F'\t' '!/^#/ && NR > 2 { print $2 }' "$tsv" | sort -gu | tr '\n' ' ')"
 mkdir -p "$(dirname "$out")"
 gnuplot <<EOF
-set terminal pngcairo size 1000,640 font "sans,11"
+set terminal pngcairo size 1000,720 font "sans,11"
 set output "$out"
-set title "speculative vs plain decoding, KJV GPT pair (draft: 1 layer, d = 64; target: 6 layers, d = 384)\n{/*0.8 $setup}"
+models = "draft: 1 layer, d = 64; target: 6 layers, d = 384"
+set title sprintf("speculative vs plain decoding, KJV GPT pair (%s)\n{/*0.8 $setup}", models)
 set xlabel "draft length K (tokens drafted per target call)"
 set ylabel "speedup over plain decoding"
-set key top left box opaque Left reverse
+set key below box Left reverse maxrows 3 width 2
+set bmargin 8
 set grid ytics
 set xtics 1
-set offsets 0.2, 0.2, 0, 0
+set xrange [0.5:$k_max + 0.5]
 set yrange [0:*]
 set datafile separator "\t"
 set style line 1 lc rgb "#1f77b4" lw 2 pt 7 ps 1.2
@@ -59,13 +62,16 @@ set style line 2 lc rgb "#d62728" lw 2 pt 5 ps 1.2
 set style line 3 lc rgb "#2ca02c" lw 2 pt 9 ps 1.2
 set style line 4 lc rgb "#9467bd" lw 2 pt 11 ps 1.2
 temps = "$temperatures"
-pick(t, col) = (column("temperature") == t) ? column(col) : NaN
+# Column col of the rows whose temperature is the i-th of temps (NaN elsewhere: not drawn).
+pick(i, col) = column("temperature") == real(word(temps, i)) ? column(col) : NaN
 plot 1 with lines lc rgb "#888888" dt 3 title "break-even", \
-  for [i=1:words(temps)] "$tsv" using "k":(pick(real(word(temps, i)), "speedup_median")):(pick(real(word(temps, i)), "speedup_p25")):(pick(real(word(temps, i)), "speedup_p75")) \
-      with yerrorlines ls i title sprintf("T = %s: measured (median over prompts, IQR bars)", word(temps, i)), \
-  for [i=1:words(temps)] "$tsv" using "k":(pick(real(word(temps, i)), "predicted")) \
-      with lines ls i dt 2 lw 1.5 title sprintf("T = %s: predicted (1-a^{K+1})/((1-a)(Kc+1))", word(temps, i)), \
-  for [i=1:words(temps)] "$tsv" using "k":(pick(real(word(temps, i)), "predicted_corrected")) \
-      with lines ls i dt 3 lw 1.5 title sprintf("T = %s: predicted / (T(K+1)/T(1))", word(temps, i))
+  for [i=1:words(temps)] "$tsv" \
+      using "k":(pick(i, "speedup_median")):(pick(i, "speedup_p25")):(pick(i, "speedup_p75")) \
+      with yerrorlines ls i \
+      title sprintf("T = %s: measured (median over prompts, IQR)", word(temps, i)), \
+  for [i=1:words(temps)] "$tsv" using "k":(pick(i, "predicted")) with lines ls i dt 2 lw 1.5 \
+      title sprintf("T = %s: predicted (1-a^{K+1}) / ((1-a)(Kc+1))", word(temps, i)), \
+  for [i=1:words(temps)] "$tsv" using "k":(pick(i, "predicted_corrected")) with lines ls i dt 3 \
+      lw 1.5 title sprintf("T = %s: predicted / (T(K+1)/T(1))", word(temps, i))
 EOF
 echo "wrote $out (from $tsv)"

@@ -13,6 +13,7 @@ budget always ends at the low learning rate. A checkpoint is written every few m
 """
 import argparse
 import math
+import struct
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,23 @@ PRESETS = {
     "target": GPTConfig(n_layer=6, n_head=6, d_model=384, d_ff=1536),
     "draft": GPTConfig(n_layer=1, n_head=2, d_model=64, d_ff=256),
 }
+
+
+def load_spdc(model, path):
+    """Copies the fp16 tensors of an exported .spdc file (see export.py) into `model`."""
+    import numpy as np
+    blob = Path(path).read_bytes()
+    dims = struct.unpack("<8I", blob[8:40])
+    c = model.config
+    expected = (1, c.vocab_size, c.max_context, c.n_layer, c.n_head, c.d_model, c.d_ff, 1)
+    if blob[:8] != b"SPDCGPT1" or dims != expected:
+        raise SystemExit(f"{path}: not a .spdc file of this preset (header {dims}, expected {expected})")
+    offset = 40
+    with torch.no_grad():
+        for t in model.tensors():
+            n = t.numel()
+            t.copy_(torch.from_numpy(np.frombuffer(blob, "<f2", n, offset).astype("f4")).view_as(t))
+            offset += 2 * n
 
 
 def load(path):
@@ -57,6 +75,7 @@ def main():
     ap.add_argument("--batch", type=int, default=24)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--init", help="start from the weights of an exported .spdc file (continue training)")
     ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast matmuls (AVX512-BF16 CPUs)")
     a = ap.parse_args()
 
@@ -64,6 +83,8 @@ def main():
     torch.manual_seed(a.seed)
     cfg = PRESETS[a.preset]
     model = GPT(cfg)
+    if a.init:
+        load_spdc(model, a.init)
     lr_max = a.lr or (1e-3 if a.preset == "target" else 3e-3)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
