@@ -8,11 +8,11 @@
 /// Not part of scripts/bench.sh's default run (`scripts/bench.sh proposals` runs it). Delete
 /// once include/specdec/ has adopted (or rejected) the proposals.
 ///
-///  (Two earlier findings are already fixed in include/: Eigen 3.4's select() has no packet
-///   path, so every masked exp ran scalar std::exp -- now masked_exp_block; argmax used
-///   maxCoeff<PropagateNaN>, latency-bound -- now scan_max.)
-///  P3  Greedy log-prob: the decoder calls logsumexp(row), which redoes the max pass that
-///      argmax_checked just did. Fix: best_logit + log(exp_sum(row, best_logit, 1, -inf)).
+///  (Earlier findings already fixed in include/ while this was written: Eigen 3.4's select()
+///   has no packet path, so every masked exp ran scalar std::exp -> masked_exp_block; argmax
+///   used maxCoeff<PropagateNaN>, latency-bound -> scan_max; the greedy log-prob redid the max
+///   pass -> logsumexp_given_max. A one-pass online max + exp-sum for unfiltered target rows
+///   was also tried and measured no faster than scan_max + exp_sum, so it is not proposed.)
 ///  P4  top-p: filter_threshold copies every logit >= max + T log((1 - top_p) Z / V) -- a loose
 ///      bound: 20-45 % of V for a heavy tail -- with a branchy scalar copy_if, then quickselects
 ///      that set (std::nth_element + scalar exp per level); process_logits then does another
@@ -22,8 +22,6 @@
 ///      vectorised masked sums (no exp), quickselect on the <= 2048 tokens of the last bracket.
 ///      Both still have one scalar pass over V (bucket scatter / candidate copy): the next
 ///      step would be an AVX-512 compress (or a per-block skip) for the candidate copy.
-///  P5  Unfiltered target rows: scan_max + exp_sum read the row from memory twice. Fix: online
-///      (per 1024-block) max + rescaled exp-sum, one memory pass.
 ///  P6  Bonus row: verify_stochastic processes row K (max + exp-sum), then sample() stores the
 ///      weights (a second exp pass). Fix: process row K with weights (the draft-row path) and
 ///      sample_from_weights: one exp pass.
@@ -260,28 +258,6 @@ TopPResult proto_top_p_bisect(std::span<const float> logits, float m, float inv_
   return {boundary, kept};
 }
 
-// ---- P5: one memory pass for an unfiltered target row (online max + exp-sum) ------------------
-/// Per 1024-block: the block max is read from memory (which brings the block into L1), then the
-/// exp-sum of the L1-resident block is taken against the running max; when the max grows the
-/// running total is rescaled by exp(old - new) (a handful of times per row). NaN / +inf: the
-/// total or the max comes out NaN / +inf, and the caller falls back to the checked path.
-/// Returns {max, normalizer}.
-std::pair<float, double> proto_online_max_expsum(std::span<const float> logits, float inv_t) {
-  const auto all = as_array(logits);
-  float m = -std::numeric_limits<float>::infinity();
-  double total = 0;
-  for_each_block(logits.size(), [&](std::size_t off, std::size_t len) {
-    const auto block = all.segment(static_cast<Eigen::Index>(off), static_cast<Eigen::Index>(len));
-    const float bm = block.maxCoeff();
-    if (bm > m) {
-      if (total > 0) total *= std::exp(static_cast<double>((m - bm) * inv_t));
-      m = bm;
-    }
-    total += static_cast<double>(((block - m) * inv_t).exp().sum());
-  });
-  return {m, total};
-}
-
 // ---- benchmarks ---------------------------------------------------------------------------------
 
 specdec::SamplingParams params(float top_p) {
@@ -289,30 +265,6 @@ specdec::SamplingParams params(float top_p) {
   p.temperature = 1.0f;
   p.top_p = top_p;
   return p;
-}
-
-/// Greedy target row with log-prob, as the decoder does it today / as proposed.
-void BM_GreedyLogprob_Current(benchmark::State& state) {
-  const Pool& pool = pool_for(static_cast<std::size_t>(state.range(0)));
-  std::size_t r = 0;
-  for (auto _ : state) {
-    const auto row = pool.t(r++);
-    const auto [best, best_logit] = specdec::detail::argmax_checked(row);
-    benchmark::DoNotOptimize(best_logit - specdec::logsumexp(row));
-    benchmark::DoNotOptimize(best);
-  }
-}
-void BM_GreedyLogprob_Proposed(benchmark::State& state) {
-  const Pool& pool = pool_for(static_cast<std::size_t>(state.range(0)));
-  const float ninf = -std::numeric_limits<float>::infinity();
-  std::size_t r = 0;
-  for (auto _ : state) {
-    const auto row = pool.t(r++);
-    const auto [best, best_logit] = specdec::detail::argmax_checked(row);
-    benchmark::DoNotOptimize(
-        -static_cast<float>(std::log(specdec::detail::exp_sum(row, best_logit, 1.0f, ninf))));
-    benchmark::DoNotOptimize(best);
-  }
 }
 
 /// Top-p = 0.9, target row (threshold + normalizer) and draft row (+ weights).
@@ -405,29 +357,6 @@ void BM_ExpSumPass(benchmark::State& state) {
   }
 }
 
-/// P5: unfiltered target row (T = 1): process_logits (max pass + exp-sum pass) vs one pass.
-void BM_TargetRow_Current(benchmark::State& state) {
-  const Pool& pool = pool_for(static_cast<std::size_t>(state.range(0)));
-  std::vector<float> fs;
-  const auto prm = params(1.0f);
-  std::size_t r = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(specdec::process_logits(pool.t(r++), prm, fs));
-}
-void BM_TargetRow_Online(benchmark::State& state) {
-  const Pool& pool = pool_for(static_cast<std::size_t>(state.range(0)));
-  std::vector<float> fs;
-  const auto prm = params(1.0f);
-  double worst = 0;
-  for (std::size_t r = 0; r < kRows; ++r) {
-    const auto ref = specdec::process_logits(pool.t(r), prm, fs);
-    const auto [m, z] = proto_online_max_expsum(pool.t(r), 1.0f);
-    worst = std::max(worst, std::abs(z - ref.normalizer) / ref.normalizer + (m != ref.max_logit));
-  }
-  std::size_t r = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(proto_online_max_expsum(pool.t(r++), 1.0f));
-  state.counters["max_rel_diff"] = worst;
-}
-
 /// P6: bonus row, as verify_stochastic does it today / as proposed.
 void BM_Bonus_Current(benchmark::State& state) {
   const Pool& pool = pool_for(static_cast<std::size_t>(state.range(0)));
@@ -469,12 +398,8 @@ void vocab_draft(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_MaxPass)->Apply(vocab);
 BENCHMARK(BM_ExpSumPass)->Apply(vocab);
-BENCHMARK(BM_GreedyLogprob_Current)->Apply(vocab);
-BENCHMARK(BM_GreedyLogprob_Proposed)->Apply(vocab);
 BENCHMARK(BM_TopP_Current)->Apply(vocab_draft);
 BENCHMARK(BM_TopP_Proposed)->Apply(vocab_draft);
 BENCHMARK(BM_TopP_ProposedBisect)->Apply(vocab_draft);
-BENCHMARK(BM_TargetRow_Current)->Apply(vocab);
-BENCHMARK(BM_TargetRow_Online)->Apply(vocab);
 BENCHMARK(BM_Bonus_Current)->Apply(vocab);
 BENCHMARK(BM_Bonus_Proposed)->Apply(vocab);

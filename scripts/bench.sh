@@ -4,7 +4,7 @@
 #   <bench>.json     Google Benchmark JSON (--benchmark_out)
 #   <bench>.txt      console copy
 #   summary.md       markdown tables with the targets marked (scripts/bench_table.py)
-#   env.txt          when / where / on which commit / machine load at start and end
+#   env-<which>.txt  when / where / on which commit / machine load at start and end
 #
 # Usage: scripts/bench.sh [all|round|synthetic|proposals] [extra Google Benchmark flags...]
 #   all = round + synthetic; proposals = kernel_proposals_bench (A/B of proposed kernel fixes)
@@ -41,7 +41,7 @@ mkdir -p "$results"
   echo "host:    $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
   echo "compiler: $(${CXX:-c++} --version | head -1)"
   echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-} >"$results/env.txt"
+} >"$results/env-$which.txt"
 
 for bench in "${benches[@]}"; do
   echo "== $bench"
@@ -52,11 +52,11 @@ for bench in "${benches[@]}"; do
     --benchmark_out_format=json \
     "$@" | tee "$results/$bench.txt"
 done
-echo "load at end:   $(cut -d' ' -f1-3 /proc/loadavg)" >>"$results/env.txt"
+echo "load at end:   $(cut -d' ' -f1-3 /proc/loadavg)" >>"$results/env-$which.txt"
 
 jsons=()
 for bench in round_overhead_bench synthetic_speedup_bench; do
   [ -f "$results/$bench.json" ] && jsons+=("$results/$bench.json")
 done
 python3 "$root/scripts/bench_table.py" "${jsons[@]}" >"$results/summary.md"
-echo "results: $results (summary.md, *.json, *.txt, env.txt)"
+echo "results: $results (summary.md, *.json, *.txt, env-$which.txt)"

@@ -1,5 +1,6 @@
 // Statistical test of the full decoder: the first three tokens SpeculativeDecoder emits follow
-// the target's own distribution of three tokens, in every sampling mode and for good, poor and
+// the target's own distribution of three tokens, in every sampling mode (T = 1, T = 0.7, top-k,
+// top-p, min-p, and T = 0.85 with a context-dependent logits processor) and for good, poor and
 // identical drafts (chi-square goodness of fit over all 8^3 = 512 cells, 200k runs per case).
 //
 // The expected distribution is computed from the target alone with an independent reference
@@ -45,8 +46,9 @@ constexpr std::size_t kContexts = kVocab * kVocab;  // (second-to-last, last) to
 constexpr std::size_t kEmitted = 3;
 constexpr std::size_t kCells = kVocab * kVocab * kVocab;
 constexpr std::size_t kRuns = 200'000;
-// Significance threshold for every goodness-of-fit assertion (15+ cases, fixed seeds: a false
-// alarm has probability ~1.5e-3 per full run and then reproduces until a seed changes).
+// Significance threshold for every goodness-of-fit assertion: 18 cases + 1 control, so a correct
+// decoder fails a full run with probability ~2e-3; the seeds are fixed, so a run's verdict is
+// reproducible. The injected bugs reach p ~ 0 (chi2 in the tens of thousands), far below it.
 constexpr double kMinPValue = 1e-4;
 const std::vector<token_t> kPrompt{2, 5};
 
@@ -235,7 +237,7 @@ void PrintTo(DraftQuality quality, std::ostream* os) { *os << name_of(quality); 
 LogitTable draft_table(const LogitTable& target, DraftQuality quality) {
   if (quality == DraftQuality::identical) return target;
   const double shrink = quality == DraftQuality::well_matched ? 1.0 : 0.3;
-  const double noise = quality == DraftQuality::well_matched ? 0.45 : 2.0;
+  const double noise = quality == DraftQuality::well_matched ? 0.5 : 2.0;
   LogitTable table{};
   for (std::size_t i = 0; i < table.size(); ++i) {
     table[i] = static_cast<float>(shrink * target[i] + noise * hash_normal(0xd4af7, i));
@@ -317,19 +319,27 @@ std::vector<double> reference_probabilities(std::span<const float> row, const Sa
 }
 
 // Exact law of the target's first three tokens after kPrompt: 512 cells, index t1*64+t2*8+t3.
+// The logits processor, if any, sees the whole context (prompt + tokens so far).
 std::vector<double> target_three_token_law(const LogitTable& table, const SamplingParams& params) {
   std::vector<double> law(kCells, 0.0);
-  auto row_after = [&](std::vector<token_t> context) {
-    return reference_probabilities(
-        std::span<const float>(table.data() + context_index(context) * kVocab, kVocab), params);
+  auto row_after = [&](const std::vector<token_t>& context) {
+    std::vector<float> row(table.data() + context_index(context) * kVocab,
+                           table.data() + (context_index(context) + 1) * kVocab);
+    if (params.logits_processor) params.logits_processor(context, row);
+    return reference_probabilities(row, params);
+  };
+  auto extend = [](std::vector<token_t> context, std::size_t token) {
+    context.push_back(static_cast<token_t>(token));
+    return context;
   };
   const std::vector<double> p1 = row_after(kPrompt);
   for (std::size_t t1 = 0; t1 < kVocab; ++t1) {
     if (p1[t1] == 0) continue;
-    const std::vector<double> p2 = row_after({kPrompt.back(), static_cast<token_t>(t1)});
+    const std::vector<token_t> c1 = extend(kPrompt, t1);
+    const std::vector<double> p2 = row_after(c1);
     for (std::size_t t2 = 0; t2 < kVocab; ++t2) {
       if (p2[t2] == 0) continue;
-      const std::vector<double> p3 = row_after({static_cast<token_t>(t1), static_cast<token_t>(t2)});
+      const std::vector<double> p3 = row_after(extend(c1, t2));
       for (std::size_t t3 = 0; t3 < kVocab; ++t3) {
         law[(t1 * kVocab + t2) * kVocab + t3] = p1[t1] * p2[t2] * p3[t3];
       }
@@ -345,8 +355,15 @@ struct Mode {
   SamplingParams params;
 };
 
+// Frequency penalty over the whole context (logit -= 0.7 x occurrences): it depends on tokens
+// far beyond the last two, so a decoder that hands a row the wrong context prefix gets it
+// wrong. Additive, so it reshapes p and q alike without changing how well they match.
+void frequency_penalty(std::span<const token_t> context, std::span<float> logits) {
+  for (token_t t : context) logits[static_cast<std::size_t>(t)] -= 0.7f;
+}
+
 std::vector<Mode> sampling_modes() {
-  std::vector<Mode> modes(5);
+  std::vector<Mode> modes(6);
   modes[0].name = "T=1";
   modes[1].name = "T=0.7";
   modes[1].params.temperature = 0.7f;
@@ -356,6 +373,9 @@ std::vector<Mode> sampling_modes() {
   modes[3].params.top_p = 0.8f;
   modes[4].name = "min_p=0.1";
   modes[4].params.min_p = 0.1f;
+  modes[5].name = "T=0.85+freq";
+  modes[5].params.temperature = 0.85f;
+  modes[5].params.logits_processor = frequency_penalty;
   return modes;
 }
 
@@ -367,6 +387,7 @@ TEST(DistributionTest, ReferenceFiltersAgreeWithLibraryKernels) {
        {DraftQuality::well_matched, DraftQuality::poor, DraftQuality::identical}) {
     const LogitTable table = quality == DraftQuality::identical ? target : draft_table(target, quality);
     for (const Mode& mode : sampling_modes()) {
+      if (mode.params.logits_processor) continue;  // filters only (the processor needs a context)
       for (std::size_t c = 0; c < kContexts; ++c) {
         const std::span<const float> row(table.data() + c * kVocab, kVocab);
         const std::vector<double> expected = reference_probabilities(row, mode.params);
@@ -526,14 +547,20 @@ class KernelLoop {
       std::vector<token_t> drafted;
       for (std::size_t k = 0; k < round_length; ++k) {
         const std::span<float> weights(weights_.data() + k * kVocab, kVocab);
-        const auto q = specdec::process_logits(draft_(context), params, filter_scratch_, weights);
+        const std::span<const float> draft_logits =
+            specdec::apply_logits_processor(params, context, draft_(context), processed_);
+        const auto q = specdec::process_logits(draft_logits, params, filter_scratch_, weights);
         normalizers_[k] = q.normalizer;
         drafted.push_back(specdec::sample_from_weights(std::span<const float>(weights), q.normalizer, rng.uniform01()));
         context.push_back(drafted.back());
       }
       const std::span<const float> rows = target_(context, round_length + 1);
+      // Target row j follows the committed tokens plus x_0..x_{j-1}.
       auto p_row = [&](std::size_t j) {
-        return specdec::process_logits(rows.subspan(j * kVocab, kVocab), params, filter_scratch_);
+        const std::span<const float> logits = specdec::apply_logits_processor(
+            params, std::span<const token_t>(context.data(), committed + j),
+            rows.subspan(j * kVocab, kVocab), processed_);
+        return specdec::process_logits(logits, params, filter_scratch_);
       };
       std::vector<double> coins(round_length);
       for (double& coin : coins) coin = rng.uniform01();
@@ -582,6 +609,7 @@ class KernelLoop {
   std::vector<float> weights_;
   std::vector<float> normalizers_;
   std::vector<float> filter_scratch_;
+  std::vector<float> processed_;
   std::array<float, kVocab> scratch_{};
 };
 

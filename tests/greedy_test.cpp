@@ -1,7 +1,8 @@
 // Greedy (T = 0) speculative decoding emits exactly the tokens of greedy target decoding:
 // SpeculativeDecoder == AutoregressiveDecoder == an independent argmax reference, token for
-// token, over 250 random prompts x K = 1..8, with a draft that is deliberately wrong a third of
-// the time, a target whose rows have near-ties (1 ulp apart) and exact ties (lowest index wins),
+// token, over 250 random prompts x K = 1..8, with a draft that is deliberately wrong in 30% of
+// contexts (and prefers the runner-up of a near-tie or tie in another 20%), a target whose rows
+// have near-ties (1 ulp apart) and exact ties (lowest index wins),
 // with and without a context-dependent logits processor (repetition penalty).
 #include <gtest/gtest.h>
 
@@ -84,7 +85,7 @@ Row target_row(std::span<const token_t> context) {
   return row;
 }
 
-// The draft: the target's row, but a third of the time it prefers a wrong token, and in
+// The draft: the target's row, but in 30% of contexts it prefers a wrong token, and in
 // near-tie / tie rows it often prefers the runner-up or the highest-index tied token (by 1 ulp),
 // which greedy verification must reject.
 Row draft_row(std::span<const token_t> context) {
