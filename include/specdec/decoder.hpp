@@ -84,13 +84,16 @@ inline bool is_stop_token(std::span<const token_t> stop_tokens, token_t token) n
   return std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end();
 }
 
+inline void validate_prompt(std::span<const token_t> prompt) {
+  if (prompt.empty()) {
+    throw_invalid_argument("prompt is empty; expected at least one token (e.g. BOS) for the "
+                           "models to condition on");
+  }
+}
+
 inline void validate_request(std::span<const token_t> prompt, const GenerationConfig& config) {
   config.validate();
-  if (prompt.empty()) {
-    throw_invalid_argument(
-        "prompt is empty; expected at least one token (e.g. BOS) for the "
-        "models to condition on");
-  }
+  validate_prompt(prompt);
 }
 
 /// Seconds since `start` on the steady clock.
@@ -118,6 +121,25 @@ inline void check_vocab_size(std::size_t& vocab_size, std::size_t got, const cha
   }
 }
 
+/// The TargetModel requirements, one readable message each; instantiated by both decoders so a
+/// wrong target fails with the same line whichever decoder it is given to.
+template <class Target>
+struct TargetModelRequirements {
+  static_assert(std::invocable<Target&, std::span<const token_t>, std::size_t>,
+                "specdec: TargetModel must be callable as model(std::span<const specdec::token_t> "
+                "context, std::size_t n) and return n rows of V float logits");
+  static_assert(!detail::returns_column_major_matrix_target<Target>(),
+                "specdec: TargetModel returned a column-major Eigen matrix; logits rows must be "
+                "contiguous, so the matrix must be RowMajor (Eigen::Matrix<float, "
+                "Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>)");
+  static_assert(TargetModel<Target> ||
+                    !std::invocable<Target&, std::span<const token_t>, std::size_t> ||
+                    detail::returns_column_major_matrix_target<Target>(),
+                "specdec: TargetModel must return one row of logits per requested position: n "
+                "rows of V contiguous floats (a range of n*V floats or a RowMajor Eigen matrix)");
+  static constexpr bool satisfied = TargetModel<Target>;
+};
+
 }  // namespace detail
 
 /// \brief Speculative decoding with a draft model and a target model.
@@ -141,18 +163,7 @@ class SpeculativeDecoder {
                 "specdec: DraftModel must be callable as model(std::span<const specdec::token_t>) "
                 "and return one row of V contiguous float logits (std::span<const float>, "
                 "std::vector<float>, Eigen::VectorXf, ...)");
-  static_assert(std::invocable<Target&, std::span<const token_t>, std::size_t>,
-                "specdec: TargetModel must be callable as model(std::span<const specdec::token_t> "
-                "context, std::size_t n) and return n rows of V float logits");
-  static_assert(!detail::returns_column_major_matrix_target<Target>(),
-                "specdec: TargetModel returned a column-major Eigen matrix; logits rows must be "
-                "contiguous, so the matrix must be RowMajor (Eigen::Matrix<float, "
-                "Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>)");
-  static_assert(TargetModel<Target> ||
-                    !std::invocable<Target&, std::span<const token_t>, std::size_t> ||
-                    detail::returns_column_major_matrix_target<Target>(),
-                "specdec: TargetModel must return one row of logits per requested position: n "
-                "rows of V contiguous floats (a range of n*V floats or a RowMajor Eigen matrix)");
+  static_assert(detail::TargetModelRequirements<Target>::satisfied || true);
 
   static constexpr bool kModelsValid = DraftModel<Draft> && TargetModel<Target>;
 
@@ -391,18 +402,7 @@ class SpeculativeDecoder {
 /// against which a speedup is measured. config.draft_length is ignored (not validated).
 template <class Target>
 class AutoregressiveDecoder {
-  static_assert(std::invocable<Target&, std::span<const token_t>, std::size_t>,
-                "specdec: TargetModel must be callable as model(std::span<const specdec::token_t> "
-                "context, std::size_t n) and return n rows of V float logits");
-  static_assert(!detail::returns_column_major_matrix_target<Target>(),
-                "specdec: TargetModel returned a column-major Eigen matrix; logits rows must be "
-                "contiguous, so the matrix must be RowMajor (Eigen::Matrix<float, "
-                "Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>)");
-  static_assert(TargetModel<Target> ||
-                    !std::invocable<Target&, std::span<const token_t>, std::size_t> ||
-                    detail::returns_column_major_matrix_target<Target>(),
-                "specdec: TargetModel must return one row of logits per requested position: n "
-                "rows of V contiguous floats (a range of n*V floats or a RowMajor Eigen matrix)");
+  static_assert(detail::TargetModelRequirements<Target>::satisfied || true);
 
  public:
   /// \brief Binds the target model by reference (not owned; it must outlive the decoder).
@@ -432,11 +432,7 @@ class AutoregressiveDecoder {
                        OnChunk& on_chunk) {
     // draft_length is meaningless here; validate the rest exactly as the speculative decoder.
     config.sampling.validate();
-    if (prompt.empty()) {
-      detail::throw_invalid_argument(
-          "prompt is empty; expected at least one token (e.g. BOS) "
-          "for the models to condition on");
-    }
+    detail::validate_prompt(prompt);
     const auto start = std::chrono::steady_clock::now();
     const SamplingParams& params = config.sampling;
     const std::size_t reserve = std::min(config.max_new_tokens, detail::kMaxReservedTokens);
