@@ -23,6 +23,10 @@
 // So cached == full forward, and row i of target(context, n) == draft(first size-n+1+i tokens).
 // (Bitwise equality holds within one binary; another compiler or -march may round differently.)
 //
+// Speed: an n-row call (n <= 9) loads every weight once, into a register tile shaped for n, and
+// prefetches the weights a few tiles ahead, so DRAM streams while the FMAs of extra rows run:
+// T(n) / T(1) stays low until the arithmetic of n rows outlasts one pass over the weights.
+//
 // Memory: weights are float32 in [out][in] row-major layout (converted from fp16 at load). All run
 // buffers are allocated in the constructor; a call allocates nothing. Single-threaded.
 #pragma once
@@ -68,12 +72,21 @@ inline constexpr std::size_t kPacketSize = Eigen::internal::packet_traits<float>
 inline constexpr std::size_t kLanes = 16;
 static_assert(kLanes % kPacketSize == 0, "specdec: packet size must divide the 16 dot lanes");
 inline constexpr std::size_t kPacketsPerLanes = kLanes / kPacketSize;
-// Register tile: kTileRows weight rows x kTileInputs inputs accumulate at once (one load of a
-// weight packet feeds kTileInputs FMAs, one input packet feeds kTileRows). Sized to the register
-// file and measured (8 x 2 with 32 AVX-512 registers); it does not affect results.
-inline constexpr std::size_t kTileRows = kPacketsPerLanes >= 8 ? 1 : 8 / kPacketsPerLanes;
-inline constexpr std::size_t kTileInputs =
-    (EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 && kPacketsPerLanes == 1) ? 2 : 1;
+// Register tiles: a tile accumulates R weight rows x I inputs at once (one load of a weight packet
+// feeds I FMAs, one input packet feeds R). The shape never affects results (every output has
+// its own accumulators and the same reduction), only speed:
+//  * 32 registers, one packet per 16 lanes (AVX-512): all n <= 9 inputs go in ONE tile, shaped to
+//    the register file (R x I accumulators + I inputs + 1 weight <= ~31 registers), so every
+//    weight is loaded exactly once per call, from wherever it is; larger n take groups of 8.
+//  * otherwise (SSE / AVX2 / NEON, 16 registers): 8 / packets-per-16-lanes rows x 1 input.
+inline constexpr bool kWideRegisterFile =
+    EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 && kPacketsPerLanes == 1;
+inline constexpr std::size_t kSmallFileTileRows =
+    kPacketsPerLanes >= 8 ? 1 : 8 / kPacketsPerLanes;
+// Software prefetch distance: while a tile computes, one cache line per step of a tile this many
+// bytes of weights further on is requested, so DRAM streams during the FMAs instead of after them
+// (measured: 20-30 % off a one-row call, and 2-row calls cost about what 1-row calls do).
+inline constexpr std::size_t kPrefetchBytes = 32 * 1024;
 
 using ConstRowsRef = Eigen::Ref<const RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
 using RowsRef = Eigen::Ref<RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
@@ -85,6 +98,51 @@ inline float reduce_lanes(const Packet (&lanes)[kPacketsPerLanes]) noexcept {
   return Eigen::internal::predux(sum);
 }
 
+#if defined(__AVX512F__)
+inline constexpr bool kHasTransposedReduce = kPacketSize == 16;
+/// \brief Reduces 16 accumulators at once: lane k of the result = predux(acc[k]), bit for bit.
+///
+/// predux of one AVX-512 packet is a fixed tree, y_i = x_i + x_{i+8}, z_i = y_i + y_{i+4},
+/// (z_0 + z_2) + (z_1 + z_3); reducing outputs one by one costs ~10 dependent shuffles and adds
+/// each, which at n >= 2 rows was a quarter of the forward. This network performs the same tree
+/// on 16 accumulators together (4 + 2 + 1 + 1 shuffle/add levels over whole registers), so every
+/// output is rounded exactly as predux would round it, whatever tile it is computed in (pad
+/// unused accumulators with zeros: lanes never mix).
+inline __m512 reduce_16(const __m512 (&acc)[16]) noexcept {
+  // Level 1: halves. pair p holds [acc 2p: x_i + x_{i+8} (8 lanes) | acc 2p+1: same].
+  __m512 half[8];
+  for (int p = 0; p < 8; ++p) {
+    // low = a.q0 a.q1 b.q0 b.q1, high = a.q2 a.q3 b.q2 b.q3 (q = 128-bit quarter)
+    const __m512 low = _mm512_shuffle_f32x4(acc[2 * p], acc[2 * p + 1], 0x44);
+    const __m512 high = _mm512_shuffle_f32x4(acc[2 * p], acc[2 * p + 1], 0xEE);
+    half[p] = _mm512_add_ps(low, high);
+  }
+  // Level 2: quarters. quad q holds 4 accumulators' z_0..z_3, one 128-bit quarter each.
+  __m512 quad[4];
+  for (int q = 0; q < 4; ++q) {
+    const __m512 even = _mm512_shuffle_f32x4(half[2 * q], half[2 * q + 1], 0x88);  // q0 q2 | q0 q2
+    const __m512 odd = _mm512_shuffle_f32x4(half[2 * q], half[2 * q + 1], 0xDD);   // q1 q3 | q1 q3
+    quad[q] = _mm512_add_ps(even, odd);
+  }
+  // Levels 3 and 4 inside each 128-bit quarter: (z0 + z2) then + (z1 + z3), as predux does.
+  // In quarter c of quad[q] sits accumulator 4q + c.
+  const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(quad[0], quad[1]),
+                                   _mm512_unpackhi_ps(quad[0], quad[1]));  // a02 b02 a13 b13
+  const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(quad[2], quad[3]),
+                                   _mm512_unpackhi_ps(quad[2], quad[3]));  // c02 d02 c13 d13
+  const __m512 lo = _mm512_castpd_ps(
+      _mm512_unpacklo_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23)));  // a02 b02 c02 d02
+  const __m512 hi = _mm512_castpd_ps(
+      _mm512_unpackhi_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23)));  // a13 b13 c13 d13
+  // Quarter c now holds accumulators (c, 4 + c, 8 + c, 12 + c); put them in order 0..15.
+  const __m512 sums = _mm512_add_ps(lo, hi);
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, sums);
+}
+#else
+inline constexpr bool kHasTransposedReduce = false;
+#endif
+
 /// One tile of linear_rows: kRows consecutive weight rows against kInputs consecutive inputs.
 struct LinearTile {
   const float* weight;  // (kRows, length), row stride weight_stride
@@ -95,6 +153,7 @@ struct LinearTile {
   const float* bias;   // (kRows) or nullptr
   float* out;          // (kInputs, kRows), row stride out_stride
   std::size_t out_stride;
+  const float* prefetch;  // weights to pull towards the cache meanwhile (or nullptr)
 };
 
 /// out(j, r) = bias[r] + dot(weight row r, input row j) for a kRows x kInputs tile.
@@ -111,6 +170,15 @@ inline void linear_tile(const LinearTile& t) noexcept {
   // (memory bound: ~43 MB per token for the target); at larger n the FMAs take over.
   const std::size_t body = t.length - t.length % kLanes;
   for (std::size_t i = 0; i < body; i += kLanes) {
+    if (t.prefetch != nullptr) {
+      // One cache line of each of the next tile's rows per step: the loads of the next weights
+      // are in flight while these FMAs run (the hardware prefetcher alone waits for misses).
+      for (std::size_t r = 0; r < kRows; ++r) {
+#if defined(__GNUC__) || defined(__clang__)
+        __builtin_prefetch(t.prefetch + r * t.weight_stride + i, 0, 3);
+#endif
+      }
+    }
     for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
       const std::size_t at = i + p * kPacketSize;
       Packet x[kInputs];
@@ -124,9 +192,9 @@ inline void linear_tile(const LinearTile& t) noexcept {
     }
   }
 
-  for (std::size_t r = 0; r < kRows; ++r) {
-    for (std::size_t j = 0; j < kInputs; ++j) {
-      if (body < t.length) {  // length not a multiple of 16: one more zero-padded step, same lanes
+  if (body < t.length) {  // length not a multiple of 16: one more zero-padded step, same lanes
+    for (std::size_t r = 0; r < kRows; ++r) {
+      for (std::size_t j = 0; j < kInputs; ++j) {
         float w_tail[kLanes] = {};
         float x_tail[kLanes] = {};
         const float* w_row = t.weight + r * t.weight_stride;
@@ -138,9 +206,32 @@ inline void linear_tile(const LinearTile& t) noexcept {
                                ploadu<Packet>(x_tail + p * kPacketSize), acc[r][j][p]);
         }
       }
-      const float dot = reduce_lanes(acc[r][j]);
-      t.out[j * t.out_stride + r] = t.bias != nullptr ? dot + t.bias[r] : dot;
     }
+  }
+
+  const auto store = [&](std::size_t r, std::size_t j, float dot) {
+    t.out[j * t.out_stride + r] = t.bias != nullptr ? dot + t.bias[r] : dot;
+  };
+#if defined(__AVX512F__)
+  if constexpr (kHasTransposedReduce) {  // every tile, even 1 x 1: one rounding tree everywhere
+    constexpr std::size_t kOutputs = kRows * kInputs;
+    for (std::size_t first = 0; first < kOutputs; first += 16) {
+      __m512 lanes[16];
+      for (std::size_t k = 0; k < 16; ++k) {
+        lanes[k] = first + k < kOutputs ? acc[(first + k) / kInputs][(first + k) % kInputs][0]
+                                        : _mm512_setzero_ps();
+      }
+      alignas(64) float sums[16];
+      _mm512_store_ps(sums, reduce_16(lanes));
+      for (std::size_t k = 0; k < 16 && first + k < kOutputs; ++k) {
+        store((first + k) / kInputs, (first + k) % kInputs, sums[k]);
+      }
+    }
+    return;
+  }
+#endif
+  for (std::size_t r = 0; r < kRows; ++r) {
+    for (std::size_t j = 0; j < kInputs; ++j) store(r, j, reduce_lanes(acc[r][j]));
   }
 }
 
@@ -157,33 +248,85 @@ inline void linear_tile_dispatch(std::size_t rows, std::size_t inputs,
   linear_tile<kRows, kInputs>(t);
 }
 
+/// All out_features weight rows, kRows at a time, against `inputs` (<= kInputs) inputs from
+/// tile.input; tile.weight / bias / out point at row 0 of the call.
+template <std::size_t kRows, std::size_t kInputs>
+inline void linear_pass(std::size_t out_features, std::size_t inputs, LinearTile tile,
+                        bool prefetch) noexcept {
+  const float* weight = tile.weight;
+  const float* bias = tile.bias;
+  float* out = tile.out;
+  const std::size_t row_bytes = tile.weight_stride * sizeof(float);
+  const std::size_t prefetch_rows =
+      ((kPrefetchBytes / row_bytes + kRows - 1) / kRows) * kRows + kRows;  // whole tiles ahead
+  for (std::size_t o = 0; o < out_features; o += kRows) {
+    const std::size_t rows = std::min(kRows, out_features - o);
+    tile.weight = weight + o * tile.weight_stride;
+    tile.bias = bias != nullptr ? bias + o : nullptr;
+    tile.out = out + o;
+    tile.prefetch = prefetch && o + prefetch_rows + kRows <= out_features
+                        ? tile.weight + prefetch_rows * tile.weight_stride
+                        : nullptr;
+    linear_tile_dispatch<kRows, kInputs>(rows, inputs, tile);
+  }
+}
+
 /// \brief output(j, o) = bias[o] + dot(weight.row(o), input.row(j)) for all j < input.rows().
 ///
 /// weight: (out_features, in_features), input: (n, in_features), output: (n, out_features); bias
 /// has out_features entries or is nullptr. Each weight row is loaded from memory once for all n
-/// inputs, and every output is summed in the same order whatever n is (see kLanes).
+/// inputs (n <= 9 on AVX-512; see the tile notes above), and every output is summed in the same
+/// order whatever n is (see kLanes).
 inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef input,
                         RowsRef output) {
   eigen_assert(weight.cols() == input.cols() && output.rows() == input.rows() &&
                output.cols() == weight.rows());
   const auto out_features = static_cast<std::size_t>(weight.rows());
   const auto n = static_cast<std::size_t>(input.rows());
-  LinearTile tile{.weight = nullptr,
+  LinearTile tile{.weight = weight.data(),
                   .weight_stride = static_cast<std::size_t>(weight.outerStride()),
                   .input = nullptr,
                   .input_stride = static_cast<std::size_t>(input.outerStride()),
                   .length = static_cast<std::size_t>(weight.cols()),
-                  .bias = nullptr,
+                  .bias = bias,
                   .out = nullptr,
-                  .out_stride = static_cast<std::size_t>(output.outerStride())};
-  for (std::size_t o = 0; o < out_features; o += kTileRows) {
-    const std::size_t rows = std::min(kTileRows, out_features - o);
-    tile.weight = weight.data() + o * tile.weight_stride;
-    tile.bias = bias != nullptr ? bias + o : nullptr;
-    for (std::size_t j = 0; j < n; j += kTileInputs) {  // the weight tile stays in L1 meanwhile
-      tile.input = input.data() + j * tile.input_stride;
-      tile.out = output.data() + j * tile.out_stride + o;
-      linear_tile_dispatch<kTileRows, kTileInputs>(rows, std::min(kTileInputs, n - j), tile);
+                  .out_stride = static_cast<std::size_t>(output.outerStride()),
+                  .prefetch = nullptr};
+  // Prefetch only real weight matrices (attention calls this with a few keys as "weights").
+  const bool prefetch = out_features * tile.weight_stride * sizeof(float) > 4 * kPrefetchBytes;
+  std::size_t group = 0;
+  for (std::size_t j = 0; j < n; j += group) {
+    group = n - j <= 9 ? n - j : 8;
+    tile.input = input.data() + j * tile.input_stride;
+    tile.out = output.data() + j * tile.out_stride;
+    if constexpr (kWideRegisterFile) {
+      // R x I accumulators + I inputs + 1 weight register <= 32; shapes picked by measurement
+      // (bench/gpt_forward_bench, and A/B runs of candidate shapes in one process).
+      switch (group) {
+        case 1: linear_pass<8, 1>(out_features, group, tile, prefetch); break;
+        case 2: linear_pass<8, 2>(out_features, group, tile, prefetch); break;
+        case 3: linear_pass<8, 3>(out_features, group, tile, prefetch); break;
+        case 4: linear_pass<6, 4>(out_features, group, tile, prefetch); break;
+        case 5: linear_pass<5, 5>(out_features, group, tile, prefetch); break;
+        case 6: linear_pass<4, 6>(out_features, group, tile, prefetch); break;
+        case 7: linear_pass<2, 7>(out_features, group, tile, prefetch); break;
+        case 8: linear_pass<2, 8>(out_features, group, tile, prefetch); break;
+        default: linear_pass<2, 9>(out_features, group, tile, prefetch); break;
+      }
+    } else {
+      // 16 registers: one input per tile; each weight tile stays in L1 across the inputs.
+      const std::size_t rows_per_tile = kSmallFileTileRows;
+      for (std::size_t o = 0; o < out_features; o += rows_per_tile) {
+        LinearTile one = tile;
+        one.weight = weight.data() + o * tile.weight_stride;
+        one.bias = bias != nullptr ? bias + o : nullptr;
+        const std::size_t rows = std::min(rows_per_tile, out_features - o);
+        for (std::size_t k = 0; k < group; ++k) {
+          one.input = tile.input + k * tile.input_stride;
+          one.out = tile.out + k * tile.out_stride + o;
+          linear_tile_dispatch<kSmallFileTileRows, 1>(rows, 1, one);
+        }
+      }
     }
   }
 }
