@@ -46,6 +46,17 @@ TEST(StatsTest, PredictedSpeedupFormula) {
                    specdec::predicted_speedup(stats.alpha_hat(), k, stats.cost_ratio()));
 }
 
+TEST(StatsTest, VerifyCostAwarePrediction) {
+  // A CPU target whose 5-row call costs 1.6 one-row calls: alpha 0.8, K 4, c 0.01.
+  const double flat = specdec::predicted_speedup(0.8, 4, 0.01);
+  EXPECT_DOUBLE_EQ(specdec::predicted_speedup(0.8, 4, 0.01, 1.6), flat / 1.6);
+  EXPECT_DOUBLE_EQ(specdec::predicted_speedup(0.8, 4, 0.01, 1.0), flat);
+  EXPECT_EQ(specdec::predicted_speedup(0.8, 4, 0.01, 0.0), 0.0);  // meaningless ratio
+  EXPECT_EQ(specdec::predicted_speedup(0.8, 4, 0.01, std::nan("")), 0.0);
+  const auto stats = example_stats();
+  EXPECT_DOUBLE_EQ(stats.predicted_speedup(4, 2.0), stats.predicted_speedup(4) / 2.0);
+}
+
 TEST(StatsTest, EmptyStatsGiveZeroNotNaN) {
   const specdec::DecodeStats stats;
   EXPECT_EQ(stats.acceptance_rate(), 0.0);

@@ -27,6 +27,20 @@ namespace specdec {
   return tokens_per_round / (k * cost_ratio + 1.0);
 }
 
+/// \brief predicted_speedup for a target whose verification call is not flat in its row count.
+///
+/// The formula above counts target calls, which is right for GPU-served targets (a K+1-row
+/// call costs about a one-row call). A CPU target's K+1-row call costs
+/// verify_cost_ratio = T(K+1) / T(1) one-row calls (1.2-2.5 measured for the example GPT), and
+/// c is then measured against that longer call, so the speedup over plain decoding is the
+/// geometric prediction divided by verify_cost_ratio (must be > 0; returns 0 otherwise).
+[[nodiscard]] inline double predicted_speedup(double alpha, std::size_t draft_length,
+                                              double cost_ratio,
+                                              double verify_cost_ratio) noexcept {
+  if (!(verify_cost_ratio > 0.0)) return 0.0;
+  return predicted_speedup(alpha, draft_length, cost_ratio) / verify_cost_ratio;
+}
+
 /// \brief Counters and timings of one generate() call.
 struct DecodeStats {
   std::size_t rounds = 0;                ///< draft+verify rounds (target calls of the decoder)
@@ -79,6 +93,13 @@ struct DecodeStats {
   /// decoding the measured acceptance and costs predict for draft length K.
   [[nodiscard]] double predicted_speedup(std::size_t draft_length) const noexcept {
     return specdec::predicted_speedup(alpha_hat(), draft_length, cost_ratio());
+  }
+
+  /// \brief The same, with the measured verification cost T(K+1) / T(1) of the target (time of
+  /// a (K+1)-row target call / time of a one-row call; see the free function above).
+  [[nodiscard]] double predicted_speedup(std::size_t draft_length,
+                                         double verify_cost_ratio) const noexcept {
+    return specdec::predicted_speedup(alpha_hat(), draft_length, cost_ratio(), verify_cost_ratio);
   }
 };
 
