@@ -6,8 +6,8 @@
 #   summary.md       markdown tables with the targets marked (scripts/bench_table.py)
 #   env-<which>.txt  when / where / on which commit / machine load at start and end
 #
-# Usage: scripts/bench.sh [all|round|synthetic|proposals] [extra Google Benchmark flags...]
-#   all = round + synthetic; proposals = kernel_proposals_bench (A/B of proposed kernel fixes)
+# Usage: scripts/bench.sh [all|round|synthetic] [extra Google Benchmark flags...]
+#   all = round + synthetic
 #   e.g. scripts/bench.sh round --benchmark_filter='BM_Round/V:128256'
 # Environment: BUILD_DIR (default <repo>/build-bench), JOBS (default 2), and the synthetic
 # benchmark's SPECDEC_BENCH_TARGET_MS / _TOKENS / _ITERS / _SPIN (see its header comment).
@@ -25,8 +25,7 @@ case $which in
   all) benches=(round_overhead_bench synthetic_speedup_bench) ;;
   round) benches=(round_overhead_bench) ;;
   synthetic) benches=(synthetic_speedup_bench) ;;
-  proposals) benches=(kernel_proposals_bench) ;;
-  *) echo "usage: $0 [all|round|synthetic|proposals] [benchmark flags...]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|round|synthetic] [benchmark flags...]" >&2; exit 2 ;;
 esac
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_BUILD_BENCHMARKS=ON >/dev/null

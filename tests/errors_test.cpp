@@ -486,7 +486,10 @@ TEST_P(ModelOutputErrors, NaNLogitInDraftRow) {
   SpeculativeScenario<> s;
   configure(s);
   s.draft.faults.arm(Fault::nan_logit);
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"nan", "expected finite"}));
+  // The first draft call follows the 3-token prompt.
+  EXPECT_TRUE(s.fails_with<std::domain_error>(
+      {"draft model logits for position 3 (context length 3): logits row contains nan",
+       "expected finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -494,7 +497,9 @@ TEST_P(ModelOutputErrors, NaNLogitInDraftRowOfALaterRound) {
   SpeculativeScenario<> s;
   configure(s);
   s.draft.faults.arm(Fault::nan_logit, 7);
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"nan", "expected finite"}));
+  EXPECT_TRUE(
+      s.fails_with<std::domain_error>({"draft model logits for position ", "(context length ",
+                                       "logits row contains nan", "expected finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -502,7 +507,10 @@ TEST_P(ModelOutputErrors, NaNLogitInTargetRows) {
   SpeculativeScenario<> s;
   configure(s);
   s.target.faults.arm(Fault::nan_logit);
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"nan", "expected finite"}));
+  // K = 4: the first target call scores 5 rows; row 0 follows the prompt.
+  EXPECT_TRUE(s.fails_with<std::domain_error>(
+      {"target model row 0 of 5 (position 3, context length 3): logits row contains nan",
+       "expected finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -510,7 +518,9 @@ TEST_P(ModelOutputErrors, PositiveInfLogitInDraftRow) {
   SpeculativeScenario<> s;
   configure(s);
   s.draft.faults.arm(Fault::positive_inf_logit);
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"+inf", "expected finite"}));
+  EXPECT_TRUE(s.fails_with<std::domain_error>(
+      {"draft model logits for position 3 (context length 3): logits row contains +inf",
+       "expected finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -518,7 +528,9 @@ TEST_P(ModelOutputErrors, PositiveInfLogitInTargetRows) {
   SpeculativeScenario<> s;
   configure(s);
   s.target.faults.arm(Fault::positive_inf_logit, 2);
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"+inf", "expected finite"}));
+  EXPECT_TRUE(
+      s.fails_with<std::domain_error>({"target model row 0 of ", "(position ", ", context length ",
+                                       "): logits row contains +inf", "expected finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -526,7 +538,10 @@ TEST_P(ModelOutputErrors, AutoregressiveNaNLogit) {
   AutoregressiveScenario<> s;
   configure(s);
   s.target.faults.arm(Fault::nan_logit, 2);
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"nan", "expected finite"}));
+  // Call 2 follows the prompt and one emitted token.
+  EXPECT_TRUE(s.fails_with<std::domain_error>(
+      {"target model logits for position 4 (context length 4): logits row contains nan",
+       "expected finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -534,7 +549,9 @@ TEST_P(ModelOutputErrors, AutoregressivePositiveInfLogit) {
   AutoregressiveScenario<> s;
   configure(s);
   s.target.faults.arm(Fault::positive_inf_logit);
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"+inf", "expected finite"}));
+  EXPECT_TRUE(s.fails_with<std::domain_error>(
+      {"target model logits for position 3 (context length 3): logits row contains +inf",
+       "expected finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -546,7 +563,9 @@ TEST_P(ModelOutputErrors, DraftRowAllNegativeInfinity) {
   SpeculativeScenario<> s;
   configure(s);
   s.draft.faults.arm(Fault::all_negative_inf);
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"-inf", "expected at least one finite"}));
+  EXPECT_TRUE(s.fails_with<std::domain_error>(
+      {"draft model logits for position 3 (context length 3): every logit in the row is -inf",
+       "expected at least one finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -554,7 +573,9 @@ TEST_P(ModelOutputErrors, TargetRowAllNegativeInfinity) {
   SpeculativeScenario<> s;
   configure(s);
   s.target.faults.arm(Fault::all_negative_inf);
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"-inf", "expected at least one finite"}));
+  EXPECT_TRUE(s.fails_with<std::domain_error>(
+      {"target model row 0 of 5 (position 3, context length 3): every logit in the row is -inf",
+       "expected at least one finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -564,7 +585,9 @@ TEST_P(ModelOutputErrors, LogitsProcessorBansEveryToken) {
   s.config.sampling.logits_processor = [](std::span<const token_t>, std::span<float> logits) {
     std::fill(logits.begin(), logits.end(), -kInf);
   };
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"-inf", "expected at least one finite"}));
+  EXPECT_TRUE(s.fails_with<std::domain_error>(
+      {"draft model logits for position 3 (context length 3): every logit in the row is -inf",
+       "expected at least one finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -576,7 +599,10 @@ TEST_P(ModelOutputErrors, LogitsProcessorBansEveryTokenInALaterRound) {
                                           std::span<float> logits) {
     if (context.size() >= 9) std::fill(logits.begin(), logits.end(), -kInf);
   };
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"-inf", "expected at least one finite"}));
+  // Whichever model's row reaches context length 9 first, the message names it.
+  EXPECT_TRUE(s.fails_with<std::domain_error>({"model ", "position 9",
+                                               "context length 9): every logit in the row is -inf",
+                                               "expected at least one finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -586,7 +612,9 @@ TEST_P(ModelOutputErrors, AutoregressiveLogitsProcessorBansEveryToken) {
   s.config.sampling.logits_processor = [](std::span<const token_t>, std::span<float> logits) {
     std::fill(logits.begin(), logits.end(), -kInf);
   };
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"-inf", "expected at least one finite"}));
+  EXPECT_TRUE(s.fails_with<std::domain_error>(
+      {"target model logits for position 3 (context length 3): every logit in the row is -inf",
+       "expected at least one finite"}));
   EXPECT_TRUE(s.recovers());
 }
 
@@ -594,7 +622,9 @@ TEST_P(ModelOutputErrors, AutoregressiveTargetRowAllNegativeInfinity) {
   AutoregressiveScenario<> s;
   configure(s);
   s.target.faults.arm(Fault::all_negative_inf, 2);
-  EXPECT_TRUE(s.fails_with<std::domain_error>({"-inf", "expected at least one finite"}));
+  EXPECT_TRUE(s.fails_with<std::domain_error>(
+      {"target model logits for position 4 (context length 4): every logit in the row is -inf",
+       "expected at least one finite"}));
   EXPECT_TRUE(s.recovers());
 }
 

@@ -135,7 +135,12 @@ TEST_P(FilterTest, MatchesSortBasedReference) {
       const auto dist = specdec::process_logits<double>(logits, params, scratch);
       std::vector<double> weights(size);
       const auto stored = specdec::process_logits<double>(logits, params, scratch, weights);
-      EXPECT_NEAR(stored.normalizer, dist.normalizer, 1e-12 * dist.normalizer);
+      // The stored weights may share a reference logit below the max (single-pass draft
+      // path); on the max's scale their sum is the target path's normalizer.
+      const double stored_on_max_scale =
+          stored.normalizer * std::exp((stored.max_logit - dist.max_logit) *
+                                       static_cast<double>(stored.inv_temperature));
+      EXPECT_NEAR(stored_on_max_scale, dist.normalizer, 1e-12 * dist.normalizer);
       double total = 0;
       for (std::size_t i = 0; i < size; ++i) {
         const auto token = static_cast<token_t>(i);
@@ -159,6 +164,176 @@ INSTANTIATE_TEST_SUITE_P(
                       FilterCase{1.0f, 3, 1.0f, 0.0f}, FilterCase{1.0f, 0, 0.9f, 0.0f},
                       FilterCase{1.3f, 0, 0.5f, 0.0f}, FilterCase{1.0f, 0, 1.0f, 0.1f},
                       FilterCase{0.8f, 40, 0.95f, 0.05f}, FilterCase{2.0f, 10, 0.3f, 0.0f}));
+
+// ---- top-p against a brute-force sort, on many rows -------------------------------------------
+
+// The rows the top-p search is checked on: easy (peaked) and hard (heavy tails, where the
+// search narrows its bracket several times), ties everywhere (quantised logits, a flat tail
+// the narrowing cannot split), -inf tokens.
+std::vector<std::vector<double>> top_p_rows() {
+  std::vector<std::vector<double>> rows;
+  std::mt19937 gen(77);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (std::size_t size : {2u, 10u, 100u, 3000u, 40000u}) {
+    for (double sigma : {0.5, 2.0, 5.0}) {
+      std::vector<double> row(size);
+      for (double& x : row) x = sigma * normal(gen);
+      rows.push_back(row);
+      std::vector<double> quantised = row;  // ties
+      for (double& x : quantised) x = std::round(x * 4.0) / 4.0;
+      rows.push_back(quantised);
+      std::vector<double> peaked = row;  // a few tokens far above a heavy tail
+      for (std::size_t i = 0; i < std::min<std::size_t>(size, 4); ++i) {
+        peaked[(i * 7919) % size] = std::log(static_cast<double>(size)) + 2.0 - 1.5 * i;
+      }
+      rows.push_back(peaked);
+    }
+  }
+  {
+    // A huge flat tail tied at one value below a few peaks: the boundary falls in a tie group
+    // of 30000 tokens that no level can split.
+    std::vector<double> row(30000, 0.0);
+    row[5] = 9.0;
+    row[17] = 8.5;
+    rows.push_back(row);
+  }
+  {
+    std::vector<double> row(20000);
+    for (double& x : row) x = 2.0 * normal(gen);
+    for (std::size_t i = 0; i < row.size(); i += 5) row[i] = -INFINITY;
+    rows.push_back(row);
+  }
+  {
+    // V = 128256 like the benchmark rows: Gaussian background, peaks taking part of the mass.
+    std::vector<double> row(128256);
+    for (double& x : row) x = 2.0 * normal(gen);
+    const double tail = std::log(static_cast<double>(row.size())) + 2.0;
+    row[1000] = tail + 1.0;
+    row[90000] = tail - 0.5;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+struct BruteForceTopP {
+  double threshold;  // top-k then top-p
+  double kept_mass;  // sum of exp((x - max) / T) over x >= threshold
+  double margin;     // distance of top_p Z from the nearest cumulative mass, relative to Z
+};
+
+BruteForceTopP brute_force_top_p(const std::vector<double>& logits, double temperature, int top_k,
+                                 double top_p) {
+  std::vector<double> sorted = logits;
+  std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+  const double max = sorted[0];
+  double floor = -INFINITY;
+  if (top_k > 0 && static_cast<std::size_t>(top_k) < sorted.size()) floor = sorted[top_k - 1];
+  double z = 0;
+  for (double x : sorted) z += x >= floor ? std::exp((x - max) / temperature) : 0.0;
+  const double target = top_p * z;
+  double cumulative = 0;
+  for (std::size_t i = 0; i < sorted.size() && sorted[i] >= floor;) {
+    // One tie group at a time: a group is never split.
+    std::size_t end = i;
+    double group = 0;
+    while (end < sorted.size() && sorted[end] == sorted[i]) {
+      group += std::exp((sorted[end] - max) / temperature);
+      ++end;
+    }
+    if (cumulative + group >= target) {
+      const double margin = std::min(target - cumulative, cumulative + group - target) / z;
+      return {sorted[i], cumulative + group, margin};
+    }
+    cumulative += group;
+    i = end;
+  }
+  return {floor, z, 1.0};
+}
+
+TEST(TopPThreshold, MatchesABruteForceSortOnManyRows) {
+  std::vector<double> scratch;
+  std::size_t checked = 0;
+  std::size_t too_close_to_call = 0;
+  for (const std::vector<double>& row : top_p_rows()) {
+    for (const float top_p : {0.1f, 0.5f, 0.63f, 0.9f, 0.95f, 0.999f}) {
+      for (const int top_k : {0, 1, 5, 50}) {
+        for (const float temperature : {1.0f, 0.6f}) {
+          specdec::SamplingParams params;
+          params.temperature = temperature;
+          params.top_p = top_p;
+          params.top_k = top_k;
+          const BruteForceTopP expected =
+              brute_force_top_p(row, static_cast<double>(temperature), top_k, top_p);
+          if (expected.margin < 1e-9) {
+            ++too_close_to_call;  // top_p Z equals a cumulative mass to rounding: either is right
+            continue;
+          }
+          const auto dist = specdec::process_logits<double>(row, params, scratch);
+          ASSERT_EQ(dist.threshold, expected.threshold)
+              << "V " << row.size() << " top_p " << top_p << " top_k " << top_k << " T "
+              << temperature;
+          EXPECT_NEAR(dist.normalizer, expected.kept_mass, 1e-12 * expected.kept_mass);
+          // The draft path (stored weights) keeps the same tokens with the same normalizer.
+          std::vector<double> weights(row.size());
+          std::vector<double> block_sums(specdec::weight_block_count(row.size()));
+          const auto stored = specdec::process_logits<double>(
+              row, params, scratch, std::span<double>(weights), std::span<double>(block_sums));
+          ASSERT_EQ(stored.threshold, expected.threshold);
+          EXPECT_NEAR(stored.normalizer, expected.kept_mass, 1e-12 * expected.kept_mass);
+          double total = 0;
+          for (std::size_t i = 0; i < row.size(); ++i) {
+            if (row[i] < expected.threshold) {
+              ASSERT_EQ(weights[i], 0.0) << i;
+            }
+            total += weights[i];
+          }
+          EXPECT_NEAR(total, stored.normalizer, 1e-10 * total);
+          // The public filter_threshold agrees.
+          EXPECT_EQ(specdec::filter_threshold<double>(row, dist.max_logit, dist.inv_temperature,
+                                                      params, scratch),
+                    expected.threshold);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000u);
+  EXPECT_LT(too_close_to_call, checked / 100);
+}
+
+TEST(TopPThreshold, FloatRowsKeepTheNucleusUpToRounding) {
+  // Float rows sum float weights: the boundary is exact up to ~1e-6 of Z, so check the
+  // defining property with that slack instead of equality with a double reference.
+  std::vector<float> scratch;
+  for (const std::vector<double>& row_d : top_p_rows()) {
+    const std::vector<float> row(row_d.begin(), row_d.end());
+    for (const float top_p : {0.5f, 0.9f, 0.95f}) {
+      for (const int top_k : {0, 50}) {
+        specdec::SamplingParams params;
+        params.top_p = top_p;
+        params.top_k = top_k;
+        const auto dist = specdec::process_logits<float>(row, params, scratch);
+        const double b = dist.threshold;
+        ASSERT_NE(std::find(row.begin(), row.end(), dist.threshold), row.end());
+        std::vector<float> sorted = row;
+        std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+        const double floor = top_k > 0 && static_cast<std::size_t>(top_k) < row.size()
+                                 ? sorted[top_k - 1]
+                                 : -INFINITY;
+        double z = 0, at_or_above = 0, above = 0;
+        for (float x : row) {
+          const double w = x >= floor ? std::exp(static_cast<double>(x) - sorted[0]) : 0.0;
+          z += w;
+          if (x >= b) at_or_above += w;
+          if (x > b) above += w;
+        }
+        EXPECT_GE(at_or_above, top_p * z * (1 - 1e-5));  // enough mass kept
+        EXPECT_LT(above, top_p * z * (1 + 1e-5));        // and no tie group too many
+        EXPECT_NEAR(dist.normalizer, at_or_above, 1e-5 * at_or_above);
+      }
+    }
+  }
+}
 
 TEST(SamplingTest, TopKKeepsTiesAtTheBoundary) {
   const std::vector<double> logits{1, 3, 2, 2, 0};

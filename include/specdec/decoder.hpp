@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -94,6 +96,20 @@ inline void validate_prompt(std::span<const token_t> prompt) {
 inline void validate_request(std::span<const token_t> prompt, const GenerationConfig& config) {
   config.validate();
   validate_prompt(prompt);
+}
+
+/// \brief Runs `kernel`, the library's processing of one row of model logits (max, filters,
+/// exp, sampling), and re-throws a std::domain_error from it (NaN, +inf, a row left all -inf)
+/// with the row named first, e.g. "specdec: draft model logits for position 17 (context length
+/// 17): logits row contains NaN ...". Only the library's own step is wrapped: exceptions from
+/// the models and the logits processor propagate unchanged.
+template <class Kernel, class... Where>
+decltype(auto) on_model_row(Kernel&& kernel, const Where&... where) {
+  try {
+    return kernel();
+  } catch (const std::domain_error& error) {
+    throw_domain_error_for_row(error, where...);
+  }
 }
 
 /// Seconds since `start` on the steady clock.
@@ -203,6 +219,8 @@ class SpeculativeDecoder {
     AlignedFloats draft_weights;           // (K, S)  q_k weights each draft token was drawn
                                            //         from; row stride S = V rounded up to 16
     std::vector<float> draft_normalizers;  // (K)     sums of those rows
+    std::vector<float> draft_block_sums;   // (B)     per-block sums of the row being sampled,
+                                           //         B = weight_block_count(V)
     std::vector<token_t> drafted;          // (K)
     std::vector<double> acceptance_coins;  // (K)
     std::vector<float> row_logprobs;       // (K+1)   target log-prob of the token at position j
@@ -225,6 +243,10 @@ class SpeculativeDecoder {
     detail::ensure_size(buffers_.acceptance_coins, draft_length);
     detail::ensure_size(buffers_.row_logprobs, draft_length + 1);
     detail::ensure_size(buffers_.sample_scratch, vocab_size);
+    detail::ensure_size(buffers_.draft_block_sums, weight_block_count(vocab_size));
+    // Unfiltered draft rows keep per-block references there (2 B values; filters grow it to
+    // ~2V on first use).
+    detail::ensure_size(buffers_.filter_scratch, 2 * weight_block_count(vocab_size));
   }
 
   template <class OnChunk>
@@ -271,18 +293,22 @@ class SpeculativeDecoder {
         detail::check_vocab_size(vocab_size, raw.size(), "draft model");
         const std::span<const float> logits =
             apply_logits_processor(params, draft_context, raw, buffers_.draft_processed);
-        token_t token;
-        if (greedy) {
-          token = argmax(logits);
-        } else {
-          const std::span<float> weights(
-              buffers_.draft_weights.data() + k * padded_row_stride(vocab_size), vocab_size);
-          const TokenDistribution<float> q =
-              process_logits(logits, params, buffers_.filter_scratch, weights);
-          buffers_.draft_normalizers[k] = q.normalizer;
-          token =
-              sample_from_weights(std::span<const float>(weights), q.normalizer, rng.uniform01());
-        }
+        const std::size_t position = draft_context.size();
+        const double coin = greedy ? 0.0 : rng.uniform01();
+        const token_t token = detail::on_model_row(
+            [&] {
+              if (greedy) return argmax(logits);
+              const std::span<float> weights(
+                  buffers_.draft_weights.data() + k * padded_row_stride(vocab_size), vocab_size);
+              const std::span<float> block_sums(buffers_.draft_block_sums.data(),
+                                                weight_block_count(vocab_size));
+              const TokenDistribution<float> q =
+                  process_logits(logits, params, buffers_.filter_scratch, weights, block_sums);
+              buffers_.draft_normalizers[k] = q.normalizer;
+              return sample_from_weights(std::span<const float>(weights),
+                                         std::span<const float>(block_sums), coin);
+            },
+            "draft model logits for position ", position, " (context length ", position, ")");
         buffers_.drafted[k] = token;
         context.push_back(token);
       }
@@ -309,6 +335,12 @@ class SpeculativeDecoder {
                                       std::span<const token_t>(context.data(), committed + j),
                                       target_rows.row(j), buffers_.target_processed);
       };
+      // The library's step on target row j, with the row named in its errors.
+      auto on_target_row = [&](std::size_t j, auto&& kernel) -> decltype(auto) {
+        return detail::on_model_row(kernel, "target model row ", j, " of ", rows_needed,
+                                    " (position ", committed + j, ", context length ",
+                                    committed + j, ")");
+      };
       const std::span<const token_t> drafted(buffers_.drafted.data(), round_length);
 
       // ---- verify ------------------------------------------------------------------------
@@ -316,12 +348,14 @@ class SpeculativeDecoder {
       if (greedy) {
         verdict = verify_greedy(drafted, [&](std::size_t j) {
           const std::span<const float> row = processed_target_row(j);
-          const auto [best, best_logit] = detail::argmax_checked(row);
-          // Greedy log-prob: log-softmax at T = 1 of the processed row, at the argmax.
-          if (config.logprobs) {
-            buffers_.row_logprobs[j] = best_logit - detail::logsumexp_given_max(row, best_logit);
-          }
-          return best;
+          return on_target_row(j, [&] {
+            const auto [best, best_logit] = detail::argmax_checked(row);
+            // Greedy log-prob: log-softmax at T = 1 of the processed row, at the argmax.
+            if (config.logprobs) {
+              buffers_.row_logprobs[j] = best_logit - detail::logsumexp_given_max(row, best_logit);
+            }
+            return best;
+          });
         });
       } else {
         for (std::size_t k = 0; k < round_length; ++k) {
@@ -336,8 +370,9 @@ class SpeculativeDecoder {
                               vocab_size, padded_row_stride(vocab_size)),
             std::span<const float>(buffers_.draft_normalizers.data(), round_length),
             [&](std::size_t j) {
-              last_target_row =
-                  process_logits(processed_target_row(j), params, buffers_.filter_scratch);
+              const std::span<const float> row = processed_target_row(j);
+              last_target_row = on_target_row(
+                  j, [&] { return process_logits(row, params, buffers_.filter_scratch); });
               if (config.logprobs && j < round_length) {
                 buffers_.row_logprobs[j] = last_target_row.log_probability(drafted[j]);
               }
@@ -461,16 +496,30 @@ class AutoregressiveDecoder {
 
       token_t token;
       float logprob;
+      const std::size_t position = context_.size();
       if (params.greedy()) {
-        const auto [best, best_logit] = detail::argmax_checked(logits);
+        const auto [best, best_logit] = detail::on_model_row(
+            [&] {
+              const auto [argmax_token, max_logit] = detail::argmax_checked(logits);
+              const float log_p = config.logprobs
+                                      ? max_logit - detail::logsumexp_given_max(logits, max_logit)
+                                      : 0.0f;
+              return std::pair(argmax_token, log_p);
+            },
+            "target model logits for position ", position, " (context length ", position, ")");
         token = best;
-        logprob =
-            config.logprobs ? best_logit - detail::logsumexp_given_max(logits, best_logit) : 0.0f;
+        logprob = best_logit;
       } else {
         detail::ensure_size(sample_scratch_, vocab_size);
-        const TokenDistribution<float> p = process_logits(logits, params, filter_scratch_);
-        token = sample(p, rng.uniform01(), std::span<float>(sample_scratch_.data(), vocab_size));
-        logprob = config.logprobs ? p.log_probability(token) : 0.0f;
+        const double coin = rng.uniform01();
+        std::tie(token, logprob) = detail::on_model_row(
+            [&] {
+              const TokenDistribution<float> p = process_logits(logits, params, filter_scratch_);
+              const token_t sampled =
+                  sample(p, coin, std::span<float>(sample_scratch_.data(), vocab_size));
+              return std::pair(sampled, config.logprobs ? p.log_probability(sampled) : 0.0f);
+            },
+            "target model logits for position ", position, " (context length ", position, ")");
       }
 
       ++stats.rounds;

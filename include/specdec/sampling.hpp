@@ -76,16 +76,20 @@ template <class Scalar>
 struct TokenDistribution {
   std::span<const Scalar> logits;  ///< processed logits, before temperature
   Scalar inv_temperature = 1;      ///< 1 / T, T > 0
-  Scalar max_logit = 0;            ///< max over logits (finite)
+  /// The reference logit every weight is relative to: the row's max (finite) for
+  /// distributions without stored weights and for filtered rows; for an unfiltered row processed
+  /// with stored weights, the reference those weights share (a logit at most 64 T below the max,
+  /// see detail::online_store_weights). Either way weight(x) = exp((logit_x - max_logit) / T).
+  Scalar max_logit = 0;
   Scalar threshold = -std::numeric_limits<Scalar>::infinity();  ///< logit < threshold => p = 0
-  Scalar normalizer = 1;  ///< Z = sum over kept tokens of exp((logit - max) * inv_temperature)
+  Scalar normalizer = 1;  ///< Z = sum over kept tokens of exp((logit - max_logit) / T)
 
   [[nodiscard]] std::size_t vocab_size() const noexcept { return logits.size(); }
   /// \brief Whether the filters keep `token` (requires 0 <= token < V).
   [[nodiscard]] bool kept(token_t token) const noexcept {
     return logits[static_cast<std::size_t>(token)] >= threshold;
   }
-  /// \brief Unnormalised weight exp((logit - max) / T), 0 for filtered tokens.
+  /// \brief Unnormalised weight exp((logit - max_logit) / T), 0 for filtered tokens.
   [[nodiscard]] Scalar weight(token_t token) const noexcept {
     if (!kept(token)) return Scalar(0);
     return std::exp((logits[static_cast<std::size_t>(token)] - max_logit) * inv_temperature);
@@ -109,21 +113,39 @@ void grow_to(std::vector<Scalar>& buffer, std::size_t size) {
   if (buffer.size() < size) buffer.resize(size);
 }
 
+/// Whether any of top-k / top-p / min-p can remove a token of a row of `vocab_size` logits.
+/// Unfiltered rows take the single-pass kernels; filtered rows need the max first (every
+/// threshold is relative to it).
+[[nodiscard]] inline bool filters_active(const SamplingParams& params,
+                                         std::size_t vocab_size) noexcept {
+  return (params.top_k > 0 && static_cast<std::size_t>(params.top_k) < vocab_size) ||
+         params.top_p < 1.0f || params.min_p > 0.0f;
+}
+
+inline void check_temperature_for_sampling(const SamplingParams& params) {
+  if (!(params.temperature > 0.0f)) {
+    throw_invalid_argument("process_logits: temperature = ", params.temperature,
+                           "; expected > 0 (temperature 0 is greedy: use argmax)");
+  }
+}
+
 /// Smallest logit among the highest-probability tokens whose mass reaches `target_mass`:
 /// the top-p boundary. `logits[0, n)` are the candidates (unsorted) and `weights[0, n)` their
-/// unnormalised weights; both arrays are permuted together.
+/// unnormalised weights; both arrays are permuted together. `mass_above` is the mass of the
+/// tokens that rank before every candidate (a higher logit); on success `kept_mass` is
+/// mass_above plus the mass of the candidates >= the boundary.
 ///
 /// Quickselect on the mass instead of a sort: a three-way partition around a pivot logit
 /// (greater | equal | less) also sums the mass of the first two groups; the boundary lies in
 /// the greater group, is the pivot itself (a tie group is never split), or lies in the less
 /// group, which is searched next. Expected work is linear in n.
-/// Returns false if the candidates' total mass stays below target_mass (rounding).
+/// Returns false if mass_above plus the candidates' total mass stays below target_mass
+/// (rounding).
 template <class Scalar>
-bool nucleus_boundary(Scalar* logits, Scalar* weights, std::size_t n, double target_mass,
-                      Scalar& boundary) {
+bool nucleus_boundary(Scalar* logits, Scalar* weights, std::size_t n, double mass_above,
+                      double target_mass, Scalar& boundary, double& kept_mass) {
   std::size_t lo = 0;
   std::size_t hi = n;
-  double mass_above = 0;  // mass of the candidates known to rank before [lo, hi)
   while (hi > lo) {
     // Median of three as pivot.
     Scalar a = logits[lo], b = logits[lo + (hi - lo) / 2], c = logits[hi - 1];
@@ -158,6 +180,7 @@ bool nucleus_boundary(Scalar* logits, Scalar* weights, std::size_t n, double tar
       hi = greater_end;  // non-empty: mass_above < target_mass <= mass_above + greater_mass
     } else if (mass_above + greater_mass + equal_mass >= target_mass) {
       boundary = pivot;
+      kept_mass = mass_above + greater_mass + equal_mass;
       return true;
     } else {
       mass_above += greater_mass + equal_mass;
@@ -165,20 +188,6 @@ bool nucleus_boundary(Scalar* logits, Scalar* weights, std::size_t n, double tar
     }
   }
   return false;
-}
-
-/// Older form of nucleus_boundary over candidate logits only (weights recomputed with std::exp
-/// into a temporary). Kept for callers of the first internal API; the library uses the form
-/// above.
-template <class Scalar>
-bool nucleus_boundary(Scalar* first, Scalar* last, Scalar max_logit, Scalar inv_temperature,
-                      double target_mass, Scalar& boundary) {
-  const auto count = static_cast<std::size_t>(last - first);
-  std::vector<Scalar> weights(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    weights[i] = std::exp((first[i] - max_logit) * inv_temperature);
-  }
-  return nucleus_boundary(first, weights.data(), count, target_mass, boundary);
 }
 
 /// The k-th largest logit (1 <= k < V), by std::nth_element on a scratch copy.
@@ -227,130 +236,372 @@ template <class Scalar>
   return candidates[k - 1];
 }
 
+/// Result of the top-p search: the boundary logit and the mass of the tokens at or above it.
+template <class Scalar>
+struct NucleusCut {
+  Scalar boundary;
+  double kept_mass;
+};
+
+/// Candidates the top-p search hands to the quickselect at most, unless narrowing stalls
+/// (ties): a quickselect over 2048 tokens costs about a tenth of an exp pass.
+inline constexpr std::size_t kNucleusCandidates = 2048;
+/// Narrowing passes before the search gives up on sparsity and selects from the whole bracket.
+inline constexpr int kNucleusRefinements = 3;
+
+/// \brief The exact top-p boundary (see filter_threshold) and the kept mass, in one exp pass.
+///
+/// 1. One pass stores weights[x] = exp((x - max) / T) (0 below `floor`, the top-k threshold)
+///    and sums Z and the mass above each of kMassLevels logit levels between the max and
+///    max - T d_max, d_max = log(V / (1 - top_p)): the boundary cannot lie lower, since tokens
+///    of probability < (1 - top_p) / V hold less than 1 - top_p together (and Z >= 1).
+/// 2. The boundary lies in the bracket [lo, hi) between the last level whose mass is below
+///    top_p Z and the next one. While the bracket holds more than kNucleusCandidates tokens,
+///    kMassLevels levels spread inside it are summed from the stored weights (no exp) and the
+///    bracket shrinks to one slice.
+/// 3. The bracket's tokens are gathered and detail::nucleus_boundary finds the exact boundary
+///    among them, knowing the mass above the bracket; ties are never split. The kept mass is
+///    that mass plus the candidates' at or above the boundary: no further pass for Z.
+/// The result is the threshold of the sort-based definition (up to rounding of the mass sums,
+/// which only matters when top_p Z equals a cumulative mass to ~1e-7).
+///
+/// `candidates` has room for 2 (V + 1) values.
+template <class Scalar>
+[[nodiscard]] NucleusCut<Scalar> nucleus_cut(std::span<const Scalar> logits, Scalar max_logit,
+                                             Scalar inv_temperature, Scalar floor, float top_p,
+                                             std::span<Scalar> weights, Scalar* candidates) {
+  constexpr Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
+  constexpr Scalar pos_inf = std::numeric_limits<Scalar>::infinity();
+  const std::size_t vocab_size = logits.size();
+  const double temperature = 1.0 / static_cast<double>(inv_temperature);
+  const double d_max =
+      std::log(static_cast<double>(vocab_size) / (1.0 - static_cast<double>(top_p)));
+
+  // 1. Weights, Z and the level masses. Levels descend from just below the max.
+  constexpr double kLevelFractions[kMassLevels] = {1.0 / 16, 1.0 / 8, 3.0 / 16, 1.0 / 4,
+                                                   3.0 / 8,  1.0 / 2, 3.0 / 4,  1.0};
+  Scalar levels[kMassLevels];
+  for (std::size_t j = 0; j < kMassLevels; ++j) {
+    levels[j] = static_cast<Scalar>(static_cast<double>(max_logit) -
+                                    kLevelFractions[j] * d_max * temperature);
+  }
+  double masses[kMassLevels] = {};
+  double total = 0;
+  const bool masked = floor != neg_inf;
+  const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
+  for_each_block(vocab_size, [&](std::size_t offset, std::size_t length) {
+    const Scalar* x = logits.data() + offset;
+    Scalar* w = weights.data() + offset;
+    Scalar sum;
+    if (masked) {
+      sum = flush ? exp_block_with_level_masses<Scalar, true, true>(
+                        x, length, max_logit, inv_temperature, floor, levels, w, masses)
+                  : exp_block_with_level_masses<Scalar, true, false>(
+                        x, length, max_logit, inv_temperature, floor, levels, w, masses);
+    } else {
+      sum = flush ? exp_block_with_level_masses<Scalar, false, true>(
+                        x, length, max_logit, inv_temperature, floor, levels, w, masses)
+                  : exp_block_with_level_masses<Scalar, false, false>(
+                        x, length, max_logit, inv_temperature, floor, levels, w, masses);
+    }
+    total += static_cast<double>(sum);
+  });
+  const double target_mass = static_cast<double>(top_p) * total;
+
+  // 2. The bracket [lo, hi) and the mass above it, narrowed until it is sparse.
+  Scalar hi = pos_inf;
+  Scalar lo = neg_inf;
+  double mass_above = 0;
+  auto choose_bracket = [&](const Scalar(&level)[kMassLevels], const double(&mass)[kMassLevels],
+                            Scalar bottom) {
+    for (std::size_t j = 0; j < kMassLevels; ++j) {
+      if (mass[j] >= target_mass) {
+        lo = level[j];
+        return;
+      }
+      hi = level[j];
+      mass_above = mass[j];
+    }
+    lo = bottom;  // every level holds less than the target: the bracket ends at `bottom`
+  };
+  // Below max - T (d_max - log Z) the tokens hold less than (1 - top_p) Z.
+  Scalar bottom =
+      static_cast<Scalar>(static_cast<double>(max_logit) - (d_max - std::log(total)) * temperature);
+  choose_bracket(levels, masses, bottom);
+  if (!(lo < hi)) lo = neg_inf;  // rounding: search everything below hi
+  lo = std::max(lo, floor);
+
+  Scalar* candidate_logits = candidates;
+  Scalar* candidate_weights = candidates + vocab_size + 1;
+  const std::span<const Scalar> stored(weights.data(), vocab_size);
+  std::size_t count = 0;
+  for (int round = 0;; ++round) {
+    const bool last = round == kNucleusRefinements || lo == neg_inf;
+    const std::size_t capacity = last ? vocab_size : kNucleusCandidates;
+    count = gather_range(logits, stored, lo, hi, candidate_logits, candidate_weights, capacity);
+    if (count <= capacity) break;
+    // Too many: sum the mass above levels spread evenly inside the bracket (from the max down
+    // when the bracket is open above) and keep one slice.
+    const double top = hi == pos_inf ? static_cast<double>(max_logit) : static_cast<double>(hi);
+    const double step = (top - static_cast<double>(lo)) /
+                        static_cast<double>(hi == pos_inf ? kMassLevels : kMassLevels + 1);
+    Scalar inner[kMassLevels];
+    for (std::size_t j = 0; j < kMassLevels; ++j) {
+      const double offset = static_cast<double>(hi == pos_inf ? j : j + 1) * step;
+      inner[j] = static_cast<Scalar>(top - offset);
+    }
+    double inner_masses[kMassLevels];
+    level_masses(logits, stored, inner, inner_masses);
+    const Scalar old_lo = lo;
+    choose_bracket(inner, inner_masses, old_lo);
+    lo = std::max(lo, old_lo);
+  }
+
+  // 3. The exact boundary among the candidates.
+  Scalar boundary = floor;
+  double kept_mass = total;
+  if (nucleus_boundary(candidate_logits, candidate_weights, count, mass_above, target_mass,
+                       boundary, kept_mass)) {
+    return {std::max(boundary, floor), kept_mass};
+  }
+  // Rounding kept the bracket's mass below the target: search everything below hi.
+  count = gather_range(logits, stored, floor, hi, candidate_logits, candidate_weights, vocab_size);
+  if (nucleus_boundary(candidate_logits, candidate_weights, count, mass_above, target_mass,
+                       boundary, kept_mass)) {
+    return {std::max(boundary, floor), kept_mass};
+  }
+  return {floor, total};  // even that fell short by rounding: keep everything
+}
+
+/// What the filters decided, and what the top-p search already computed.
+template <class Scalar>
+struct FilterResult {
+  Scalar threshold = -std::numeric_limits<Scalar>::infinity();
+  /// top-p ran: the weights span holds exp((x - max) / T), 0 below the top-k threshold only.
+  bool weights_stored = false;
+  /// kept_mass = the sum of those weights over x >= threshold (top-p ran and decided last).
+  bool kept_mass_known = false;
+  double kept_mass = 0;
+};
+
+/// top-k, then top-p, then min-p (see filter_threshold). `weights` (V) receives top-p's
+/// weights; empty: they go to `scratch`.
+template <class Scalar>
+[[nodiscard]] FilterResult<Scalar> apply_filters(std::span<const Scalar> logits, Scalar max_logit,
+                                                 Scalar inv_temperature,
+                                                 const SamplingParams& params,
+                                                 std::span<Scalar> weights,
+                                                 std::vector<Scalar>& scratch) {
+  const std::size_t vocab_size = logits.size();
+  FilterResult<Scalar> result;
+  if (params.top_k > 0 && static_cast<std::size_t>(params.top_k) < vocab_size) {
+    result.threshold = kth_largest(logits, static_cast<std::size_t>(params.top_k), scratch);
+  }
+  if (params.top_p < 1.0f) {
+    // scratch = [weights unless the caller's (V) | candidate logits (V + 1) | their weights (V +
+    // 1)]
+    const std::size_t own = weights.empty() ? vocab_size : 0;
+    grow_to(scratch, own + 2 * (vocab_size + 1));
+    const std::span<Scalar> top_p_weights =
+        weights.empty() ? std::span<Scalar>(scratch.data(), vocab_size) : weights;
+    const NucleusCut<Scalar> cut = nucleus_cut(logits, max_logit, inv_temperature, result.threshold,
+                                               params.top_p, top_p_weights, scratch.data() + own);
+    result.threshold = cut.boundary;
+    result.weights_stored = true;
+    result.kept_mass_known = true;
+    result.kept_mass = cut.kept_mass;
+  }
+  if (params.min_p > 0.0f) {
+    const Scalar temperature = Scalar(1) / inv_temperature;
+    const Scalar min_p_floor =
+        max_logit + temperature * static_cast<Scalar>(std::log(static_cast<Scalar>(params.min_p)));
+    if (min_p_floor > result.threshold) {
+      result.threshold = min_p_floor;
+      result.kept_mass_known = false;
+    }
+  }
+  return result;
+}
+
 }  // namespace detail
 
 /// \brief The logit threshold implementing top-k, then top-p, then min-p (see file comment).
 ///
 /// Returns -inf when no filter is active. `max_logit` must be the row's finite maximum.
-/// `scratch` is grown on first use (V + V/64 values for top-k, 2V for top-p), then reused.
+/// `scratch` is grown on first use (V + V/64 values for top-k, 3V + 2 for top-p), then reused.
 ///
 /// - top-k: threshold = k-th largest logit (std::nth_element on a copy, see
 ///   detail::kth_largest; ties kept).
-/// - top-p: with Z the mass left by top-k, the candidates are the tokens of probability >=
-///   (1 - top_p) / V: the others hold less than 1 - top_p in total, so the nucleus lies among
-///   the candidates and only they are searched. If rounding defeats that, every kept token is
+/// - top-p: with Z the mass left by top-k, the smallest logit b such that the tokens with
+///   logit >= b hold at least top_p Z (a tie at b is kept whole). Found in one exp pass that
+///   also sums the mass above a ladder of levels, a bracketing of the boundary narrowed without
+///   further exps, and a quickselect over the few tokens in the final bracket (see
+///   detail::nucleus_cut). If rounding defeats the bracket, every kept token below it is
 ///   searched; if even that fails, top-p keeps everything.
 /// - min-p: p(x) >= min_p * p_max  <=>  logit_x >= max + T * log(min_p).
 template <class Scalar>
 [[nodiscard]] Scalar filter_threshold(std::span<const Scalar> logits, Scalar max_logit,
                                       Scalar inv_temperature, const SamplingParams& params,
                                       std::vector<Scalar>& scratch) {
-  const Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
-  const std::size_t vocab_size = logits.size();
-  Scalar threshold = neg_inf;
-
-  if (params.top_k > 0 && static_cast<std::size_t>(params.top_k) < vocab_size) {
-    threshold = detail::kth_largest(logits, static_cast<std::size_t>(params.top_k), scratch);
-  }
-
-  if (params.top_p < 1.0f) {
-    // scratch = [candidate logits (V) | their weights (V)]
-    detail::grow_to(scratch, 2 * vocab_size);
-    const double kept_mass = detail::exp_sum(logits, max_logit, inv_temperature, threshold);
-    const double target_mass = static_cast<double>(params.top_p) * kept_mass;
-    const double epsilon =
-        (1.0 - static_cast<double>(params.top_p)) / static_cast<double>(vocab_size);
-    const auto candidate_floor =
-        static_cast<Scalar>(static_cast<double>(max_logit) +
-                            std::log(epsilon * kept_mass) / static_cast<double>(inv_temperature));
-    Scalar* candidates = scratch.data();
-    Scalar* candidate_weights = scratch.data() + vocab_size;
-    const Scalar neg_inf_threshold = -std::numeric_limits<Scalar>::infinity();
-    for (const Scalar floor : {std::max(threshold, candidate_floor), threshold}) {
-      // Branchless gather: always write, advance only past candidates (no mispredictions on
-      // the ~50/50 decisions of flat rows).
-      std::size_t count = 0;
-      for (const Scalar logit : logits) {
-        candidates[count] = logit;
-        count += logit >= floor ? 1 : 0;
-      }
-      // Candidates are all kept already, so their weights need no mask.
-      (void)detail::store_weights(std::span<const Scalar>(candidates, count), max_logit,
-                                  inv_temperature, neg_inf_threshold,
-                                  std::span<Scalar>(candidate_weights, count));
-      Scalar boundary = threshold;
-      if (detail::nucleus_boundary(candidates, candidate_weights, count, target_mass, boundary)) {
-        threshold = std::max(threshold, boundary);
-        break;
-      }
-    }
-  }
-
-  if (params.min_p > 0.0f) {
-    const Scalar temperature = Scalar(1) / inv_temperature;
-    const Scalar min_p_floor =
-        max_logit + temperature * static_cast<Scalar>(std::log(static_cast<Scalar>(params.min_p)));
-    threshold = std::max(threshold, min_p_floor);
-  }
-  return threshold;
+  return detail::apply_filters(logits, max_logit, inv_temperature, params, std::span<Scalar>(),
+                               scratch)
+      .threshold;
 }
 
-/// \brief Processes one row: max pass (with the NaN / +inf check), thresholds, one exp-sum pass.
+/// \brief Number of block sums process_logits records for a row of `vocab_size` weights (one
+/// per 1024 tokens): the size of its `block_sums` argument.
+[[nodiscard]] constexpr std::size_t weight_block_count(std::size_t vocab_size) noexcept {
+  return detail::block_count(vocab_size);
+}
+
+/// \brief Processes one row for p(x) and log p(x): the target-row path.
 ///
-/// This is the target-row path: p(x) for any x then costs one scalar exp. The logits_processor
-/// is *not* applied here (it is float-only and needs the context): see apply_logits_processor.
+/// Unfiltered rows (no top-k / top-p / min-p): one pass, online softmax by blocks (the max and
+/// the normalizer together, see detail::online_exp_sum). Filtered rows: a max pass, the
+/// thresholds, then one exp-sum pass. Either way max_logit is the row's max and p(x) for any x
+/// then costs one scalar exp. The logits_processor is *not* applied here (it is float-only and
+/// needs the context): see apply_logits_processor.
 /// \throws std::invalid_argument if params.temperature is 0 (greedy has no distribution: use
 /// argmax); std::domain_error for NaN / +inf / all -inf logits.
 template <class Scalar>
 [[nodiscard]] TokenDistribution<Scalar> process_logits(std::span<const Scalar> logits,
                                                        const SamplingParams& params,
                                                        std::vector<Scalar>& filter_scratch) {
-  if (!(params.temperature > 0.0f)) {
-    detail::throw_invalid_argument("process_logits: temperature = ", params.temperature,
-                                   "; expected > 0 (temperature 0 is greedy: use argmax)");
+  detail::check_temperature_for_sampling(params);
+  TokenDistribution<Scalar> dist;
+  dist.logits = logits;
+  dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
+  if (!detail::filters_active(params, logits.size())) {
+    const detail::OnlineSum<Scalar> row = detail::online_exp_sum(logits, dist.inv_temperature);
+    dist.max_logit = row.reference;  // the max
+    dist.normalizer = static_cast<Scalar>(row.sum);
+    return dist;
+  }
+  dist.max_logit = detail::scan_max(logits).value;  // throws on NaN / +inf / all -inf
+  const detail::FilterResult<Scalar> filtered = detail::apply_filters(
+      logits, dist.max_logit, dist.inv_temperature, params, std::span<Scalar>(), filter_scratch);
+  dist.threshold = filtered.threshold;
+  if (filtered.kept_mass_known) {
+    dist.normalizer = static_cast<Scalar>(filtered.kept_mass);  // top-p summed it already
+  } else if (filtered.weights_stored) {
+    // min-p cut deeper than top-p: sum the stored weights above it (no exp).
+    dist.normalizer = static_cast<Scalar>(detail::mask_weights(
+        logits, dist.threshold, std::span<Scalar>(filter_scratch.data(), logits.size()),
+        std::span<Scalar>()));
+  } else {
+    dist.normalizer = static_cast<Scalar>(
+        detail::exp_sum(logits, dist.max_logit, dist.inv_temperature, dist.threshold));
+  }
+  return dist;
+}
+
+namespace detail {
+
+/// The draft-row path behind both process_logits overloads that store weights. The block sums
+/// go to `block_sums`, or to filter_scratch when it is empty (then they are not kept).
+template <class Scalar>
+[[nodiscard]] TokenDistribution<Scalar> process_logits_storing_weights(
+    std::span<const Scalar> logits, const SamplingParams& params,
+    std::vector<Scalar>& filter_scratch, std::span<Scalar> weights, std::span<Scalar> block_sums) {
+  check_temperature_for_sampling(params);
+  const std::size_t vocab_size = logits.size();
+  const std::size_t blocks = block_count(vocab_size);
+  if (weights.size() != vocab_size) {
+    throw_invalid_argument("process_logits: weights has ", weights.size(), " entries; expected ",
+                           vocab_size, " (one per token)");
+  }
+  if (!block_sums.empty() && block_sums.size() != blocks) {
+    throw_invalid_argument("process_logits: block_sums has ", block_sums.size(),
+                           " entries; expected weight_block_count(", vocab_size, ") = ", blocks);
   }
   TokenDistribution<Scalar> dist;
   dist.logits = logits;
   dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
-  dist.max_logit = detail::scan_max(logits).value;  // throws on NaN / +inf / all -inf
-  dist.threshold =
-      filter_threshold(logits, dist.max_logit, dist.inv_temperature, params, filter_scratch);
-  dist.normalizer = static_cast<Scalar>(
-      detail::exp_sum(logits, dist.max_logit, dist.inv_temperature, dist.threshold));
+  if (!filters_active(params, vocab_size)) {
+    // filter_scratch = [per-block references (blocks) | block sums if not the caller's (blocks)]
+    grow_to(filter_scratch, 2 * blocks);
+    const std::span<Scalar> references(filter_scratch.data(), blocks);
+    const std::span<Scalar> sums =
+        block_sums.empty() ? std::span<Scalar>(filter_scratch.data() + blocks, blocks) : block_sums;
+    const OnlineSum<Scalar> row =
+        online_store_weights(logits, dist.inv_temperature, weights, sums, references);
+    dist.max_logit = row.reference;  // shared by every stored weight, not necessarily the max
+    dist.normalizer = static_cast<Scalar>(row.sum);
+    return dist;
+  }
+  dist.max_logit = scan_max(logits).value;  // throws on NaN / +inf / all -inf
+  const FilterResult<Scalar> filtered =
+      apply_filters(logits, dist.max_logit, dist.inv_temperature, params, weights, filter_scratch);
+  dist.threshold = filtered.threshold;
+  if (filtered.weights_stored) {
+    // top-p stored the weights already; drop the tokens below the final threshold (no exp).
+    grow_to(filter_scratch, blocks);
+    const std::span<Scalar> sums =
+        block_sums.empty() ? std::span<Scalar>(filter_scratch.data(), blocks) : block_sums;
+    dist.normalizer = static_cast<Scalar>(mask_weights(logits, dist.threshold, weights, sums));
+  } else {
+    dist.normalizer = static_cast<Scalar>(store_weights(
+        logits, dist.max_logit, dist.inv_temperature, dist.threshold, weights, block_sums));
+  }
   return dist;
 }
 
+}  // namespace detail
+
 /// \brief Draft-row path: as process_logits, but the exp pass also stores every token's weight
-/// (0 for filtered tokens) into `weights` (size V), for sample_from_weights and, if the drafted
-/// token is rejected, the residual max(0, p - q). normalizer = sum of the stored weights.
+/// (0 for filtered tokens) into `weights` (size V) and their sums per 1024-token block into
+/// `block_sums` (size weight_block_count(V)), for sample_from_weights and, if the drafted
+/// token is rejected, the residual max(0, p - q). normalizer = the sum of the block sums.
+///
+/// Unfiltered rows take one pass (see detail::online_store_weights): the weights then share a
+/// reference logit (dist.max_logit) that may lie below the max, so weights can exceed 1; q(x)
+/// = weights[x] / normalizer either way, and it is exactly the distribution sampled.
+template <class Scalar>
+[[nodiscard]] TokenDistribution<Scalar> process_logits(std::span<const Scalar> logits,
+                                                       const SamplingParams& params,
+                                                       std::vector<Scalar>& filter_scratch,
+                                                       std::span<Scalar> weights,
+                                                       std::span<Scalar> block_sums) {
+  if (block_sums.size() != weight_block_count(logits.size())) {
+    detail::throw_invalid_argument("process_logits: block_sums has ", block_sums.size(),
+                                   " entries; expected weight_block_count(", logits.size(),
+                                   ") = ", weight_block_count(logits.size()));
+  }
+  return detail::process_logits_storing_weights(logits, params, filter_scratch, weights,
+                                                block_sums);
+}
+
+/// \brief As above without keeping the block sums: sample the weights with
+/// sample_from_weights(weights, normalizer, coin), which re-sums them.
 template <class Scalar>
 [[nodiscard]] TokenDistribution<Scalar> process_logits(std::span<const Scalar> logits,
                                                        const SamplingParams& params,
                                                        std::vector<Scalar>& filter_scratch,
                                                        std::span<Scalar> weights) {
-  if (!(params.temperature > 0.0f)) {
-    detail::throw_invalid_argument("process_logits: temperature = ", params.temperature,
-                                   "; expected > 0 (temperature 0 is greedy: use argmax)");
+  return detail::process_logits_storing_weights(logits, params, filter_scratch, weights,
+                                                std::span<Scalar>());
+}
+
+/// \brief Inverse-CDF sample with a coin in [0, 1) from the weights and block sums stored by
+/// process_logits: the first token whose cumulative weight exceeds coin * Z, Z = the sum of
+/// the block sums (the normalizer). The block sums locate the block, so only one block of
+/// weights is read. Never returns a token of weight 0; if rounding puts coin * Z at or past the
+/// end, returns the last token of positive weight.
+template <class Scalar>
+[[nodiscard]] token_t sample_from_weights(std::span<const Scalar> weights,
+                                          std::span<const Scalar> block_sums, double coin) {
+  if (block_sums.size() != weight_block_count(weights.size())) {
+    detail::throw_invalid_argument("sample_from_weights: block_sums has ", block_sums.size(),
+                                   " entries; expected weight_block_count(", weights.size(),
+                                   ") = ", weight_block_count(weights.size()));
   }
-  if (weights.size() != logits.size()) {
-    detail::throw_invalid_argument("process_logits: weights has ", weights.size(),
-                                   " entries; expected ", logits.size(), " (one per token)");
-  }
-  TokenDistribution<Scalar> dist;
-  dist.logits = logits;
-  dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
-  dist.max_logit = detail::scan_max(logits).value;  // throws on NaN / +inf / all -inf
-  dist.threshold =
-      filter_threshold(logits, dist.max_logit, dist.inv_temperature, params, filter_scratch);
-  dist.normalizer = static_cast<Scalar>(
-      detail::store_weights(logits, dist.max_logit, dist.inv_temperature, dist.threshold, weights));
-  return dist;
+  return detail::inverse_cdf(weights, block_sums, coin);
 }
 
 /// \brief Inverse-CDF sample from unnormalised weights with a coin in [0, 1): the first token
 /// whose cumulative weight exceeds coin * total. Never returns a token of weight 0; if rounding
 /// puts coin * total at or past the end, returns the last token of positive weight.
-/// `total` must be the sum of `weights` (as returned by process_logits / store_weights).
+/// `total` must be the sum of `weights` (as returned by process_logits, residual_distribution).
 template <class Scalar>
 [[nodiscard]] token_t sample_from_weights(std::span<const Scalar> weights, Scalar total,
                                           double coin) {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace specdec::detail {
 
@@ -31,6 +32,17 @@ template <class... Parts>
 template <class... Parts>
 [[noreturn]] void throw_domain_error(const Parts&... parts) {
   throw std::domain_error(error_message(parts...));
+}
+
+/// \brief Re-throws a std::domain_error raised while processing one row of model output with
+/// the row named first: "specdec: <where>: <the original message after its "specdec: ">".
+template <class... Where>
+[[noreturn]] void throw_domain_error_for_row(const std::domain_error& error,
+                                             const Where&... where) {
+  std::string_view message = error.what();
+  constexpr std::string_view prefix = "specdec: ";
+  if (message.starts_with(prefix)) message.remove_prefix(prefix.size());
+  throw_domain_error(where..., ": ", message);
 }
 
 }  // namespace specdec::detail

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// \brief Vectorised single-pass building blocks over one row of logits (internal).
+/// \brief Vectorised building blocks over one row of logits (internal).
 ///
 /// Determinism: every reduction here splits the row into blocks at fixed indices (0, kBlockSize,
 /// ...) and lanes at fixed indices, never depending on the address of the data (Eigen's own
@@ -11,9 +11,12 @@
 ///
 /// Rows are processed in blocks of kBlockSize values. A block (4 KiB of floats) stays in L1,
 /// so "compute exp of a block, store it, sum it" reads the row from memory once. Block sums are
-/// accumulated in double: the sum of V ~ 1e5 positive floats then loses nothing visible, and
-/// the store pass and the inverse-CDF scan see bit-identical partial sums (same blocks, same
-/// Eigen reduction over the same memory, same order).
+/// accumulated in double: the sum of V ~ 1e5 positive floats then loses nothing visible.
+///
+/// Unfiltered rows take a single pass (online softmax by blocks, see online_exp_sum and
+/// online_store_weights): the max of block b + 1 is scanned while block b is exponentiated,
+/// so the row is read from memory once and the max costs a few instructions per packet on
+/// registers already loaded, instead of a separate memory-bound pass.
 
 #include <algorithm>
 #include <cmath>
@@ -30,6 +33,11 @@
 namespace specdec::detail {
 
 inline constexpr std::size_t kBlockSize = 1024;
+
+/// Number of kBlockSize blocks (the last one possibly partial) in a row of `size` values.
+[[nodiscard]] constexpr std::size_t block_count(std::size_t size) noexcept {
+  return (size + kBlockSize - 1) / kBlockSize;
+}
 
 template <class Scalar>
 using ConstArrayMap = Eigen::Map<const Eigen::Array<Scalar, Eigen::Dynamic, 1>>;
@@ -56,7 +64,7 @@ template <class Scalar>
 /// \brief Throws std::domain_error unless `max_value` is the finite maximum of a logits row.
 ///
 /// A +inf logit makes the max +inf, and a max of -inf means every logit is -inf (after the
-/// processor and filters: no token can be sampled). NaN is reported by scan_max.
+/// processor and filters: no token can be sampled). NaN is reported by the callers' scans.
 template <class Scalar>
 void check_max_logit(Scalar max_value) {
   if (std::isfinite(max_value)) [[likely]]
@@ -76,6 +84,71 @@ void check_max_logit(Scalar max_value) {
       "expected at least one finite logit");
 }
 
+/// \brief The row check every scan ends with: throws for NaN, +inf or an all -inf row.
+///
+/// The scans keep a running sum of the logits next to the running max, on registers already
+/// loaded. The fast max instruction drops NaN, but a NaN makes that sum NaN; the sum can only be
+/// NaN otherwise through +inf (caught by the max anyway) or overflow of huge logits mixed with
+/// -inf, so a NaN sum (or a non-finite max) triggers an exact scalar re-check of the whole row
+/// before anything is thrown. NaN is reported first, as if the max were NaN.
+template <class Scalar>
+void check_row(std::span<const Scalar> values, Scalar max_value, Scalar logit_sum) {
+  if (std::isnan(logit_sum) || !std::isfinite(max_value)) [[unlikely]] {
+    for (const Scalar value : values) {
+      if (std::isnan(value)) check_max_logit(std::numeric_limits<Scalar>::quiet_NaN());
+    }
+  }
+  check_max_logit(max_value);
+}
+
+/// Max and logit sum (the NaN probe of check_row) of one block.
+template <class Scalar>
+struct BlockScan {
+  Scalar max = -std::numeric_limits<Scalar>::infinity();
+  Scalar sum = 0;
+};
+
+/// \brief Scans one block for its max and NaN probe. Four independent accumulators of each kind
+/// hide the latency; both kinds work on the same loaded registers, so this costs about one
+/// plain max pass (memory bound).
+template <class Scalar>
+[[nodiscard]] BlockScan<Scalar> scan_block(const Scalar* data, std::size_t length) noexcept {
+  constexpr Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
+  BlockScan<Scalar> scan;
+  std::size_t i = 0;
+  if constexpr (Eigen::internal::packet_traits<Scalar>::Vectorizable &&
+                (Eigen::internal::packet_traits<Scalar>::size > 1)) {
+    namespace ei = Eigen::internal;
+    using Packet = typename ei::packet_traits<Scalar>::type;
+    constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
+    Packet max0 = ei::pset1<Packet>(neg_inf);
+    Packet max1 = max0, max2 = max0, max3 = max0;
+    Packet sum0 = ei::pset1<Packet>(Scalar(0));
+    Packet sum1 = sum0, sum2 = sum0, sum3 = sum0;
+    for (; i + 4 * kLanes <= length; i += 4 * kLanes) {
+      const Packet a = ei::ploadu<Packet>(data + i);
+      const Packet b = ei::ploadu<Packet>(data + i + kLanes);
+      const Packet c = ei::ploadu<Packet>(data + i + 2 * kLanes);
+      const Packet d = ei::ploadu<Packet>(data + i + 3 * kLanes);
+      max0 = ei::pmax(max0, a);
+      max1 = ei::pmax(max1, b);
+      max2 = ei::pmax(max2, c);
+      max3 = ei::pmax(max3, d);
+      sum0 = ei::padd(sum0, a);
+      sum1 = ei::padd(sum1, b);
+      sum2 = ei::padd(sum2, c);
+      sum3 = ei::padd(sum3, d);
+    }
+    scan.max = ei::predux_max(ei::pmax(ei::pmax(max0, max1), ei::pmax(max2, max3)));
+    scan.sum = ei::predux(ei::padd(ei::padd(sum0, sum1), ei::padd(sum2, sum3)));
+  }
+  for (; i < length; ++i) {
+    scan.max = std::max(scan.max, data[i]);
+    scan.sum += data[i];
+  }
+  return scan;
+}
+
 /// Result of scan_max: the row's maximum and the first block that attains it.
 template <class Scalar>
 struct RowMax {
@@ -83,65 +156,22 @@ struct RowMax {
   std::size_t first_block_offset;
 };
 
-/// \brief The max pass every row needs, with the NaN / +inf / all -inf check folded in.
-///
-/// One SIMD pass (Eigen packet primitives) keeps two accumulators per lane: a running max and
-/// a running sum. The fast max instruction drops NaN, but a NaN makes the sum NaN; the sum can
-/// only be NaN otherwise through +inf (already caught by the max) or overflow of huge logits
-/// mixed with -inf, so a NaN sum triggers an exact scalar re-check before anything is thrown.
-/// Both accumulators work on registers already loaded, so the pass costs about one plain max
-/// pass (memory bound). Per block it also remembers the first block whose max beats all
-/// earlier blocks, which lets argmax finish with a scan of a single block.
+/// \brief The max pass of rows that need the max before anything else (filtered rows, argmax),
+/// with the NaN / +inf / all -inf check folded in (see check_row). Per block it also remembers
+/// the first block whose max beats all earlier blocks, which lets argmax finish with a scan of
+/// a single block.
 /// \throws std::domain_error for NaN, +inf, or a row that is entirely -inf (or empty).
 template <class Scalar>
 [[nodiscard]] RowMax<Scalar> scan_max(std::span<const Scalar> values) {
-  using Packet = typename Eigen::internal::packet_traits<Scalar>::type;
-  constexpr auto kLanes = static_cast<std::size_t>(Eigen::internal::packet_traits<Scalar>::size);
-  constexpr Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
-  const Scalar* data = values.data();
-  RowMax<Scalar> best{neg_inf, 0};
-  Scalar sum = 0;
+  RowMax<Scalar> best{-std::numeric_limits<Scalar>::infinity(), 0};
+  Scalar logit_sum = 0;
   for (std::size_t offset = 0; offset < values.size(); offset += kBlockSize) {
-    const std::size_t end = std::min(offset + kBlockSize, values.size());
-    Scalar block_max = neg_inf;
-    std::size_t i = offset;
-    if constexpr (kLanes > 1) {
-      // Four independent accumulators of each kind hide the add latency.
-      Packet max0 = Eigen::internal::pset1<Packet>(neg_inf);
-      Packet max1 = max0, max2 = max0, max3 = max0;
-      Packet sum0 = Eigen::internal::pset1<Packet>(Scalar(0));
-      Packet sum1 = sum0, sum2 = sum0, sum3 = sum0;
-      for (; i + 4 * kLanes <= end; i += 4 * kLanes) {
-        const Packet a = Eigen::internal::ploadu<Packet>(data + i);
-        const Packet b = Eigen::internal::ploadu<Packet>(data + i + kLanes);
-        const Packet c = Eigen::internal::ploadu<Packet>(data + i + 2 * kLanes);
-        const Packet d = Eigen::internal::ploadu<Packet>(data + i + 3 * kLanes);
-        max0 = Eigen::internal::pmax(max0, a);
-        max1 = Eigen::internal::pmax(max1, b);
-        max2 = Eigen::internal::pmax(max2, c);
-        max3 = Eigen::internal::pmax(max3, d);
-        sum0 = Eigen::internal::padd(sum0, a);
-        sum1 = Eigen::internal::padd(sum1, b);
-        sum2 = Eigen::internal::padd(sum2, c);
-        sum3 = Eigen::internal::padd(sum3, d);
-      }
-      block_max = Eigen::internal::predux_max(Eigen::internal::pmax(
-          Eigen::internal::pmax(max0, max1), Eigen::internal::pmax(max2, max3)));
-      sum += Eigen::internal::predux(Eigen::internal::padd(Eigen::internal::padd(sum0, sum1),
-                                                           Eigen::internal::padd(sum2, sum3)));
-    }
-    for (; i < end; ++i) {
-      block_max = std::max(block_max, data[i]);
-      sum += data[i];
-    }
-    if (block_max > best.value) best = {block_max, offset};
+    const BlockScan<Scalar> scan =
+        scan_block(values.data() + offset, std::min(kBlockSize, values.size() - offset));
+    logit_sum += scan.sum;
+    if (scan.max > best.value) best = {scan.max, offset};
   }
-  if (std::isnan(sum)) [[unlikely]] {
-    for (const Scalar value : values) {
-      if (std::isnan(value)) check_max_logit(std::numeric_limits<Scalar>::quiet_NaN());
-    }
-  }
-  check_max_logit(best.value);
+  check_row(values, best.value, logit_sum);
   return best;
 }
 
@@ -151,6 +181,28 @@ void for_each_block(std::size_t size, Body&& body) {
   for (std::size_t offset = 0; offset < size; offset += kBlockSize) {
     body(offset, std::min(kBlockSize, size - offset));
   }
+}
+
+/// \brief Sum of one block with a fixed lane assignment (see the determinism note above).
+template <class Scalar>
+[[nodiscard]] Scalar block_sum(const Scalar* values, std::size_t length) noexcept {
+  Scalar sum = 0;
+  std::size_t i = 0;
+  if constexpr (Eigen::internal::packet_traits<Scalar>::Vectorizable &&
+                (Eigen::internal::packet_traits<Scalar>::size > 1)) {
+    namespace ei = Eigen::internal;
+    using Packet = typename ei::packet_traits<Scalar>::type;
+    constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
+    Packet sum0 = ei::pset1<Packet>(Scalar(0));
+    Packet sum1 = sum0;
+    for (; i + 2 * kLanes <= length; i += 2 * kLanes) {
+      sum0 = ei::padd(sum0, ei::ploadu<Packet>(values + i));
+      sum1 = ei::padd(sum1, ei::ploadu<Packet>(values + i + kLanes));
+    }
+    sum = ei::predux(ei::padd(sum0, sum1));
+  }
+  for (; i < length; ++i) sum += values[i];
+  return sum;
 }
 
 /// Whether Scalar has SIMD packets with a vectorised exp (float / double on x86 and ARM).
@@ -176,36 +228,49 @@ template <class Scalar>
   }
 }
 
-/// One packet of weights: exp(x * inv_t - max * inv_t), optionally flushed and masked.
+/// \brief One packet of weights: exp((x - reference) * inv_t), optionally flushed and masked.
+///
+/// The exponent is formed as (x - reference) * inv_t, exactly as TokenDistribution::weight does
+/// in scalar code, not as the single FMA x * inv_t - reference * inv_t: that form rounds
+/// reference * inv_t once, an error of up to half an ulp of reference / T in every exponent
+/// (1e-6 relative for logits ~30 at T = 0.7, 1e-3 for logits ~1000 at T = 0.05), and with the
+/// per-block references of the single-pass kernels the blocks would not even share that error.
+/// The subtraction is exact near the reference (Sterbenz), where the mass is.
+///
+/// Flush (kFlush, only where packet exp(-inf) is not exactly 0): `max(0, w - smallest_normal)`
+/// maps every subnormal result to 0 -- a token banned with -inf must have weight exactly 0 --
+/// and leaves every weight above 2^-100 (float; 2^-970 for double) bit-for-bit unchanged,
+/// because smallest_normal is below half an ulp of such weights.
 template <class Packet, bool kMasked, bool kFlush>
 EIGEN_ALWAYS_INLINE Packet packet_weight(const Packet& x, const Packet& inv_t_v,
-                                         const Packet& minus_scaled_max_v, const Packet& small_v,
+                                         const Packet& reference_v, const Packet& small_v,
                                          const Packet& zero_v, const Packet& threshold_v) {
   namespace ei = Eigen::internal;
-  Packet w = ei::pexp(ei::pmadd(x, inv_t_v, minus_scaled_max_v));
+  Packet w = ei::pexp(ei::pmul(ei::psub(x, reference_v), inv_t_v));
   if constexpr (kFlush) w = ei::pmax(ei::psub(w, small_v), zero_v);
   if constexpr (kMasked) w = ei::pand(w, ei::pcmp_le(threshold_v, x));
   return w;
 }
 
-/// \brief The exp pass over one block: weight = exp((x - max) * inv_temperature) for kept tokens
-/// (x >= threshold when kMasked), 0 for the others; stores the weights when kStore; returns the
-/// block's sum.
+/// Scalar counterpart of packet_weight (tails, and Scalar types without packet exp).
+template <class Scalar, bool kMasked>
+[[nodiscard]] Scalar scalar_weight(Scalar x, Scalar reference, Scalar inv_temperature,
+                                   Scalar threshold) noexcept {
+  const Scalar w = std::exp((x - reference) * inv_temperature);  // exactly 0 for -inf
+  if constexpr (kMasked) return x >= threshold ? w : Scalar(0);
+  return w;
+}
+
+/// \brief The exp pass over one block: weight = exp((x - reference) * inv_temperature) for kept
+/// tokens (x >= threshold when kMasked), 0 for the others; stores the weights when kStore;
+/// returns the block's sum.
 ///
-/// Written with Eigen's packet primitives (pexp, pmadd, pcmp_le, ...) so the exp, the optional
-/// store, the mask and the sum happen in one pass over registers: Eigen expressions cannot
-/// store and reduce in one traversal, and Eigen 3.4's Select and comparisons are not
-/// vectorised. (x - max) * inv_t is evaluated as one fused multiply-add x * inv_t - max * inv_t
-/// (it differs by at most the rounding of max * inv_t, far below the exp's own error).
-///
-/// Flush (kFlush, only where packet exp(-inf) is not exactly 0): `max(0, w - smallest_normal)`
-/// maps every subnormal result to 0 -- a token banned with -inf must have weight exactly 0 --
-/// and leaves every weight above 2^-100 (float; 2^-970 for double) bit-for-bit unchanged,
-/// because smallest_normal is below half an ulp of such weights. The max token's weight is ~1.
+/// Written with Eigen's packet primitives (pexp, pcmp_le, ...) so the exp, the optional store,
+/// the mask and the sum happen in one pass over registers: Eigen expressions cannot store and
+/// reduce in one traversal, and Eigen 3.4's Select and comparisons are not vectorised.
 template <class Scalar, bool kStore, bool kMasked, bool kFlush>
-Scalar exp_block(const Scalar* logits, std::size_t length, Scalar max_logit, Scalar inv_temperature,
+Scalar exp_block(const Scalar* logits, std::size_t length, Scalar reference, Scalar inv_temperature,
                  Scalar threshold, Scalar* out) noexcept {
-  constexpr Scalar smallest_normal = std::numeric_limits<Scalar>::min();
   Scalar sum = 0;
   std::size_t i = 0;
   if constexpr (kHasPacketExp<Scalar>) {
@@ -213,19 +278,18 @@ Scalar exp_block(const Scalar* logits, std::size_t length, Scalar max_logit, Sca
     using Packet = typename ei::packet_traits<Scalar>::type;
     constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
     const Packet inv_t_v = ei::pset1<Packet>(inv_temperature);
-    const Packet minus_scaled_max_v = ei::pset1<Packet>(-max_logit * inv_temperature);
-    const Packet small_v = ei::pset1<Packet>(smallest_normal);
+    const Packet reference_v = ei::pset1<Packet>(reference);
+    const Packet small_v = ei::pset1<Packet>(std::numeric_limits<Scalar>::min());
     const Packet zero_v = ei::pset1<Packet>(Scalar(0));
     const Packet threshold_v = ei::pset1<Packet>(threshold);
     Packet sum0 = zero_v;
     Packet sum1 = zero_v;
     for (; i + 2 * kLanes <= length; i += 2 * kLanes) {
-      const Packet w0 =
-          packet_weight<Packet, kMasked, kFlush>(ei::ploadu<Packet>(logits + i), inv_t_v,
-                                                 minus_scaled_max_v, small_v, zero_v, threshold_v);
+      const Packet w0 = packet_weight<Packet, kMasked, kFlush>(
+          ei::ploadu<Packet>(logits + i), inv_t_v, reference_v, small_v, zero_v, threshold_v);
       const Packet w1 =
           packet_weight<Packet, kMasked, kFlush>(ei::ploadu<Packet>(logits + i + kLanes), inv_t_v,
-                                                 minus_scaled_max_v, small_v, zero_v, threshold_v);
+                                                 reference_v, small_v, zero_v, threshold_v);
       if constexpr (kStore) {
         ei::pstoreu(out + i, w0);
         ei::pstoreu(out + i + kLanes, w1);
@@ -236,8 +300,8 @@ Scalar exp_block(const Scalar* logits, std::size_t length, Scalar max_logit, Sca
     sum = ei::predux(ei::padd(sum0, sum1));
   }
   for (; i < length; ++i) {
-    Scalar w = std::exp((logits[i] - max_logit) * inv_temperature);  // exactly 0 for -inf
-    if constexpr (kMasked) w = logits[i] >= threshold ? w : Scalar(0);
+    const Scalar w =
+        scalar_weight<Scalar, kMasked>(logits[i], reference, inv_temperature, threshold);
     if constexpr (kStore) out[i] = w;
     sum += w;
   }
@@ -247,59 +311,484 @@ Scalar exp_block(const Scalar* logits, std::size_t length, Scalar max_logit, Sca
 /// Runs exp_block with the mask / flush variant this row and target need.
 template <class Scalar, bool kStore>
 Scalar dispatch_exp_block(bool masked, bool flush, const Scalar* logits, std::size_t length,
-                          Scalar max_logit, Scalar inv_temperature, Scalar threshold,
+                          Scalar reference, Scalar inv_temperature, Scalar threshold,
                           Scalar* out) noexcept {
   if (masked) {
-    return flush ? exp_block<Scalar, kStore, true, true>(logits, length, max_logit, inv_temperature,
+    return flush ? exp_block<Scalar, kStore, true, true>(logits, length, reference, inv_temperature,
                                                          threshold, out)
-                 : exp_block<Scalar, kStore, true, false>(logits, length, max_logit,
+                 : exp_block<Scalar, kStore, true, false>(logits, length, reference,
                                                           inv_temperature, threshold, out);
   }
-  return flush ? exp_block<Scalar, kStore, false, true>(logits, length, max_logit, inv_temperature,
+  return flush ? exp_block<Scalar, kStore, false, true>(logits, length, reference, inv_temperature,
                                                         threshold, out)
-               : exp_block<Scalar, kStore, false, false>(logits, length, max_logit, inv_temperature,
+               : exp_block<Scalar, kStore, false, false>(logits, length, reference, inv_temperature,
                                                          threshold, out);
 }
 
-/// \brief Sum over kept tokens (logit >= threshold) of exp((logit - max) * inv_temperature), in
-/// one pass (threshold = -inf: no filter, no mask).
+/// \brief Sum over kept tokens (logit >= threshold) of exp((logit - reference) *
+/// inv_temperature), in one pass (threshold = -inf: no filter, no mask).
 template <class Scalar>
-[[nodiscard]] double exp_sum(std::span<const Scalar> logits, Scalar max_logit,
+[[nodiscard]] double exp_sum(std::span<const Scalar> logits, Scalar reference,
                              Scalar inv_temperature, Scalar threshold) noexcept {
   const bool masked = threshold != -std::numeric_limits<Scalar>::infinity();
   const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
   double total = 0;
   for_each_block(logits.size(), [&](std::size_t offset, std::size_t length) {
     total += static_cast<double>(
-        dispatch_exp_block<Scalar, false>(masked, flush, logits.data() + offset, length, max_logit,
+        dispatch_exp_block<Scalar, false>(masked, flush, logits.data() + offset, length, reference,
                                           inv_temperature, threshold, nullptr));
   });
   return total;
 }
 
-/// \brief Stores weights[i] = exp((logit_i - max) * inv_temperature) for kept tokens and 0 for
-/// filtered ones, and returns their sum, in one pass over the row.
+/// \brief Stores weights[i] = exp((logit_i - reference) * inv_temperature) for kept tokens and
+/// 0 for filtered ones, and (unless `block_sums` is empty) block_sums[b] = the sum of block b's
+/// weights, in one pass over the row. Returns the total: the double sum of the block sums in
+/// block order (what inverse_cdf recomputes from them). block_sums has block_count(V) entries.
 template <class Scalar>
-double store_weights(std::span<const Scalar> logits, Scalar max_logit, Scalar inv_temperature,
-                     Scalar threshold, std::span<Scalar> weights) noexcept {
+double store_weights(std::span<const Scalar> logits, Scalar reference, Scalar inv_temperature,
+                     Scalar threshold, std::span<Scalar> weights,
+                     std::span<Scalar> block_sums = {}) noexcept {
   const bool masked = threshold != -std::numeric_limits<Scalar>::infinity();
   const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
   double total = 0;
   for_each_block(logits.size(), [&](std::size_t offset, std::size_t length) {
-    total += static_cast<double>(
-        dispatch_exp_block<Scalar, true>(masked, flush, logits.data() + offset, length, max_logit,
-                                         inv_temperature, threshold, weights.data() + offset));
+    const Scalar sum =
+        dispatch_exp_block<Scalar, true>(masked, flush, logits.data() + offset, length, reference,
+                                         inv_temperature, threshold, weights.data() + offset);
+    if (!block_sums.empty()) block_sums[offset / kBlockSize] = sum;
+    total += static_cast<double>(sum);
   });
   return total;
 }
+
+// ---- single pass: online softmax by blocks ---------------------------------------------------
+
+/// \brief exp_block (unmasked) over one block fused with scan_block over the next one.
+///
+/// Software pipelining: the exp pass is compute bound and the max scan is memory bound, so
+/// done one after the other per block they add up (about 1.35x an exp-sum pass); interleaved,
+/// the next block's loads and its max / NaN-probe accumulators ride along with the exp's
+/// arithmetic (about 1.05x). The next block's scan result lands in `next_scan`.
+template <class Scalar, bool kStore, bool kFlush>
+Scalar exp_block_scanning_next(const Scalar* logits, std::size_t length, Scalar reference,
+                               Scalar inv_temperature, Scalar* out, const Scalar* next,
+                               std::size_t next_length, BlockScan<Scalar>& next_scan) noexcept {
+  constexpr Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
+  Scalar sum = 0;
+  std::size_t i = 0;  // progress in this block
+  std::size_t j = 0;  // progress in the next block
+  BlockScan<Scalar> scan;
+  if constexpr (kHasPacketExp<Scalar>) {
+    namespace ei = Eigen::internal;
+    using Packet = typename ei::packet_traits<Scalar>::type;
+    constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
+    constexpr std::size_t kStep = 2 * kLanes;
+    const Packet inv_t_v = ei::pset1<Packet>(inv_temperature);
+    const Packet reference_v = ei::pset1<Packet>(reference);
+    const Packet small_v = ei::pset1<Packet>(std::numeric_limits<Scalar>::min());
+    const Packet zero_v = ei::pset1<Packet>(Scalar(0));
+    Packet sum0 = zero_v, sum1 = zero_v;
+    Packet max0 = ei::pset1<Packet>(neg_inf), max1 = max0;
+    Packet probe0 = zero_v, probe1 = zero_v;
+    auto exp_step = [&](std::size_t at) {
+      const Packet w0 = packet_weight<Packet, false, kFlush>(
+          ei::ploadu<Packet>(logits + at), inv_t_v, reference_v, small_v, zero_v, zero_v);
+      const Packet w1 = packet_weight<Packet, false, kFlush>(
+          ei::ploadu<Packet>(logits + at + kLanes), inv_t_v, reference_v, small_v, zero_v, zero_v);
+      if constexpr (kStore) {
+        ei::pstoreu(out + at, w0);
+        ei::pstoreu(out + at + kLanes, w1);
+      }
+      sum0 = ei::padd(sum0, w0);
+      sum1 = ei::padd(sum1, w1);
+    };
+    auto scan_step = [&](std::size_t at) {
+      const Packet a = ei::ploadu<Packet>(next + at);
+      const Packet b = ei::ploadu<Packet>(next + at + kLanes);
+      max0 = ei::pmax(max0, a);
+      max1 = ei::pmax(max1, b);
+      probe0 = ei::padd(probe0, a);
+      probe1 = ei::padd(probe1, b);
+    };
+    const std::size_t both = std::min(length, next_length) / kStep * kStep;
+    for (; i < both; i += kStep) {
+      exp_step(i);
+      scan_step(i);
+    }
+    for (; i + kStep <= length; i += kStep) exp_step(i);
+    for (j = both; j + kStep <= next_length; j += kStep) scan_step(j);
+    sum = ei::predux(ei::padd(sum0, sum1));
+    scan.max = ei::predux_max(ei::pmax(max0, max1));
+    scan.sum = ei::predux(ei::padd(probe0, probe1));
+  }
+  for (; i < length; ++i) {
+    const Scalar w = scalar_weight<Scalar, false>(logits[i], reference, inv_temperature, neg_inf);
+    if constexpr (kStore) out[i] = w;
+    sum += w;
+  }
+  for (; j < next_length; ++j) {
+    scan.max = std::max(scan.max, next[j]);
+    scan.sum += next[j];
+  }
+  next_scan = scan;
+  return sum;
+}
+
+/// Result of the single-pass kernels.
+template <class Scalar>
+struct OnlineSum {
+  Scalar reference;  ///< the logit every weight is relative to: weight = exp((x - ref) / T)
+  double sum;        ///< sum of the weights (in double, blocks in order)
+};
+
+/// \brief Single pass over an unfiltered row: the row max M and Z = sum exp((x - M) * inv_t),
+/// with the NaN / +inf / all -inf check (the result's reference is M).
+///
+/// Online softmax by blocks: the running max m and the running sum S (double) relative to m;
+/// when a block's max exceeds m, S is rescaled by exp((m_old - m_new) * inv_t) first, so every
+/// block's weights are <= 1 and the final S is relative to the true max. Rescales cost one
+/// scalar exp each.
+/// \throws std::domain_error for NaN, +inf, or a row that is entirely -inf (or empty).
+template <class Scalar>
+[[nodiscard]] OnlineSum<Scalar> online_exp_sum(std::span<const Scalar> logits,
+                                               Scalar inv_temperature) {
+  constexpr Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
+  const std::size_t size = logits.size();
+  const Scalar* data = logits.data();
+  const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
+  BlockScan<Scalar> scan = scan_block(data, std::min(kBlockSize, size));
+  Scalar logit_sum = scan.sum;
+  Scalar running_max = neg_inf;
+  double sum = 0;
+  for (std::size_t offset = 0; offset < size; offset += kBlockSize) {
+    if (!(scan.max < std::numeric_limits<Scalar>::infinity())) {
+      running_max = scan.max;  // +inf: check_row reports it (after looking for NaN)
+      break;
+    }
+    if (scan.max > running_max) {
+      if (running_max != neg_inf) {
+        sum *= std::exp((static_cast<double>(running_max) - static_cast<double>(scan.max)) *
+                        static_cast<double>(inv_temperature));
+      }
+      running_max = scan.max;
+    }
+    const std::size_t length = std::min(kBlockSize, size - offset);
+    const std::size_t next_offset = offset + length;
+    const std::size_t next_length =
+        next_offset < size ? std::min(kBlockSize, size - next_offset) : 0;
+    BlockScan<Scalar> next_scan;
+    if (running_max == neg_inf) {
+      // Every logit so far is -inf: weight 0, nothing to exponentiate.
+      if (next_length > 0) next_scan = scan_block(data + next_offset, next_length);
+    } else {
+      const Scalar block = flush ? exp_block_scanning_next<Scalar, false, true>(
+                                       data + offset, length, running_max, inv_temperature, nullptr,
+                                       data + next_offset, next_length, next_scan)
+                                 : exp_block_scanning_next<Scalar, false, false>(
+                                       data + offset, length, running_max, inv_temperature, nullptr,
+                                       data + next_offset, next_length, next_scan);
+      sum += static_cast<double>(block);
+    }
+    logit_sum += next_scan.sum;
+    scan = next_scan;
+  }
+  check_row(logits, running_max, logit_sum);
+  return {running_max, sum};
+}
+
+/// Largest scaled exponent (x - reference) * inv_t a stored weight may have. e^64 ~ 6e27: a
+/// float weight stays finite and so does a block sum (1024 e^64 ~ 6e30) and the normalizer of
+/// any vocabulary below 1e10 tokens (V e^64 < 3.4e38, whose reciprocal is still a normal float).
+inline constexpr double kMaxWeightExponent = 64;
+
+/// \brief Single pass over an unfiltered row that stores weights (the draft-row path): every
+/// weight relative to ONE reference logit r, per-block sums, NaN / +inf / all -inf check.
+///
+/// Why one shared reference: verification reads q(x) = weights[x] / Z and the residual uses
+/// all of q, and the token is sampled from exactly these weights, so all of them must be on one
+/// scale. r starts at the first finite block max and moves up to a block's max m_b only when
+/// (m_b - r) * inv_t > kMaxWeightExponent; otherwise the block is stored against r and its
+/// weights may exceed 1 (by at most e^64). Blocks stored against an older, smaller reference
+/// r_b are rescaled once at the end by exp((r_b - r) * inv_t) and re-summed (lazily, so a row
+/// whose max keeps climbing costs at most one extra multiply pass, never a pass per climb; at
+/// T = 1 real logits never climb 64 nats).
+///
+/// Range: every block max is <= its reference + 64 T <= r + 64 T, so every weight is <= e^64
+/// and finite (see kMaxWeightExponent); the max token's weight is >= 1 because r is some
+/// block's max, so the normalizer is >= 1. Weights relative to r are larger than relative to
+/// the true max, so no token underflows that would not underflow in the two-pass form. A
+/// rescaled weight can come out subnormal (or 0): such a token then has probability below
+/// e^-87 of the max's, and q is still exactly what is sampled (the stored weights).
+///
+/// Precision: a weight's exponent (x - r) * inv_t is rounded to float, a relative error of up
+/// to |exponent| 2^-24 in the weight. The two-pass form pays that on the light tokens far below
+/// the max; here the heaviest tokens may sit up to 64 nats above r (<= 4e-6 relative, 1e-6 at
+/// 16 nats). That moves q off the ideal softmax by as much, which does not touch exactness:
+/// q is by construction the distribution the token is sampled from, only the acceptance rate
+/// moves (by ~1e-6).
+///
+/// `block_sums` and `block_references` have block_count(V) entries. Returns r (not
+/// necessarily the max) and the total = double sum of block_sums in block order.
+/// \throws std::domain_error for NaN, +inf, or a row that is entirely -inf (or empty).
+template <class Scalar>
+[[nodiscard]] OnlineSum<Scalar> online_store_weights(std::span<const Scalar> logits,
+                                                     Scalar inv_temperature,
+                                                     std::span<Scalar> weights,
+                                                     std::span<Scalar> block_sums,
+                                                     std::span<Scalar> block_references) {
+  constexpr Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
+  const std::size_t size = logits.size();
+  const Scalar* data = logits.data();
+  const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
+  BlockScan<Scalar> scan = scan_block(data, std::min(kBlockSize, size));
+  Scalar logit_sum = scan.sum;
+  Scalar row_max = neg_inf;
+  Scalar reference = neg_inf;
+  for (std::size_t offset = 0; offset < size; offset += kBlockSize) {
+    if (!(scan.max < std::numeric_limits<Scalar>::infinity())) {
+      row_max = scan.max;  // +inf: check_row reports it (after looking for NaN)
+      break;
+    }
+    row_max = std::max(row_max, scan.max);
+    if (scan.max > reference &&
+        (reference == neg_inf || (static_cast<double>(scan.max) - static_cast<double>(reference)) *
+                                         static_cast<double>(inv_temperature) >
+                                     kMaxWeightExponent)) {
+      reference = scan.max;
+    }
+    const std::size_t block = offset / kBlockSize;
+    const std::size_t length = std::min(kBlockSize, size - offset);
+    const std::size_t next_offset = offset + length;
+    const std::size_t next_length =
+        next_offset < size ? std::min(kBlockSize, size - next_offset) : 0;
+    block_references[block] = reference;
+    BlockScan<Scalar> next_scan;
+    if (reference == neg_inf) {
+      // Every logit so far is -inf: weight 0; a later rescale leaves these zeros alone.
+      std::fill_n(weights.data() + offset, length, Scalar(0));
+      block_sums[block] = 0;
+      if (next_length > 0) next_scan = scan_block(data + next_offset, next_length);
+    } else {
+      block_sums[block] =
+          flush ? exp_block_scanning_next<Scalar, true, true>(
+                      data + offset, length, reference, inv_temperature, weights.data() + offset,
+                      data + next_offset, next_length, next_scan)
+                : exp_block_scanning_next<Scalar, true, false>(
+                      data + offset, length, reference, inv_temperature, weights.data() + offset,
+                      data + next_offset, next_length, next_scan);
+    }
+    logit_sum += next_scan.sum;
+    scan = next_scan;
+  }
+  check_row(logits, row_max, logit_sum);
+
+  double total = 0;
+  for (std::size_t block = 0; block < block_count(size); ++block) {
+    const Scalar block_reference = block_references[block];
+    if (block_reference != reference && block_sums[block] != Scalar(0)) [[unlikely]] {
+      const auto factor = static_cast<Scalar>(
+          std::exp((static_cast<double>(block_reference) - static_cast<double>(reference)) *
+                   static_cast<double>(inv_temperature)));
+      const std::size_t offset = block * kBlockSize;
+      const std::span<Scalar> block_weights =
+          weights.subspan(offset, std::min(kBlockSize, size - offset));
+      as_array(block_weights) *= factor;
+      block_sums[block] = block_sum(block_weights.data(), block_weights.size());
+    }
+    total += static_cast<double>(block_sums[block]);
+  }
+  return {reference, total};
+}
+
+// ---- top-p: masses above a ladder of logit levels -------------------------------------------
+
+/// Levels per mass pass of the top-p search (see nucleus_threshold in sampling.hpp). Each
+/// level costs a compare, a mask and an add per packet: 8 levels cost about what the exp
+/// itself costs.
+inline constexpr std::size_t kMassLevels = 8;
+
+/// \brief exp_block (storing) that also adds, for each level j, the mass of the block's tokens
+/// with logit >= levels[j] to level_masses[j]: one pass yields the weights, Z and the mass
+/// above every level.
+template <class Scalar, bool kMasked, bool kFlush>
+Scalar exp_block_with_level_masses(const Scalar* logits, std::size_t length, Scalar reference,
+                                   Scalar inv_temperature, Scalar threshold,
+                                   const Scalar (&levels)[kMassLevels], Scalar* out,
+                                   double (&level_masses)[kMassLevels]) noexcept {
+  Scalar sum = 0;
+  Scalar masses[kMassLevels] = {};
+  std::size_t i = 0;
+  if constexpr (kHasPacketExp<Scalar>) {
+    namespace ei = Eigen::internal;
+    using Packet = typename ei::packet_traits<Scalar>::type;
+    constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
+    const Packet inv_t_v = ei::pset1<Packet>(inv_temperature);
+    const Packet reference_v = ei::pset1<Packet>(reference);
+    const Packet small_v = ei::pset1<Packet>(std::numeric_limits<Scalar>::min());
+    const Packet zero_v = ei::pset1<Packet>(Scalar(0));
+    const Packet threshold_v = ei::pset1<Packet>(threshold);
+    Packet sum_v = zero_v;
+    Packet mass_v[kMassLevels];
+    for (auto& m : mass_v) m = zero_v;
+    for (; i + kLanes <= length; i += kLanes) {
+      const Packet x = ei::ploadu<Packet>(logits + i);
+      const Packet w = packet_weight<Packet, kMasked, kFlush>(x, inv_t_v, reference_v, small_v,
+                                                              zero_v, threshold_v);
+      ei::pstoreu(out + i, w);
+      sum_v = ei::padd(sum_v, w);
+      for (std::size_t j = 0; j < kMassLevels; ++j) {
+        mass_v[j] = ei::padd(mass_v[j], ei::pand(w, ei::pcmp_le(ei::pset1<Packet>(levels[j]), x)));
+      }
+    }
+    sum = ei::predux(sum_v);
+    for (std::size_t j = 0; j < kMassLevels; ++j) masses[j] = ei::predux(mass_v[j]);
+  }
+  for (; i < length; ++i) {
+    const Scalar w =
+        scalar_weight<Scalar, kMasked>(logits[i], reference, inv_temperature, threshold);
+    out[i] = w;
+    sum += w;
+    for (std::size_t j = 0; j < kMassLevels; ++j)
+      masses[j] += logits[i] >= levels[j] ? w : Scalar(0);
+  }
+  for (std::size_t j = 0; j < kMassLevels; ++j) level_masses[j] += static_cast<double>(masses[j]);
+  return sum;
+}
+
+/// \brief The mass of the tokens with logit >= levels[j], for each level, from stored weights
+/// (no exp), over a whole row; blocks in order, so deterministic.
+template <class Scalar>
+void level_masses(std::span<const Scalar> logits, std::span<const Scalar> weights,
+                  const Scalar (&levels)[kMassLevels],
+                  double (&level_masses)[kMassLevels]) noexcept {
+  for (auto& m : level_masses) m = 0;
+  for_each_block(logits.size(), [&](std::size_t offset, std::size_t length) {
+    const Scalar* x_block = logits.data() + offset;
+    const Scalar* w_block = weights.data() + offset;
+    Scalar masses[kMassLevels] = {};
+    std::size_t i = 0;
+    if constexpr (Eigen::internal::packet_traits<Scalar>::Vectorizable &&
+                  (Eigen::internal::packet_traits<Scalar>::size > 1)) {
+      namespace ei = Eigen::internal;
+      using Packet = typename ei::packet_traits<Scalar>::type;
+      constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
+      Packet mass_v[kMassLevels];
+      for (auto& m : mass_v) m = ei::pset1<Packet>(Scalar(0));
+      for (; i + kLanes <= length; i += kLanes) {
+        const Packet x = ei::ploadu<Packet>(x_block + i);
+        const Packet w = ei::ploadu<Packet>(w_block + i);
+        for (std::size_t j = 0; j < kMassLevels; ++j) {
+          mass_v[j] =
+              ei::padd(mass_v[j], ei::pand(w, ei::pcmp_le(ei::pset1<Packet>(levels[j]), x)));
+        }
+      }
+      for (std::size_t j = 0; j < kMassLevels; ++j) masses[j] = ei::predux(mass_v[j]);
+    }
+    for (; i < length; ++i) {
+      for (std::size_t j = 0; j < kMassLevels; ++j) {
+        masses[j] += x_block[i] >= levels[j] ? w_block[i] : Scalar(0);
+      }
+    }
+    for (std::size_t j = 0; j < kMassLevels; ++j) level_masses[j] += static_cast<double>(masses[j]);
+  });
+}
+
+/// \brief Copies the tokens with lo <= logit < hi (logit and weight) to the candidate arrays,
+/// in index order. Returns their count, or capacity + 1 as soon as there are more than
+/// `capacity` (the arrays then hold garbage).
+///
+/// Packets without a token in range are skipped after one vectorised test, so the cost is a
+/// compare pass plus a scalar look at the few packets that hold candidates: it is meant for
+/// sparse ranges (the top-p search narrows the range until it is sparse).
+template <class Scalar>
+[[nodiscard]] std::size_t gather_range(std::span<const Scalar> logits,
+                                       std::span<const Scalar> weights, Scalar lo, Scalar hi,
+                                       Scalar* candidate_logits, Scalar* candidate_weights,
+                                       std::size_t capacity) noexcept {
+  const std::size_t size = logits.size();
+  std::size_t count = 0;
+  // Branchless: always write, advance only past a candidate (the arrays have capacity + 1
+  // entries, so the write of a lane not taken lands in bounds).
+  auto take = [&](std::size_t i) {
+    candidate_logits[count] = logits[i];
+    candidate_weights[count] = weights[i];
+    count += (logits[i] >= lo && logits[i] < hi) ? 1 : 0;
+  };
+  std::size_t i = 0;
+  if constexpr (Eigen::internal::packet_traits<Scalar>::Vectorizable &&
+                (Eigen::internal::packet_traits<Scalar>::size > 1)) {
+    namespace ei = Eigen::internal;
+    using Packet = typename ei::packet_traits<Scalar>::type;
+    constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
+    const Packet lo_v = ei::pset1<Packet>(lo);
+    const Packet hi_v = ei::pset1<Packet>(hi);
+    for (; i + kLanes <= size; i += kLanes) {
+      const Packet x = ei::ploadu<Packet>(logits.data() + i);
+      if (!ei::predux_any(ei::pand(ei::pcmp_le(lo_v, x), ei::pcmp_lt(x, hi_v)))) continue;
+      for (std::size_t lane = 0; lane < kLanes; ++lane) {
+        take(i + lane);
+        if (count > capacity) return capacity + 1;
+      }
+    }
+  }
+  for (; i < size; ++i) {
+    take(i);
+    if (count > capacity) return capacity + 1;
+  }
+  return count;
+}
+
+/// \brief Zeroes the stored weights of tokens below `threshold` (no exp), records the block
+/// sums, returns their double total: the last pass of a filtered draft row whose weights were
+/// stored before its threshold was known.
+template <class Scalar>
+double mask_weights(std::span<const Scalar> logits, Scalar threshold, std::span<Scalar> weights,
+                    std::span<Scalar> block_sums) noexcept {
+  double total = 0;
+  for_each_block(logits.size(), [&](std::size_t offset, std::size_t length) {
+    const Scalar* x = logits.data() + offset;
+    Scalar* w = weights.data() + offset;
+    Scalar sum = 0;
+    std::size_t i = 0;
+    if constexpr (Eigen::internal::packet_traits<Scalar>::Vectorizable &&
+                  (Eigen::internal::packet_traits<Scalar>::size > 1)) {
+      namespace ei = Eigen::internal;
+      using Packet = typename ei::packet_traits<Scalar>::type;
+      constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
+      const Packet threshold_v = ei::pset1<Packet>(threshold);
+      Packet sum0 = ei::pset1<Packet>(Scalar(0));
+      Packet sum1 = sum0;
+      for (; i + 2 * kLanes <= length; i += 2 * kLanes) {
+        const Packet w0 = ei::pand(ei::ploadu<Packet>(w + i),
+                                   ei::pcmp_le(threshold_v, ei::ploadu<Packet>(x + i)));
+        const Packet w1 = ei::pand(ei::ploadu<Packet>(w + i + kLanes),
+                                   ei::pcmp_le(threshold_v, ei::ploadu<Packet>(x + i + kLanes)));
+        ei::pstoreu(w + i, w0);
+        ei::pstoreu(w + i + kLanes, w1);
+        sum0 = ei::padd(sum0, w0);
+        sum1 = ei::padd(sum1, w1);
+      }
+      sum = ei::predux(ei::padd(sum0, sum1));
+    }
+    for (; i < length; ++i) {
+      w[i] = x[i] >= threshold ? w[i] : Scalar(0);
+      sum += w[i];
+    }
+    if (!block_sums.empty()) block_sums[offset / kBlockSize] = sum;
+    total += static_cast<double>(sum);
+  });
+  return total;
+}
+
+// ---- residual, sums, sampling ----------------------------------------------------------------
 
 /// \brief residual[i] = max(0, p_weight_i * inv_p_normalizer - q_weights[i] * inv_q_normalizer)
 /// over one block, p_weight as in exp_block; returns the block's sum. One fused pass.
 template <class Scalar, bool kMasked>
 Scalar residual_block(const Scalar* p_logits, const Scalar* q_weights, std::size_t length,
-                      Scalar p_max_logit, Scalar p_inv_temperature, Scalar p_threshold,
+                      Scalar p_reference, Scalar p_inv_temperature, Scalar p_threshold,
                       Scalar inv_p_normalizer, Scalar inv_q_normalizer, Scalar* out) noexcept {
-  constexpr Scalar smallest_normal = std::numeric_limits<Scalar>::min();
   Scalar sum = 0;
   std::size_t i = 0;
   if constexpr (kHasPacketExp<Scalar>) {
@@ -307,8 +796,8 @@ Scalar residual_block(const Scalar* p_logits, const Scalar* q_weights, std::size
     using Packet = typename ei::packet_traits<Scalar>::type;
     constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
     const Packet inv_t_v = ei::pset1<Packet>(p_inv_temperature);
-    const Packet minus_scaled_max_v = ei::pset1<Packet>(-p_max_logit * p_inv_temperature);
-    const Packet small_v = ei::pset1<Packet>(smallest_normal);
+    const Packet reference_v = ei::pset1<Packet>(p_reference);
+    const Packet small_v = ei::pset1<Packet>(std::numeric_limits<Scalar>::min());
     const Packet zero_v = ei::pset1<Packet>(Scalar(0));
     const Packet threshold_v = ei::pset1<Packet>(p_threshold);
     const Packet inv_p_v = ei::pset1<Packet>(inv_p_normalizer);
@@ -316,9 +805,8 @@ Scalar residual_block(const Scalar* p_logits, const Scalar* q_weights, std::size
     Packet sum_v = zero_v;
     for (; i + kLanes <= length; i += kLanes) {
       // Always flushed: this runs once per rejecting round, not worth a variant.
-      const Packet w =
-          packet_weight<Packet, kMasked, true>(ei::ploadu<Packet>(p_logits + i), inv_t_v,
-                                               minus_scaled_max_v, small_v, zero_v, threshold_v);
+      const Packet w = packet_weight<Packet, kMasked, true>(
+          ei::ploadu<Packet>(p_logits + i), inv_t_v, reference_v, small_v, zero_v, threshold_v);
       const Packet q = ei::ploadu<Packet>(q_weights + i);
       const Packet r = ei::pmax(ei::psub(ei::pmul(w, inv_p_v), ei::pmul(q, inv_q_v)), zero_v);
       ei::pstoreu(out + i, r);
@@ -327,8 +815,8 @@ Scalar residual_block(const Scalar* p_logits, const Scalar* q_weights, std::size
     sum = ei::predux(sum_v);
   }
   for (; i < length; ++i) {
-    Scalar w = std::exp((p_logits[i] - p_max_logit) * p_inv_temperature);
-    if constexpr (kMasked) w = p_logits[i] >= p_threshold ? w : Scalar(0);
+    const Scalar w =
+        scalar_weight<Scalar, kMasked>(p_logits[i], p_reference, p_inv_temperature, p_threshold);
     const Scalar r = std::max(w * inv_p_normalizer - q_weights[i] * inv_q_normalizer, Scalar(0));
     out[i] = r;
     sum += r;
@@ -346,35 +834,64 @@ template <class Scalar>
   return max_logit + static_cast<Scalar>(std::log(total));
 }
 
-/// \brief Sum of one block with a fixed lane assignment (see the determinism note above).
+/// \brief The index inside block [offset, offset + length) where the cumulative weight, starting
+/// from `cumulative`, first exceeds `target`; the block's last positive weight if rounding
+/// keeps it from crossing (the block sum and this scan add the same weights in different
+/// orders). The block holds positive weight.
 template <class Scalar>
-[[nodiscard]] Scalar block_sum(const Scalar* values, std::size_t length) noexcept {
-  Scalar sum = 0;
-  std::size_t i = 0;
-  if constexpr (Eigen::internal::packet_traits<Scalar>::Vectorizable &&
-                (Eigen::internal::packet_traits<Scalar>::size > 1)) {
-    namespace ei = Eigen::internal;
-    using Packet = typename ei::packet_traits<Scalar>::type;
-    constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
-    Packet sum0 = ei::pset1<Packet>(Scalar(0));
-    Packet sum1 = sum0;
-    for (; i + 2 * kLanes <= length; i += 2 * kLanes) {
-      sum0 = ei::padd(sum0, ei::ploadu<Packet>(values + i));
-      sum1 = ei::padd(sum1, ei::ploadu<Packet>(values + i + kLanes));
+[[nodiscard]] token_t scan_block_for_target(std::span<const Scalar> weights, std::size_t offset,
+                                            std::size_t length, double cumulative, double target) {
+  std::size_t last_positive = offset;
+  for (std::size_t i = offset; i < offset + length; ++i) {
+    if (weights[i] > Scalar(0)) {
+      cumulative += static_cast<double>(weights[i]);
+      last_positive = i;
+      if (cumulative > target) return static_cast<token_t>(i);
     }
-    sum = ei::predux(ei::padd(sum0, sum1));
   }
-  for (; i < length; ++i) sum += values[i];
-  return sum;
+  return static_cast<token_t>(last_positive);
 }
 
-/// \brief Inverse-CDF sample from non-negative weights: the first index whose cumulative weight
-/// exceeds coin * total.
+/// \brief The last token of positive weight (the exact inverse CDF's answer for a coin whose
+/// target rounding put at or past the accumulated mass).
+template <class Scalar>
+[[nodiscard]] token_t last_positive_weight(std::span<const Scalar> weights, double total) {
+  for (std::size_t i = weights.size(); i-- > 0;) {
+    if (weights[i] > Scalar(0)) return static_cast<token_t>(i);
+  }
+  throw_domain_error("cannot sample: every weight is 0 (total = ", total,
+                     "); expected at least one positive weight");
+}
+
+/// \brief Inverse-CDF sample from non-negative weights whose per-block sums were recorded when
+/// they were stored: the first index whose cumulative weight exceeds coin * total, total = the
+/// double sum of block_sums in block order (the normalizer the weights were returned with).
 ///
-/// Block sums find the block in one vectorised scan, then a scalar scan finds the index inside
-/// it. A token of weight 0 is never returned: the cumulative sum cannot cross the target at it.
-/// If rounding leaves the target at or beyond the accumulated mass (coin close to 1), the last
-/// token of positive weight is returned, as the exact inverse CDF would.
+/// The block sums find the block without touching the weights; a scalar scan finds the index
+/// inside it. A token of weight 0 is never returned: the cumulative sum cannot cross the target
+/// at it. If rounding leaves the target at or beyond the accumulated mass (coin close to 1), the
+/// last token of positive weight is returned, as the exact inverse CDF would.
+template <class Scalar>
+[[nodiscard]] token_t inverse_cdf(std::span<const Scalar> weights,
+                                  std::span<const Scalar> block_sums, double coin) {
+  double total = 0;
+  for (const Scalar sum : block_sums) total += static_cast<double>(sum);
+  const double target = coin * total;
+  double cumulative = 0;
+  for (std::size_t block = 0; block < block_sums.size(); ++block) {
+    const auto mass = static_cast<double>(block_sums[block]);
+    if (cumulative + mass > target) {
+      const std::size_t offset = block * kBlockSize;
+      return scan_block_for_target(weights, offset, std::min(kBlockSize, weights.size() - offset),
+                                   cumulative, target);
+    }
+    cumulative += mass;
+  }
+  return last_positive_weight(weights, total);
+}
+
+/// \brief inverse_cdf for weights without recorded block sums (`total` = their sum, as returned
+/// by store_weights): the block sums are recomputed on the way.
 template <class Scalar>
 [[nodiscard]] token_t inverse_cdf(std::span<const Scalar> weights, double total, double coin) {
   const double target = coin * total;
@@ -383,24 +900,11 @@ template <class Scalar>
     const std::size_t length = std::min(kBlockSize, weights.size() - offset);
     const auto mass = static_cast<double>(block_sum(weights.data() + offset, length));
     if (cumulative + mass > target) {
-      // The crossing is in this block, which therefore holds positive weight.
-      std::size_t last_positive = offset;
-      for (std::size_t i = offset; i < offset + length; ++i) {
-        if (weights[i] > Scalar(0)) {
-          cumulative += static_cast<double>(weights[i]);
-          last_positive = i;
-          if (cumulative > target) return static_cast<token_t>(i);
-        }
-      }
-      return static_cast<token_t>(last_positive);  // scalar vs block rounding
+      return scan_block_for_target(weights, offset, length, cumulative, target);
     }
     cumulative += mass;
   }
-  for (std::size_t i = weights.size(); i-- > 0;) {
-    if (weights[i] > Scalar(0)) return static_cast<token_t>(i);
-  }
-  throw_domain_error("cannot sample: every weight is 0 (total = ", total,
-                     "); expected at least one positive weight");
+  return last_positive_weight(weights, total);
 }
 
 /// \brief Argmax with the lowest index on ties: one scan_max pass (which remembers the first

@@ -1,0 +1,327 @@
+// Tests for detail/row_kernels.hpp: the single-pass (online softmax by blocks) kernels against
+// the two-pass ones, the shared reference and lazy rescale of stored weights, recorded block
+// sums and the inverse CDF that uses them, the NaN / +inf / all -inf checks, determinism.
+#include "specdec/detail/row_kernels.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using specdec::token_t;
+namespace detail = specdec::detail;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The rows every kernel test runs over: sizes around the block and packet boundaries, the max
+// in the first / a middle / the last block, -inf tokens and whole -inf blocks, huge ranges, and
+// rows that climb block after block (at low temperature they force the stored-weights kernel
+// to move its reference, possibly more than once).
+struct Row {
+  std::string name;
+  std::vector<float> logits;
+};
+
+std::vector<Row> test_rows() {
+  std::vector<Row> rows;
+  std::mt19937 gen(20261130);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  auto gaussian = [&](std::size_t size, float scale = 1.0f) {
+    std::vector<float> row(size);
+    for (float& x : row) x = scale * normal(gen);
+    return row;
+  };
+  for (std::size_t size : {1u, 7u, 31u, 33u, 1023u, 1024u, 1025u, 3000u, 5000u, 32000u}) {
+    rows.push_back({"gaussian_" + std::to_string(size), gaussian(size)});
+  }
+  {
+    auto row = gaussian(5000);
+    row[4999] = 30.0f;  // the max in the (partial) last block
+    rows.push_back({"max_in_last_block", row});
+  }
+  {
+    auto row = gaussian(4096);
+    row[0] = 25.0f;  // the max in the first block
+    rows.push_back({"max_in_first_block", row});
+  }
+  {
+    auto row = gaussian(6000);
+    for (std::size_t i = 0; i < row.size(); i += 3) row[i] = -kInf;  // banned tokens
+    std::fill(row.begin(), row.begin() + 2048, -kInf);               // two whole -inf blocks
+    rows.push_back({"minus_inf_tokens_and_blocks", row});
+  }
+  {
+    auto row = gaussian(5000);
+    std::fill(row.begin(), row.end() - 1, -kInf);  // a single finite token, in the last block
+    rows.push_back({"single_finite_token_last", row});
+  }
+  {
+    std::uniform_real_distribution<float> wide(-1e4f, 1e4f);
+    std::vector<float> row(7000);
+    for (float& x : row) x = wide(gen);
+    rows.push_back({"huge_range", row});
+  }
+  {
+    auto row = gaussian(3000, 0.01f);
+    for (float& x : row) x += 1e4f;  // large magnitude, small spread
+    rows.push_back({"large_offset", row});
+  }
+  {
+    // Climbing: block b is centred on 2.5 b, so at T = 0.05 each block's max is ~50 nats
+    // above the previous block's: the reference moves several times.
+    std::vector<float> row(9 * 1024 + 100);
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      row[i] = 2.5f * static_cast<float>(i / 1024) + 0.3f * normal(gen);
+    }
+    rows.push_back({"climbing", row});
+  }
+  {
+    // Each block a little higher: climbs by far more than 64 nats per block at T = 0.05.
+    std::vector<float> row(6 * 1024);
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      row[i] = 10.0f * static_cast<float>(i / 1024) + normal(gen);
+    }
+    rows.push_back({"steep_climb", row});
+  }
+  return rows;
+}
+
+constexpr float kTemperatures[] = {1.0f, 0.7f, 0.05f, 3.0f};
+
+// Two-pass reference in double: max, then sum exp((x - max) / T).
+double reference_normalizer(const std::vector<float>& row, double temperature, double& max) {
+  max = -INFINITY;
+  for (float x : row) max = std::max(max, static_cast<double>(x));
+  double sum = 0;
+  for (float x : row) sum += std::exp((static_cast<double>(x) - max) / temperature);
+  return sum;
+}
+
+TEST(OnlineExpSum, MatchesTheTwoPassNormalizer) {
+  for (const Row& row : test_rows()) {
+    for (const float t : kTemperatures) {
+      SCOPED_TRACE(row.name + " T=" + std::to_string(t));
+      const float inv_t = 1.0f / t;
+      const std::span<const float> logits(row.logits);
+      const auto online = detail::online_exp_sum(logits, inv_t);
+      const float max = detail::scan_max(logits).value;
+      EXPECT_EQ(online.reference, max);  // the true max, not just some reference
+      const double two_pass = detail::exp_sum(logits, max, inv_t, -kInf);
+      EXPECT_NEAR(online.sum, two_pass, 1e-6 * two_pass);
+      double exact_max = 0;
+      const double exact =
+          reference_normalizer(row.logits, 1.0 / static_cast<double>(inv_t), exact_max);
+      EXPECT_NEAR(online.sum, exact, 1e-5 * exact);
+    }
+  }
+}
+
+struct Stored {
+  std::vector<float> weights, block_sums, references;
+  detail::OnlineSum<float> result{};
+};
+
+Stored store_online(std::span<const float> logits, float inv_t) {
+  Stored s;
+  const std::size_t blocks = detail::block_count(logits.size());
+  s.weights.assign(logits.size(), -1.0f);
+  s.block_sums.assign(blocks, -1.0f);
+  s.references.assign(blocks, 0.0f);
+  s.result =
+      detail::online_store_weights(logits, inv_t, std::span<float>(s.weights),
+                                   std::span<float>(s.block_sums), std::span<float>(s.references));
+  return s;
+}
+
+TEST(OnlineStoreWeights, OneReferenceOneNormalizerAndExactBlockSums) {
+  for (const Row& row : test_rows()) {
+    for (const float t : kTemperatures) {
+      SCOPED_TRACE(row.name + " T=" + std::to_string(t));
+      const float inv_t = 1.0f / t;
+      const std::span<const float> logits(row.logits);
+      const Stored s = store_online(logits, inv_t);
+      const float max = detail::scan_max(logits).value;
+      const float reference = s.result.reference;
+      ASSERT_LE(reference, max);
+      const double exponent_rounding =
+          2.0 * (static_cast<double>(max) - reference) * inv_t * 0x1.0p-24;
+      // The shared reference is within 64 T of the max, so no weight overflows ...
+      EXPECT_LE((static_cast<double>(max) - reference) * inv_t, detail::kMaxWeightExponent);
+      // ... and the max token's weight is >= 1 (the normalizer cannot underflow).
+      const auto argmax = static_cast<std::size_t>(
+          std::max_element(row.logits.begin(), row.logits.end()) - row.logits.begin());
+      EXPECT_GE(s.weights[argmax], 0.99999f);
+
+      // Block sums are exactly the sums of the stored weights; the total is their double sum.
+      double total = 0;
+      for (std::size_t b = 0; b < s.block_sums.size(); ++b) {
+        const std::size_t offset = b * detail::kBlockSize;
+        const std::size_t length = std::min(detail::kBlockSize, logits.size() - offset);
+        EXPECT_EQ(s.block_sums[b], detail::block_sum(s.weights.data() + offset, length))
+            << "block " << b;
+        total += static_cast<double>(s.block_sums[b]);
+      }
+      EXPECT_EQ(s.result.sum, total);
+
+      // Every weight is exp((x - reference) / T): finite, 0 exactly for -inf, and q = w / Z
+      // sums to 1 and matches the two-pass distribution.
+      double exact_max = 0;
+      const double exact =
+          reference_normalizer(row.logits, 1.0 / static_cast<double>(inv_t), exact_max);
+      double q_sum = 0;
+      for (std::size_t i = 0; i < logits.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(s.weights[i])) << i;
+        ASSERT_GE(s.weights[i], 0.0f) << i;
+        if (logits[i] == -kInf) {
+          ASSERT_EQ(s.weights[i], 0.0f) << i;
+        }
+        const double q = static_cast<double>(s.weights[i]) / s.result.sum;
+        q_sum += q;
+        const double p = std::exp((static_cast<double>(logits[i]) - exact_max) * inv_t) / exact;
+        if (p > 1e-20) {
+          ASSERT_NEAR(q, p, (1e-5 + exponent_rounding) * p + 1e-30) << i;
+        }
+      }
+      EXPECT_NEAR(q_sum, 1.0, 1e-6);
+
+      // On the max's scale the normalizer is the two-pass one. Weights above the reference
+      // have exponents up to (max - reference) / T, rounded to float: a relative error of up to
+      // that times 2^-24 in the heaviest weights (documented at online_store_weights).
+      const double on_max_scale =
+          s.result.sum * std::exp((static_cast<double>(reference) - max) * inv_t);
+      const double two_pass = detail::exp_sum(logits, max, inv_t, -kInf);
+      EXPECT_NEAR(on_max_scale, two_pass, (1e-6 + exponent_rounding) * two_pass);
+      if (reference == max) {
+        EXPECT_NEAR(on_max_scale, two_pass, 1e-6 * two_pass);
+      }
+    }
+  }
+}
+
+TEST(OnlineStoreWeights, ClimbingRowsAtLowTemperatureMoveTheReference) {
+  // The test above covers correctness; this makes sure its rows do exercise the lazy rescale
+  // (a kernel that never moved its reference would overflow on them instead).
+  for (const Row& row : test_rows()) {
+    if (row.name != "climbing" && row.name != "steep_climb") continue;
+    const Stored s = store_online(row.logits, 1.0f / 0.05f);
+    std::vector<float> references = s.references;
+    references.erase(std::unique(references.begin(), references.end()), references.end());
+    EXPECT_GE(references.size(), 3u) << row.name;
+    EXPECT_EQ(references.back(), s.result.reference);
+    // At T = 1 the same rows never climb 64 nats: one reference for every block.
+    const Stored calm = store_online(row.logits, 1.0f);
+    for (float r : calm.references) EXPECT_EQ(r, calm.references.front());
+  }
+}
+
+TEST(OnlineKernels, ResultsDoNotDependOnWhereTheRowLives) {
+  for (const Row& row : test_rows()) {
+    SCOPED_TRACE(row.name);
+    const float inv_t = 1.0f / 0.7f;
+    for (std::size_t shift : {1u, 3u, 8u}) {
+      std::vector<float> moved(row.logits.size() + shift);
+      std::copy(row.logits.begin(), row.logits.end(), moved.begin() + static_cast<long>(shift));
+      const std::span<const float> a(row.logits);
+      const std::span<const float> b(moved.data() + shift, row.logits.size());
+      EXPECT_EQ(detail::online_exp_sum(a, inv_t).sum, detail::online_exp_sum(b, inv_t).sum);
+      const Stored sa = store_online(a, inv_t);
+      const Stored sb = store_online(b, inv_t);
+      EXPECT_EQ(sa.result.sum, sb.result.sum);
+      EXPECT_EQ(sa.weights, sb.weights);
+      EXPECT_EQ(sa.block_sums, sb.block_sums);
+    }
+  }
+}
+
+TEST(InverseCdf, BlockSumsGiveTheSameTokensAsResumming) {
+  for (const Row& row : test_rows()) {
+    SCOPED_TRACE(row.name);
+    const Stored s = store_online(row.logits, 1.0f);
+    for (int i = 0; i < 2000; ++i) {
+      const double coin = (i + 0.5) / 2000.0;
+      const token_t with_sums = detail::inverse_cdf(std::span<const float>(s.weights),
+                                                    std::span<const float>(s.block_sums), coin);
+      const token_t resummed =
+          detail::inverse_cdf(std::span<const float>(s.weights), s.result.sum, coin);
+      ASSERT_EQ(with_sums, resummed) << "coin " << coin;
+      ASSERT_GT(s.weights[static_cast<std::size_t>(with_sums)], 0.0f);
+    }
+    const token_t last = detail::inverse_cdf(std::span<const float>(s.weights),
+                                             std::span<const float>(s.block_sums), 1.0 - 0x1.0p-53);
+    ASSERT_GT(s.weights[static_cast<std::size_t>(last)], 0.0f);
+  }
+}
+
+// ---- the row check: NaN first, then +inf, then all -inf; same messages on every path ----------
+
+std::string what_online(std::span<const float> logits, bool store) {
+  try {
+    if (store) {
+      (void)store_online(logits, 1.0f);
+    } else {
+      (void)detail::online_exp_sum(logits, 1.0f);
+    }
+  } catch (const std::domain_error& error) {
+    return error.what();
+  }
+  return "no exception";
+}
+
+std::string what_scan(std::span<const float> logits) {
+  try {
+    (void)detail::scan_max(logits);
+  } catch (const std::domain_error& error) {
+    return error.what();
+  }
+  return "no exception";
+}
+
+TEST(RowCheck, NaNInfAndDeadRowsThrowTheSameMessagesOnEveryPath) {
+  const std::string nan_message =
+      "specdec: logits row contains NaN (max logit = nan); expected finite logits (-inf allowed "
+      "for impossible tokens)";
+  const std::string inf_message =
+      "specdec: logits row contains +inf (max logit = inf); expected finite logits (-inf allowed "
+      "for impossible tokens)";
+  const std::string dead_message =
+      "specdec: every logit in the row is -inf after the logits processor and filters; expected "
+      "at least one finite logit";
+  struct Case {
+    std::string name;
+    std::vector<float> row;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  for (std::size_t size : {3u, 40u, 3000u}) {
+    for (std::size_t at : {std::size_t{0}, size / 2, size - 1}) {
+      std::vector<float> row(size, 0.5f);
+      row[at] = kNaN;
+      cases.push_back({"nan", row, nan_message});
+      row[at] = kInf;
+      cases.push_back({"inf", row, inf_message});
+      // NaN wins over +inf wherever they are.
+      row[size - 1 - at] = kNaN;
+      if (size - 1 - at != at) cases.push_back({"nan_and_inf", row, nan_message});
+    }
+    cases.push_back({"dead", std::vector<float>(size, -kInf), dead_message});
+  }
+  cases.push_back({"empty", {}, dead_message});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name + " size " + std::to_string(c.row.size()));
+    EXPECT_EQ(what_online(c.row, false), c.message);
+    EXPECT_EQ(what_online(c.row, true), c.message);
+    EXPECT_EQ(what_scan(c.row), c.message);
+  }
+}
+
+}  // namespace
