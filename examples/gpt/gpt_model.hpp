@@ -157,13 +157,21 @@ struct LinearTile {
   const float* prefetch;  // weights to pull towards the cache meanwhile (or nullptr)
 };
 
+// Lambdas of the tile code are force-inlined: in a large translation unit GCC's inlining budget
+// ran out and left them as calls, which put the accumulators in memory (see static_for).
+#if defined(__GNUC__) || defined(__clang__)
+#define SPECDEC_GPT_FORCE_INLINE __attribute__((always_inline))
+#else
+#define SPECDEC_GPT_FORCE_INLINE
+#endif
+
 /// Calls f(std::integral_constant<std::size_t, i>{}) for i = 0 .. N-1, unrolled. The tile code
 /// indexes its accumulators only through such compile-time indices: one runtime index anywhere
 /// (e.g. a loop the compiler declines to unroll) forces the whole accumulator array into memory,
 /// which measured 1.5-2x slower for tiles of more than 16 accumulators.
 template <std::size_t N, class F>
 EIGEN_ALWAYS_INLINE void static_for(F&& f) {
-  [&]<std::size_t... i>(std::index_sequence<i...>) {
+  [&]<std::size_t... i>(std::index_sequence<i...>) SPECDEC_GPT_FORCE_INLINE {
     (f(std::integral_constant<std::size_t, i>{}), ...);
   }(std::make_index_sequence<N>{});
 }
@@ -174,10 +182,10 @@ inline void linear_tile(const LinearTile& t) noexcept {
   using Eigen::internal::ploadu;
   using Eigen::internal::pmadd;
   Packet acc[kRows][kInputs][kPacketsPerLanes];
-  static_for<kRows>([&](auto r) {
-    static_for<kInputs>([&](auto j) {
+  static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
+    static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
       static_for<kPacketsPerLanes>(
-          [&](auto p) { acc[r][j][p] = Eigen::internal::pset1<Packet>(0.0f); });
+          [&](auto p) SPECDEC_GPT_FORCE_INLINE { acc[r][j][p] = Eigen::internal::pset1<Packet>(0.0f); });
     });
   });
 
@@ -194,28 +202,28 @@ inline void linear_tile(const LinearTile& t) noexcept {
 #endif
       }
     }
-    static_for<kPacketsPerLanes>([&](auto p) {
+    static_for<kPacketsPerLanes>([&](auto p) SPECDEC_GPT_FORCE_INLINE {
       const std::size_t at = i + p * kPacketSize;
       Packet x[kInputs];
       static_for<kInputs>(
-          [&](auto j) { x[j] = ploadu<Packet>(t.input + j * t.input_stride + at); });
-      static_for<kRows>([&](auto r) {
+          [&](auto j) SPECDEC_GPT_FORCE_INLINE { x[j] = ploadu<Packet>(t.input + j * t.input_stride + at); });
+      static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
         const Packet w = ploadu<Packet>(t.weight + r * t.weight_stride + at);
-        static_for<kInputs>([&](auto j) { acc[r][j][p] = pmadd(w, x[j], acc[r][j][p]); });
+        static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE { acc[r][j][p] = pmadd(w, x[j], acc[r][j][p]); });
       });
     });
   }
 
   if (body < t.length) {  // length not a multiple of 16: one more zero-padded step, same lanes
-    static_for<kRows>([&](auto r) {
-      static_for<kInputs>([&](auto j) {
+    static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
+      static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
         float w_tail[kLanes] = {};
         float x_tail[kLanes] = {};
         const float* w_row = t.weight + r * t.weight_stride;
         const float* x_row = t.input + j * t.input_stride;
         std::copy(w_row + body, w_row + t.length, w_tail);
         std::copy(x_row + body, x_row + t.length, x_tail);
-        static_for<kPacketsPerLanes>([&](auto p) {
+        static_for<kPacketsPerLanes>([&](auto p) SPECDEC_GPT_FORCE_INLINE {
           acc[r][j][p] = pmadd(ploadu<Packet>(w_tail + p * kPacketSize),
                                ploadu<Packet>(x_tail + p * kPacketSize), acc[r][j][p]);
         });
@@ -229,10 +237,10 @@ inline void linear_tile(const LinearTile& t) noexcept {
 #if defined(__AVX512F__)
   if constexpr (kHasTransposedReduce) {  // every tile, even 1 x 1: one rounding tree everywhere
     constexpr std::size_t kOutputs = kRows * kInputs;
-    static_for<(kOutputs + 15) / 16>([&](auto group) {
+    static_for<(kOutputs + 15) / 16>([&](auto group) SPECDEC_GPT_FORCE_INLINE {
       constexpr std::size_t kFirst = decltype(group)::value * 16;
       __m512 lanes[16];
-      static_for<16>([&](auto k) {
+      static_for<16>([&](auto k) SPECDEC_GPT_FORCE_INLINE {
         constexpr std::size_t kIndex = kFirst + decltype(k)::value;
         if constexpr (kIndex < kOutputs) {
           lanes[k] = acc[kIndex / kInputs][kIndex % kInputs][0];
@@ -242,7 +250,7 @@ inline void linear_tile(const LinearTile& t) noexcept {
       });
       alignas(64) float sums[16];
       _mm512_store_ps(sums, reduce_16(lanes));
-      static_for<16>([&](auto k) {
+      static_for<16>([&](auto k) SPECDEC_GPT_FORCE_INLINE {
         constexpr std::size_t kIndex = kFirst + decltype(k)::value;
         if constexpr (kIndex < kOutputs) store(kIndex / kInputs, kIndex % kInputs, sums[k]);
       });
@@ -250,8 +258,8 @@ inline void linear_tile(const LinearTile& t) noexcept {
     return;
   }
 #endif
-  static_for<kRows>([&](auto r) {
-    static_for<kInputs>([&](auto j) { store(r, j, reduce_lanes(acc[r][j])); });
+  static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
+    static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE { store(r, j, reduce_lanes(acc[r][j])); });
   });
 }
 
