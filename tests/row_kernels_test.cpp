@@ -118,10 +118,21 @@ TEST(OnlineExpSum, MatchesTheTwoPassNormalizer) {
       EXPECT_EQ(online.reference, max);  // the true max, not just some reference
       const double two_pass = detail::exp_sum(logits, max, inv_t, -kInf);
       EXPECT_NEAR(online.sum, two_pass, 1e-6 * two_pass);
+      // p(x) = exp(scaled_exponent(x)) / Z, as TokenDistribution forms it, is the softmax.
       double exact_max = 0;
       const double exact =
           reference_normalizer(row.logits, 1.0 / static_cast<double>(inv_t), exact_max);
-      EXPECT_NEAR(online.sum, exact, 1e-5 * exact);
+      double p_sum = 0;
+      for (const float x : logits) {
+        const double p =
+            std::exp(static_cast<double>(detail::scaled_exponent(x, max, inv_t))) / online.sum;
+        const double expected = std::exp((static_cast<double>(x) - exact_max) * inv_t) / exact;
+        if (expected > 1e-20) {
+          ASSERT_NEAR(p, expected, 1e-5 * expected);
+        }
+        p_sum += p;
+      }
+      EXPECT_NEAR(p_sum, 1.0, 1e-6);
     }
   }
 }
@@ -198,7 +209,7 @@ TEST(OnlineStoreWeights, OneReferenceOneNormalizerAndExactBlockSums) {
       // have exponents up to (max - reference) / T, rounded to float: a relative error of up to
       // that times 2^-24 in the heaviest weights (documented at online_store_weights).
       const double on_max_scale =
-          s.result.sum * std::exp((static_cast<double>(reference) - max) * inv_t);
+          s.result.sum * std::exp(detail::reference_shift(reference, max, inv_t));
       const double two_pass = detail::exp_sum(logits, max, inv_t, -kInf);
       EXPECT_NEAR(on_max_scale, two_pass, (1e-6 + exponent_rounding) * two_pass);
       if (reference == max) {
@@ -316,6 +327,16 @@ TEST(RowCheck, NaNInfAndDeadRowsThrowTheSameMessagesOnEveryPath) {
     cases.push_back({"dead", std::vector<float>(size, -kInf), dead_message});
   }
   cases.push_back({"empty", {}, dead_message});
+  {
+    // NaN among -inf before the first finite block, and NaN in a block after it.
+    std::vector<float> row(5000, -kInf);
+    row[1500] = kNaN;
+    row[2500] = 1.0f;
+    cases.push_back({"nan_before_first_finite", row, nan_message});
+    row[1500] = -kInf;
+    row[4999] = kNaN;
+    cases.push_back({"nan_after_first_finite", row, nan_message});
+  }
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name + " size " + std::to_string(c.row.size()));
     EXPECT_EQ(what_online(c.row, false), c.message);

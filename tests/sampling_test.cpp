@@ -138,8 +138,8 @@ TEST_P(FilterTest, MatchesSortBasedReference) {
       // The stored weights may share a reference logit below the max (single-pass draft
       // path); on the max's scale their sum is the target path's normalizer.
       const double stored_on_max_scale =
-          stored.normalizer * std::exp((stored.max_logit - dist.max_logit) *
-                                       static_cast<double>(stored.inv_temperature));
+          stored.normalizer * std::exp(specdec::detail::reference_shift(
+                                  stored.max_logit, dist.max_logit, stored.inv_temperature));
       EXPECT_NEAR(stored_on_max_scale, dist.normalizer, 1e-12 * dist.normalizer);
       double total = 0;
       for (std::size_t i = 0; i < size; ++i) {
@@ -381,6 +381,33 @@ TEST(SamplingTest, InverseCdfFollowsTheCoin) {
   EXPECT_EQ(specdec::sample(dist, 0.2999, std::span<double>(weights)), 1);
   EXPECT_EQ(specdec::sample(dist, 0.3001, std::span<double>(weights)), 3);
   EXPECT_EQ(specdec::sample(dist, 1.0 - 0x1.0p-53, std::span<double>(weights)), 3);
+}
+
+// sample() sums the weights per block without storing them and recomputes one block: it must
+// pick exactly the token the inverse CDF over the stored weights picks, for every coin.
+TEST(SamplingTest, SampleIsTheInverseCdfOfTheStoredWeights) {
+  for (const std::size_t size : {3u, 1024u, 5000u, 40000u}) {
+    for (const float top_p : {1.0f, 0.9f}) {
+      const auto logits_d = random_logits(size, static_cast<unsigned>(size), 2.0);
+      std::vector<float> logits(logits_d.begin(), logits_d.end());
+      logits[size / 2] = -INFINITY;  // a banned token
+      specdec::SamplingParams params;
+      params.top_p = top_p;
+      params.temperature = 0.8f;
+      std::vector<float> scratch, weights(size), sample_scratch(size);
+      const auto dist = specdec::process_logits<float>(logits, params, scratch);
+      const double total = specdec::detail::store_weights<float>(
+          logits, dist.max_logit, dist.inv_temperature, dist.threshold, std::span<float>(weights));
+      for (int i = 0; i < 3000; ++i) {
+        const double coin = i == 0 ? 1.0 - 0x1.0p-53 : (i + 0.5) / 3000.0;
+        const token_t expected =
+            specdec::detail::inverse_cdf(std::span<const float>(weights), total, coin);
+        const token_t got = specdec::sample(dist, coin, std::span<float>(sample_scratch));
+        ASSERT_EQ(got, expected) << "size " << size << " coin " << coin;
+        ASSERT_GT(dist.probability(got), 0.0f);
+      }
+    }
+  }
 }
 
 TEST(SamplingTest, CoinGridReproducesTheDistribution) {

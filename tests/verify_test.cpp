@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace {
@@ -18,6 +19,39 @@ std::vector<double> random_logits(std::size_t size, unsigned seed, double scale 
   std::vector<double> logits(size);
   for (auto& x : logits) x = normal(gen);
   return logits;
+}
+
+// sample_residual never stores the residual (it sums blocks, then recomputes one): it must
+// pick exactly the token the inverse CDF over residual_distribution picks, for every coin.
+TEST(VerifyTest, SampleResidualIsTheInverseCdfOfTheResidual) {
+  for (const std::size_t size : {5u, 1024u, 3000u, 20000u}) {
+    for (const int top_k : {0, 40}) {
+      std::mt19937 gen(static_cast<unsigned>(size) + static_cast<unsigned>(top_k));
+      std::normal_distribution<float> normal(0.0f, 2.0f);
+      std::vector<float> draft(size), target(size);
+      for (std::size_t i = 0; i < size; ++i) {
+        target[i] = normal(gen);
+        draft[i] = target[i] + 0.7f * normal(gen);
+      }
+      specdec::SamplingParams params;
+      params.top_k = top_k;
+      std::vector<float> scratch, q_weights(size), residual(size), sample_scratch(size);
+      const auto q = specdec::process_logits<float>(draft, params, scratch, q_weights);
+      const auto p = specdec::process_logits<float>(target, params, scratch);
+      const double total = specdec::residual_distribution<float>(p, q_weights, q.normalizer,
+                                                                 std::span<float>(residual));
+      ASSERT_GT(total, 0.0);
+      for (int i = 0; i < 3000; ++i) {
+        const double coin = i == 0 ? 1.0 - 0x1.0p-53 : (i + 0.5) / 3000.0;
+        const token_t expected =
+            specdec::detail::inverse_cdf(std::span<const float>(residual), total, coin);
+        const token_t got = specdec::sample_residual<float>(p, q_weights, q.normalizer, coin,
+                                                            std::span<float>(sample_scratch));
+        ASSERT_EQ(got, expected) << "size " << size << " coin " << coin;
+        ASSERT_GT(residual[static_cast<std::size_t>(got)], 0.0f);
+      }
+    }
+  }
 }
 
 TEST(VerifyTest, AcceptanceProbabilityIsMinOfOneAndRatio) {

@@ -92,7 +92,7 @@ struct TokenDistribution {
   /// \brief Unnormalised weight exp((logit - max_logit) / T), 0 for filtered tokens.
   [[nodiscard]] Scalar weight(token_t token) const noexcept {
     if (!kept(token)) return Scalar(0);
-    return std::exp((logits[static_cast<std::size_t>(token)] - max_logit) * inv_temperature);
+    return std::exp(exponent(token));
   }
   /// \brief p(token); 0 for filtered tokens.
   [[nodiscard]] Scalar probability(token_t token) const noexcept {
@@ -101,8 +101,15 @@ struct TokenDistribution {
   /// \brief log p(token) without forming p (exact for tiny p); -inf for filtered tokens.
   [[nodiscard]] Scalar log_probability(token_t token) const noexcept {
     if (!kept(token)) return -std::numeric_limits<Scalar>::infinity();
-    return (logits[static_cast<std::size_t>(token)] - max_logit) * inv_temperature -
-           std::log(normalizer);
+    return exponent(token) - std::log(normalizer);
+  }
+
+ private:
+  /// (logit - max_logit) / T in the kernels' exact form (detail::scaled_exponent), so weight()
+  /// agrees with the weights the normalizer was summed from.
+  [[nodiscard]] Scalar exponent(token_t token) const noexcept {
+    return detail::scaled_exponent(logits[static_cast<std::size_t>(token)], max_logit,
+                                   inv_temperature);
   }
 };
 
@@ -256,9 +263,10 @@ inline constexpr int kNucleusRefinements = 3;
 ///    max - T d_max, d_max = log(V / (1 - top_p)): the boundary cannot lie lower, since tokens
 ///    of probability < (1 - top_p) / V hold less than 1 - top_p together (and Z >= 1).
 /// 2. The boundary lies in the bracket [lo, hi) between the last level whose mass is below
-///    top_p Z and the next one. While the bracket holds more than kNucleusCandidates tokens,
-///    kMassLevels levels spread inside it are summed from the stored weights (no exp) and the
-///    bracket shrinks to one slice.
+///    top_p Z and the next one. While the bracket holds more than kNucleusCandidates tokens
+///    (known without looking when its mass needs more tokens of weight <= w(hi) than that, else
+///    found by a gather that gives up at the limit), kRefineLevels levels spread inside it are
+///    summed from the stored weights (no exp) and the bracket shrinks to one slice.
 /// 3. The bracket's tokens are gathered and detail::nucleus_boundary finds the exact boundary
 ///    among them, knowing the mass above the bracket; ties are never split. The kept mass is
 ///    that mass plus the candidates' at or above the boundary: no further pass for Z.
@@ -277,13 +285,14 @@ template <class Scalar>
   const double d_max =
       std::log(static_cast<double>(vocab_size) / (1.0 - static_cast<double>(top_p)));
 
-  // 1. Weights, Z and the level masses. Levels descend from just below the max.
-  constexpr double kLevelFractions[kMassLevels] = {1.0 / 16, 1.0 / 8, 3.0 / 16, 1.0 / 4,
-                                                   3.0 / 8,  1.0 / 2, 3.0 / 4,  1.0};
+  // 1. Weights, Z and the level masses. The levels' distances below the max are geometric,
+  //    from d_max / 16 * 2^(4 / kMassLevels) up to d_max: peaked rows cut close to the max.
   Scalar levels[kMassLevels];
   for (std::size_t j = 0; j < kMassLevels; ++j) {
-    levels[j] = static_cast<Scalar>(static_cast<double>(max_logit) -
-                                    kLevelFractions[j] * d_max * temperature);
+    const double fraction =
+        std::exp2(-4.0 * static_cast<double>(kMassLevels - 1 - j) / kMassLevels);
+    levels[j] =
+        static_cast<Scalar>(static_cast<double>(max_logit) - fraction * d_max * temperature);
   }
   double masses[kMassLevels] = {};
   double total = 0;
@@ -311,12 +320,14 @@ template <class Scalar>
   // 2. The bracket [lo, hi) and the mass above it, narrowed until it is sparse.
   Scalar hi = pos_inf;
   Scalar lo = neg_inf;
-  double mass_above = 0;
-  auto choose_bracket = [&](const Scalar(&level)[kMassLevels], const double(&mass)[kMassLevels],
-                            Scalar bottom) {
-    for (std::size_t j = 0; j < kMassLevels; ++j) {
+  double mass_above = 0;      // mass of the tokens >= hi (< target)
+  double mass_at_lo = total;  // mass of the tokens >= lo (>= target)
+  auto choose_bracket = [&]<std::size_t kLevels>(const Scalar(&level)[kLevels],
+                                                 const double(&mass)[kLevels], Scalar bottom) {
+    for (std::size_t j = 0; j < kLevels; ++j) {
       if (mass[j] >= target_mass) {
         lo = level[j];
+        mass_at_lo = mass[j];
         return;
       }
       hi = level[j];
@@ -338,19 +349,29 @@ template <class Scalar>
   for (int round = 0;; ++round) {
     const bool last = round == kNucleusRefinements || lo == neg_inf;
     const std::size_t capacity = last ? vocab_size : kNucleusCandidates;
-    count = gather_range(logits, stored, lo, hi, candidate_logits, candidate_weights, capacity);
-    if (count <= capacity) break;
+    // The bracket's mass sits in tokens of weight at most w(hi): when that needs more than
+    // `capacity` tokens, skip the doomed gather.
+    const double max_weight =
+        hi == pos_inf ? 1.0
+                      : std::exp((static_cast<double>(hi) - static_cast<double>(max_logit)) *
+                                 static_cast<double>(inv_temperature));
+    const bool surely_too_many =
+        !last && mass_at_lo - mass_above > static_cast<double>(capacity) * max_weight;
+    if (!surely_too_many) {
+      count = gather_range(logits, stored, lo, hi, candidate_logits, candidate_weights, capacity);
+      if (count <= capacity) break;
+    }
     // Too many: sum the mass above levels spread evenly inside the bracket (from the max down
     // when the bracket is open above) and keep one slice.
     const double top = hi == pos_inf ? static_cast<double>(max_logit) : static_cast<double>(hi);
     const double step = (top - static_cast<double>(lo)) /
-                        static_cast<double>(hi == pos_inf ? kMassLevels : kMassLevels + 1);
-    Scalar inner[kMassLevels];
-    for (std::size_t j = 0; j < kMassLevels; ++j) {
+                        static_cast<double>(hi == pos_inf ? kRefineLevels : kRefineLevels + 1);
+    Scalar inner[kRefineLevels];
+    for (std::size_t j = 0; j < kRefineLevels; ++j) {
       const double offset = static_cast<double>(hi == pos_inf ? j : j + 1) * step;
       inner[j] = static_cast<Scalar>(top - offset);
     }
-    double inner_masses[kMassLevels];
+    double inner_masses[kRefineLevels];
     level_masses(logits, stored, inner, inner_masses);
     const Scalar old_lo = lo;
     choose_bracket(inner, inner_masses, old_lo);
@@ -608,18 +629,38 @@ template <class Scalar>
   return detail::inverse_cdf(weights, static_cast<double>(total), coin);
 }
 
-/// \brief Samples from `dist` with a coin in [0, 1) by inverse CDF, writing the weights into
-/// the caller's `weights_scratch` (size V) first. Never returns a token of probability 0.
+/// \brief Samples from `dist` with a coin in [0, 1) by inverse CDF (the first token whose
+/// cumulative weight exceeds coin * the weights' sum). `weights_scratch` (size V) is scratch
+/// space: one exp pass sums the weights per block without storing them, then only the block the
+/// coin falls in is recomputed (see detail::sample_blockwise). Never returns a token of
+/// probability 0.
 template <class Scalar>
 [[nodiscard]] token_t sample(const TokenDistribution<Scalar>& dist, double coin,
                              std::span<Scalar> weights_scratch) {
-  if (weights_scratch.size() != dist.logits.size()) {
+  const std::size_t vocab_size = dist.logits.size();
+  if (weights_scratch.size() != vocab_size) {
     detail::throw_invalid_argument("sample: weights_scratch has ", weights_scratch.size(),
-                                   " entries; expected ", dist.logits.size());
+                                   " entries; expected ", vocab_size);
   }
-  const double total = detail::store_weights(dist.logits, dist.max_logit, dist.inv_temperature,
-                                             dist.threshold, weights_scratch);
-  return detail::inverse_cdf(std::span<const Scalar>(weights_scratch), total, coin);
+  const bool masked = dist.threshold != -std::numeric_limits<Scalar>::infinity();
+  const bool flush = !detail::packet_exp_of_minus_inf_is_zero<Scalar>();
+  auto block = [&](std::size_t offset, std::size_t length, Scalar* out) {
+    const Scalar* logits = dist.logits.data() + offset;
+    if (out == nullptr) {
+      return detail::dispatch_exp_block<Scalar, false>(
+          masked, flush, logits, length, dist.max_logit, dist.inv_temperature, dist.threshold, out);
+    }
+    return detail::dispatch_exp_block<Scalar, true>(masked, flush, logits, length, dist.max_logit,
+                                                    dist.inv_temperature, dist.threshold, out);
+  };
+  double total = 0;
+  const token_t token = detail::sample_blockwise<Scalar>(
+      vocab_size, block, weights_scratch.first(detail::block_count(vocab_size)), coin, total);
+  if (token < 0) {
+    detail::throw_domain_error("cannot sample: every weight is 0 (total = ", total,
+                               "); expected at least one positive weight");
+  }
+  return token;
 }
 
 /// \brief The row to process: `logits` itself without a processor (zero-copy), otherwise a

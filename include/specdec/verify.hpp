@@ -60,6 +60,45 @@ template <class Scalar>
   return acceptance_probability(p.probability(x), q.probability(x));
 }
 
+namespace detail {
+
+/// The residual max(0, p(y) - q(y)) block by block: `(offset, length, out) -> block sum`, with
+/// the store into `out` skipped when it is null (see detail::sample_blockwise).
+template <class Scalar>
+[[nodiscard]] auto residual_blocks(const TokenDistribution<Scalar>& p,
+                                   std::span<const Scalar> q_weights, Scalar q_normalizer) {
+  // p(y) - q(y) as w_p(y) / Z_p - w_q(y) / Z_q, with the divisions done once as reciprocals.
+  const Scalar inv_p_normalizer = Scalar(1) / p.normalizer;
+  const Scalar inv_q_normalizer = Scalar(1) / q_normalizer;
+  const bool masked = p.threshold != -std::numeric_limits<Scalar>::infinity();
+  const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
+  return [=, &p](std::size_t offset, std::size_t length, Scalar* out) {
+    const Scalar* p_logits = p.logits.data() + offset;
+    const Scalar* q_block = q_weights.data() + offset;
+    if (out == nullptr) {
+      return dispatch_residual_block<Scalar, false>(masked, flush, p_logits, q_block, length,
+                                                    p.max_logit, p.inv_temperature, p.threshold,
+                                                    inv_p_normalizer, inv_q_normalizer, out);
+    }
+    return dispatch_residual_block<Scalar, true>(masked, flush, p_logits, q_block, length,
+                                                 p.max_logit, p.inv_temperature, p.threshold,
+                                                 inv_p_normalizer, inv_q_normalizer, out);
+  };
+}
+
+template <class Scalar>
+void check_residual_sizes(const TokenDistribution<Scalar>& p, std::span<const Scalar> q_weights,
+                          std::size_t scratch_size, const char* what) {
+  const std::size_t vocab_size = p.logits.size();
+  if (q_weights.size() != vocab_size || scratch_size != vocab_size) {
+    throw_invalid_argument(what, ": q_weights has ", q_weights.size(), " and the output ",
+                           scratch_size, " entries; expected ", vocab_size,
+                           " (the vocabulary size of p)");
+  }
+}
+
+}  // namespace detail
+
 /// \brief Writes residual[y] = max(0, p(y) - q(y)) for every token y (unnormalised) and returns
 /// the sum, in one pass over the vocabulary.
 ///
@@ -68,34 +107,19 @@ template <class Scalar>
 template <class Scalar>
 double residual_distribution(const TokenDistribution<Scalar>& p, std::span<const Scalar> q_weights,
                              Scalar q_normalizer, std::span<Scalar> residual) {
-  const std::size_t vocab_size = p.logits.size();
-  if (q_weights.size() != vocab_size || residual.size() != vocab_size) {
-    detail::throw_invalid_argument("residual_distribution: q_weights has ", q_weights.size(),
-                                   " and residual ", residual.size(), " entries; expected ",
-                                   vocab_size, " (the vocabulary size of p)");
-  }
-  // p(y) - q(y) as w_p(y) / Z_p - w_q(y) / Z_q, with the divisions done once as reciprocals.
-  const Scalar inv_p_normalizer = Scalar(1) / p.normalizer;
-  const Scalar inv_q_normalizer = Scalar(1) / q_normalizer;
-  const bool masked = p.threshold != -std::numeric_limits<Scalar>::infinity();
+  detail::check_residual_sizes(p, q_weights, residual.size(), "residual_distribution");
+  const auto block = detail::residual_blocks(p, q_weights, q_normalizer);
   double total = 0;
-  detail::for_each_block(vocab_size, [&](std::size_t offset, std::size_t length) {
-    const Scalar* p_logits = p.logits.data() + offset;
-    const Scalar* q_block = q_weights.data() + offset;
-    Scalar* out = residual.data() + offset;
-    total +=
-        static_cast<double>(masked ? detail::residual_block<Scalar, true>(
-                                         p_logits, q_block, length, p.max_logit, p.inv_temperature,
-                                         p.threshold, inv_p_normalizer, inv_q_normalizer, out)
-                                   : detail::residual_block<Scalar, false>(
-                                         p_logits, q_block, length, p.max_logit, p.inv_temperature,
-                                         p.threshold, inv_p_normalizer, inv_q_normalizer, out));
+  detail::for_each_block(p.logits.size(), [&](std::size_t offset, std::size_t length) {
+    total += static_cast<double>(block(offset, length, residual.data() + offset));
   });
   return total;
 }
 
 /// \brief Samples the correction token after a rejection from r = max(0, p - q) / sum, with one
-/// coin. `scratch` (size V) receives the residual weights.
+/// coin (the same law as inverse_cdf over residual_distribution). `scratch` (size V) is
+/// scratch space: one pass sums the residual per block without storing it, then only the block
+/// the coin falls in is recomputed (see detail::sample_blockwise).
 ///
 /// If the residual is identically 0 (p == q to rounding, where a rejection has probability 0
 /// in exact arithmetic and only happens through rounding) it samples from p with the same coin.
@@ -103,8 +127,12 @@ template <class Scalar>
 [[nodiscard]] token_t sample_residual(const TokenDistribution<Scalar>& p,
                                       std::span<const Scalar> q_weights, Scalar q_normalizer,
                                       double coin, std::span<Scalar> scratch) {
-  const double total = residual_distribution(p, q_weights, q_normalizer, scratch);
-  if (total > 0) return detail::inverse_cdf(std::span<const Scalar>(scratch), total, coin);
+  detail::check_residual_sizes(p, q_weights, scratch.size(), "sample_residual");
+  double total = 0;
+  const token_t token = detail::sample_blockwise<Scalar>(
+      p.logits.size(), detail::residual_blocks(p, q_weights, q_normalizer),
+      scratch.first(detail::block_count(p.logits.size())), coin, total);
+  if (token >= 0) return token;
   return sample(p, coin, scratch);
 }
 
