@@ -273,6 +273,25 @@ TEST(InverseCdf, BlockSumsGiveTheSameTokensAsResumming) {
   }
 }
 
+TEST(ArgmaxAndLogProbability, MatchesArgmaxAndLogSoftmax) {
+  for (Row row : test_rows()) {
+    SCOPED_TRACE(row.name);
+    for (const bool tie : {false, true}) {
+      if (tie && row.logits.size() > 1) {
+        // The max repeated in a later block: the lowest index must win.
+        const auto first = std::max_element(row.logits.begin(), row.logits.end());
+        row.logits.back() = *first;
+      }
+      const std::span<const float> logits(row.logits);
+      const auto [token, log_p] = detail::argmax_and_log_probability(logits);
+      EXPECT_EQ(token, detail::argmax_checked(logits).first);
+      double exact_max = 0;
+      const double z = reference_normalizer(row.logits, 1.0, exact_max);
+      EXPECT_NEAR(log_p, -std::log(z), 1e-6 * std::max(1.0, std::log(z)));
+    }
+  }
+}
+
 // ---- the row check: NaN first, then +inf, then all -inf; same messages on every path ----------
 
 std::string what_online(std::span<const float> logits, bool store) {

@@ -349,11 +349,11 @@ class SpeculativeDecoder {
         verdict = verify_greedy(drafted, [&](std::size_t j) {
           const std::span<const float> row = processed_target_row(j);
           return on_target_row(j, [&] {
-            const auto [best, best_logit] = detail::argmax_checked(row);
-            // Greedy log-prob: log-softmax at T = 1 of the processed row, at the argmax.
-            if (config.logprobs) {
-              buffers_.row_logprobs[j] = best_logit - detail::logsumexp_given_max(row, best_logit);
-            }
+            // Greedy log-prob: log-softmax at T = 1 of the processed row, at the argmax (one
+            // pass for both).
+            if (!config.logprobs) return detail::argmax_checked(row).first;
+            const auto [best, log_p] = detail::argmax_and_log_probability(row);
+            buffers_.row_logprobs[j] = log_p;
             return best;
           });
         });
@@ -500,11 +500,8 @@ class AutoregressiveDecoder {
       if (params.greedy()) {
         const auto [best, best_logit] = detail::on_model_row(
             [&] {
-              const auto [argmax_token, max_logit] = detail::argmax_checked(logits);
-              const float log_p = config.logprobs
-                                      ? max_logit - detail::logsumexp_given_max(logits, max_logit)
-                                      : 0.0f;
-              return std::pair(argmax_token, log_p);
+              if (!config.logprobs) return std::pair(detail::argmax_checked(logits).first, 0.0f);
+              return detail::argmax_and_log_probability(logits);
             },
             "target model logits for position ", position, " (context length ", position, ")");
         token = best;

@@ -31,8 +31,9 @@
 #include "specdec/detail/error.hpp"
 #include "specdec/types.hpp"
 
-/// Inlines every call inside a kernel, Eigen's pexp included: GCC otherwise keeps pexp out of
-/// line in kernels with several variants, a call per packet that costs ~30 %.
+/// Inlines every call inside a kernel, Eigen's pexp included: GCC 12 otherwise keeps pexp out
+/// of line in kernels instantiated in several variants, a call per packet (measured 10-30 %
+/// slower sample / residual passes).
 #if defined(__GNUC__) || defined(__clang__)
 #define SPECDEC_KERNEL __attribute__((flatten))
 #else
@@ -504,6 +505,9 @@ template <class Scalar>
 struct OnlineSum {
   Scalar reference;  ///< the logit every weight is relative to: weight = exp((x - ref) / T)
   double sum;        ///< sum of the weights (in double, blocks in order)
+  /// online_exp_sum only: offset of the first block that attains the max (argmax finishes with
+  /// a scan of that block).
+  std::size_t max_block_offset = 0;
 };
 
 /// \brief Single pass over an unfiltered row: the row max M and Z = sum exp((x - M) * inv_t),
@@ -525,6 +529,7 @@ template <class Scalar>
   BlockScan<Scalar> scan = scan_block(data, std::min(kBlockSize, size));
   Scalar logit_sum = scan.sum;
   Scalar running_max = neg_inf;
+  std::size_t max_block_offset = 0;
   double sum = 0;
   for (std::size_t offset = 0; offset < size; offset += kBlockSize) {
     if (!(scan.max < std::numeric_limits<Scalar>::infinity())) {
@@ -536,6 +541,7 @@ template <class Scalar>
         sum *= std::exp(reference_shift(running_max, scan.max, inv_temperature));
       }
       running_max = scan.max;
+      max_block_offset = offset;
     }
     const std::size_t length = std::min(kBlockSize, size - offset);
     const std::size_t next_offset = offset + length;
@@ -558,7 +564,7 @@ template <class Scalar>
     scan = next_scan;
   }
   check_row(logits, running_max, std::isnan(logit_sum) || std::isnan(sum));
-  return {running_max, sum};
+  return {running_max, sum, max_block_offset};
 }
 
 /// Largest scaled exponent (x - reference) * inv_t a stored weight may have. e^64 ~ 6e27: a
@@ -1045,17 +1051,37 @@ template <class Scalar, class Block>
                                target);
 }
 
+/// The lowest index in block [offset, offset + kBlockSize) whose value is `max` (the block
+/// attains it).
+template <class Scalar>
+[[nodiscard]] token_t first_index_of(std::span<const Scalar> values, std::size_t offset,
+                                     Scalar max) noexcept {
+  const std::size_t end = std::min(offset + kBlockSize, values.size());
+  for (std::size_t i = offset; i < end; ++i) {
+    if (values[i] == max) return static_cast<token_t>(i);
+  }
+  return static_cast<token_t>(offset);  // unreachable
+}
+
+/// \brief Argmax (lowest index on ties) and its log-softmax at T = 1, log p = -log sum_i
+/// exp(x_i - max): the greedy token and its log-prob in one pass (online_exp_sum, which also
+/// remembers the first block attaining the max) plus a scalar scan of that block.
+/// \throws std::domain_error on NaN, +inf, or an all -inf row.
+template <class Scalar>
+[[nodiscard]] std::pair<token_t, Scalar> argmax_and_log_probability(
+    std::span<const Scalar> logits) {
+  const OnlineSum<Scalar> row = online_exp_sum(logits, Scalar(1));
+  return {first_index_of(logits, row.max_block_offset, row.reference),
+          -static_cast<Scalar>(std::log(row.sum))};
+}
+
 /// \brief Argmax with the lowest index on ties: one scan_max pass (which remembers the first
 /// block attaining the max) plus a scalar scan of that single block.
 /// \throws std::domain_error on NaN, +inf, or an all -inf row (see scan_max).
 template <class Scalar>
 [[nodiscard]] std::pair<token_t, Scalar> argmax_checked(std::span<const Scalar> logits) {
   const RowMax<Scalar> best = scan_max(logits);
-  const std::size_t block_end = std::min(best.first_block_offset + kBlockSize, logits.size());
-  for (std::size_t i = best.first_block_offset; i < block_end; ++i) {
-    if (logits[i] == best.value) return {static_cast<token_t>(i), best.value};
-  }
-  return {static_cast<token_t>(best.first_block_offset), best.value};  // unreachable
+  return {first_index_of(logits, best.first_block_offset, best.value), best.value};
 }
 
 }  // namespace specdec::detail
