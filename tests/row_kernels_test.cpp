@@ -365,3 +365,68 @@ TEST(RowCheck, NaNInfAndDeadRowsThrowTheSameMessagesOnEveryPath) {
 }
 
 }  // namespace
+
+// ---- packet_exp: the exp every kernel uses (on AVX-512 builds our own, elsewhere Eigen's) ----
+
+// Evaluates packet_exp on `x` packet by packet (the tail padded with zeros).
+std::vector<float> packet_exp_of(const std::vector<float>& x) {
+  namespace ei = Eigen::internal;
+  using Packet = ei::packet_traits<float>::type;
+  constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<float>::size);
+  std::vector<float> in(x), out((x.size() + kLanes - 1) / kLanes * kLanes);
+  in.resize(out.size(), 0.0f);
+  for (std::size_t i = 0; i < in.size(); i += kLanes) {
+    ei::pstoreu(out.data() + i, detail::packet_exp(ei::ploadu<Packet>(in.data() + i)));
+  }
+  out.resize(x.size());
+  return out;
+}
+
+// Accuracy on normal results: within 2 ulp (relative 2^-22) of the correctly rounded exp plus
+// the range reduction's 1.9e-9 |m| (ln 2 rounded to float, as in Eigen's AVX-512 exp), over
+// every exponent a kernel forms (weights relative to a reference: <= 0 for target rows, <= 64
+// for stored draft weights), on a grid fine enough to hit every polynomial interval many times.
+// The AVX-512 overload replaces Eigen's 2^m construction and rounding; a wrong constant, a
+// truncating instead of rounding m (|r| up to ln 2, outside the polynomial's interval) or a
+// dropped polynomial term fails here by orders of magnitude.
+TEST(PacketExp, WithinTwoUlpPlusRangeReductionErrorOnNormalResults) {
+  std::vector<float> x;
+  for (double v = -87.0; v <= 80.0; v += 0.000731) x.push_back(static_cast<float>(v));
+  const std::vector<float> got = packet_exp_of(x);
+  double worst = 0;
+  float worst_x = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(x[i]));
+    const double m = std::abs(std::nearbyint(static_cast<double>(x[i]) * 1.4426950408889634));
+    const double rel = std::abs(static_cast<double>(got[i]) - want) / want /
+                       (std::ldexp(1.0, -22) + 1.91e-9 * m);
+    if (rel > worst) {
+      worst = rel;
+      worst_x = x[i];
+    }
+  }
+  EXPECT_LE(worst, 1.0) << "worst error / bound at x = " << worst_x;
+}
+
+// Special values: NaN stays NaN (the kernels detect NaN logits through NaN weights), exp(0) = 1,
+// and where the kernels rely on it (packet_exp_of_minus_inf_is_zero: AVX-512), -inf and
+// everything whose exp is below half the least subnormal give exactly 0, while subnormal
+// results are within two subnormal steps of the truth.
+TEST(PacketExp, SpecialValues) {
+  const std::vector<float> x = {kNaN, -kNaN, 0.0f, -kInf, -1e30f, -200.0f, -104.0f,
+                                -100.0f, -95.0f, -88.0f};
+  const std::vector<float> got = packet_exp_of(x);
+  EXPECT_TRUE(std::isnan(got[0]));
+  EXPECT_TRUE(std::isnan(got[1]));
+  EXPECT_EQ(got[2], 1.0f);
+  if (detail::packet_exp_of_minus_inf_is_zero<float>()) {
+    EXPECT_EQ(got[3], 0.0f);
+    EXPECT_EQ(got[4], 0.0f);
+    EXPECT_EQ(got[5], 0.0f);
+    EXPECT_EQ(got[6], 0.0f);  // e^-104 < 2^-150
+    const double least_subnormal = std::ldexp(1.0, -149);
+    for (std::size_t i = 7; i < x.size(); ++i) {
+      EXPECT_NEAR(got[i], std::exp(static_cast<double>(x[i])), 2 * least_subnormal) << x[i];
+    }
+  }
+}

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <type_traits>
@@ -43,6 +44,48 @@
 namespace specdec::detail {
 
 inline constexpr std::size_t kBlockSize = 1024;
+
+/// Rows of stored weights at least this large are written with non-temporal (streaming)
+/// stores when aligned. A regular store to a line that is not in cache first reads it
+/// (read-for-ownership): a third more memory traffic. The draft path stores K rows of V weights,
+/// which at V = 128256 (512 KiB a row) outgrow a core's L2 (1-2 MiB) from K = 2-4 on, so they
+/// are written to memory anyway; streaming skips the read (measured at V = 128256: a draft row
+/// 37 -> 31 us, a K = 5 round -13 %). Smaller rows stay in cache, where streaming would only
+/// evict them (measured slower at V = 32000), so they use regular stores.
+inline constexpr std::size_t kStreamingStoreMinBytes = 256 * 1024;
+
+/// \brief Stores packet `v` at `to` bypassing the caches: overloads for x86 SSE / AVX /
+/// AVX-512 packets, a plain aligned store for any other packet. `to` must be aligned to the
+/// packet size. This thread's later reads see the stored values (program order, no fence).
+template <class Packet, class Scalar>
+EIGEN_ALWAYS_INLINE void stream_store(Scalar* to, const Packet& v) noexcept {
+  Eigen::internal::pstore(to, v);
+}
+#if defined(__AVX512F__)
+EIGEN_ALWAYS_INLINE void stream_store(float* to, __m512 v) noexcept { _mm512_stream_ps(to, v); }
+EIGEN_ALWAYS_INLINE void stream_store(double* to, __m512d v) noexcept {
+  _mm512_stream_pd(to, v);
+}
+#endif
+#if defined(__AVX__)
+EIGEN_ALWAYS_INLINE void stream_store(float* to, __m256 v) noexcept { _mm256_stream_ps(to, v); }
+EIGEN_ALWAYS_INLINE void stream_store(double* to, __m256d v) noexcept {
+  _mm256_stream_pd(to, v);
+}
+#endif
+#if defined(__SSE2__)
+EIGEN_ALWAYS_INLINE void stream_store(float* to, __m128 v) noexcept { _mm_stream_ps(to, v); }
+EIGEN_ALWAYS_INLINE void stream_store(double* to, __m128d v) noexcept { _mm_stream_pd(to, v); }
+#endif
+
+/// Whether a row of `size` weights stored at `out` takes streaming stores (see
+/// kStreamingStoreMinBytes): large enough, and aligned to the packet size.
+template <class Scalar>
+[[nodiscard]] bool use_streaming_stores(const Scalar* out, std::size_t size) noexcept {
+  using Packet = typename Eigen::internal::packet_traits<Scalar>::type;
+  return size * sizeof(Scalar) >= kStreamingStoreMinBytes &&
+         reinterpret_cast<std::uintptr_t>(out) % sizeof(Packet) == 0;
+}
 
 /// Number of kBlockSize blocks (the last one possibly partial) in a row of `size` values.
 [[nodiscard]] constexpr std::size_t block_count(std::size_t size) noexcept {
@@ -223,8 +266,52 @@ inline constexpr bool kHasPacketExp = Eigen::internal::packet_traits<Scalar>::Ve
                                           Eigen::internal::packet_traits<Scalar>::HasExp &&
                                       (Eigen::internal::packet_traits<Scalar>::size > 1);
 
-/// \brief Whether Eigen's packet exp returns exactly 0 for -inf on this target (AVX-512 does;
-/// SSE clamps its argument and returns ~1e-39). Evaluated once.
+/// \brief exp of a packet: Eigen's pexp, except for 16 floats on AVX-512.
+///
+/// Eigen 3.4's AVX-512 float exp clamps its argument on both sides, rounds via
+/// floor(x log2(e) + 1/2) and builds 2^m with a convert, a shift and a multiply. The kernels
+/// are bound by this exp (a single-pass row costs ~20 vector instructions per 16 logits, 17 of
+/// them the exp), so the AVX-512 overload below keeps Eigen's reduction and its Cephes
+/// polynomial (same accuracy: relative error <= 2 ulp + 1.9e-9 |m| against std::exp on normal
+/// results, m = round(x log2(e)); tested) and drops
+/// four instructions: one clamp from below, a round-to-nearest, and vscalefps for y * 2^m, which
+/// also rounds subnormal results correctly. Measured 10-15 % faster single-pass rows (a K = 5
+/// round at V = 128256: -11 %). Exponents here
+/// are <= 64 (kMaxWeightExponent), so the upper clamp is not needed: above ~88.7 the result is
+/// +inf, as std::exp's. NaN propagates (max(lo, NaN) returns its second operand, NaN); -inf and
+/// anything below -110 give exactly 0 (2^m with m <= -159 scales y < 2 below half the least
+/// subnormal), as std::exp rounds them.
+template <class Packet>
+EIGEN_ALWAYS_INLINE Packet packet_exp(const Packet& x) {
+  return Eigen::internal::pexp(x);
+}
+#if defined(__AVX512F__)
+EIGEN_ALWAYS_INLINE __m512 packet_exp(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
+  const __m512 m = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - m ln2 with one FMA and ln2 rounded to float, as Eigen's AVX-512 exp: that float is
+  // off by 1.9e-9, an extra relative error of 1.9e-9 |m| (|m| <= 1.45 |x| + 1/2). A second
+  // (Cody-Waite) constant would remove it for one more FMA, measured 8 % slower passes; the
+  // heavy tokens (|x| < 10) see < 3e-8, and q and p stay exactly what is sampled either way.
+  const __m512 r = _mm512_fmadd_ps(m, _mm512_set1_ps(-0.6931471805599453f), x);
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  const __m512 r3 = _mm512_mul_ps(r2, r);
+  // Eigen's Cephes polynomial, evaluated in the same order.
+  __m512 y = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500E-4f), r, _mm512_set1_ps(1.3981999507E-3f));
+  __m512 y1 =
+      _mm512_fmadd_ps(_mm512_set1_ps(4.1665795894E-2f), r, _mm512_set1_ps(1.6666665459E-1f));
+  const __m512 y2 = _mm512_add_ps(r, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
+  y1 = _mm512_fmadd_ps(y1, r, _mm512_set1_ps(5.0000001201E-1f));
+  y = _mm512_fmadd_ps(y, r3, y1);
+  y = _mm512_fmadd_ps(y, r2, y2);
+  return _mm512_scalef_ps(y, m);
+}
+#endif
+
+/// \brief Whether packet_exp returns exactly 0 for -inf on this target (AVX-512 does; Eigen's
+/// SSE / AVX exp clamps its argument and returns ~1e-39). Evaluated once.
 template <class Scalar>
 [[nodiscard]] bool packet_exp_of_minus_inf_is_zero() noexcept {
   if constexpr (kHasPacketExp<Scalar>) {
@@ -232,7 +319,7 @@ template <class Scalar>
     using Packet = typename ei::packet_traits<Scalar>::type;
     static const bool is_zero = [] {
       const Packet minus_inf = ei::pset1<Packet>(-std::numeric_limits<Scalar>::infinity());
-      return ei::predux_max(ei::pexp(minus_inf)) == Scalar(0);
+      return ei::predux_max(packet_exp(minus_inf)) == Scalar(0);
     }();
     return is_zero;
   } else {
@@ -318,7 +405,7 @@ EIGEN_ALWAYS_INLINE Packet packet_weight(const Packet& x, const PacketExponent<S
                                          const Packet& small_v, const Packet& zero_v,
                                          const Packet& threshold_v) {
   namespace ei = Eigen::internal;
-  Packet w = ei::pexp(exponent(x));
+  Packet w = packet_exp(exponent(x));
   if constexpr (kFlush) w = ei::pmax(ei::psub(w, small_v), zero_v);
   if constexpr (kMasked) w = ei::pand(w, ei::pcmp_le(threshold_v, x));
   return w;
@@ -442,7 +529,7 @@ double store_weights(std::span<const Scalar> logits, Scalar reference, Scalar in
 /// 1.05x). The next block's max lands in `next_scan` (its sum stays 0: no NaN probe is needed
 /// here, because the next block is exponentiated against a finite reference, and a NaN logit
 /// makes its weight and so the block sum NaN -- Eigen's pexp propagates NaN as std::exp does).
-template <class Scalar, bool kStore, bool kFlush>
+template <class Scalar, bool kStore, bool kFlush, bool kStream = false>
 SPECDEC_KERNEL Scalar exp_block_scanning_next(const Scalar* logits, std::size_t length,
                                               Scalar reference, Scalar inv_temperature, Scalar* out,
                                               const Scalar* next, std::size_t next_length,
@@ -467,7 +554,10 @@ SPECDEC_KERNEL Scalar exp_block_scanning_next(const Scalar* logits, std::size_t 
                                                              exponent, small_v, zero_v, zero_v);
       const Packet w1 = packet_weight<Packet, false, kFlush>(
           ei::ploadu<Packet>(logits + at + kLanes), exponent, small_v, zero_v, zero_v);
-      if constexpr (kStore) {
+      if constexpr (kStore && kStream) {
+        stream_store(out + at, w0);
+        stream_store(out + at + kLanes, w1);
+      } else if constexpr (kStore) {
         ei::pstoreu(out + at, w0);
         ei::pstoreu(out + at + kLanes, w1);
       }
@@ -617,6 +707,8 @@ template <class Scalar>
   Scalar row_max = neg_inf;
   Scalar reference = neg_inf;
   bool nan_in_weights = false;
+  // Every block starts at a multiple of kBlockSize, so an aligned row keeps its blocks aligned.
+  const bool streaming = use_streaming_stores(weights.data(), size);
   for (std::size_t offset = 0; offset < size; offset += kBlockSize) {
     if (!(scan.max < std::numeric_limits<Scalar>::infinity())) {
       row_max = scan.max;  // +inf: check_row reports it (after looking for NaN)
@@ -642,13 +734,24 @@ template <class Scalar>
       block_sums[block] = 0;
       if (next_length > 0) next_scan = scan_block(data + next_offset, next_length);
     } else {
-      block_sums[block] =
-          flush ? exp_block_scanning_next<Scalar, true, true>(
-                      data + offset, length, reference, inv_temperature, weights.data() + offset,
-                      data + next_offset, next_length, next_scan)
-                : exp_block_scanning_next<Scalar, true, false>(
-                      data + offset, length, reference, inv_temperature, weights.data() + offset,
-                      data + next_offset, next_length, next_scan);
+      Scalar* out = weights.data() + offset;
+      const Scalar* next = data + next_offset;
+      if (flush) {
+        block_sums[block] =
+            streaming ? exp_block_scanning_next<Scalar, true, true, true>(
+                            data + offset, length, reference, inv_temperature, out, next,
+                            next_length, next_scan)
+                      : exp_block_scanning_next<Scalar, true, true>(data + offset, length,
+                                                                    reference, inv_temperature,
+                                                                    out, next, next_length,
+                                                                    next_scan);
+      } else if (streaming) {
+        block_sums[block] = exp_block_scanning_next<Scalar, true, false, true>(
+            data + offset, length, reference, inv_temperature, out, next, next_length, next_scan);
+      } else {
+        block_sums[block] = exp_block_scanning_next<Scalar, true, false>(
+            data + offset, length, reference, inv_temperature, out, next, next_length, next_scan);
+      }
       nan_in_weights = nan_in_weights || std::isnan(block_sums[block]);
     }
     logit_sum += next_scan.sum;
