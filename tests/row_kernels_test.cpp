@@ -284,11 +284,40 @@ TEST(ArgmaxAndLogProbability, MatchesArgmaxAndLogSoftmax) {
       }
       const std::span<const float> logits(row.logits);
       const auto [token, log_p] = detail::argmax_and_log_probability(logits);
+      const auto first_max = std::max_element(row.logits.begin(), row.logits.end());
+      EXPECT_EQ(token, first_max - row.logits.begin());
       EXPECT_EQ(token, detail::argmax_checked(logits).first);
       double exact_max = 0;
       const double z = reference_normalizer(row.logits, 1.0, exact_max);
       EXPECT_NEAR(log_p, -std::log(z), 1e-6 * std::max(1.0, std::log(z)));
     }
+  }
+}
+
+// The max's first index is found a packet at a time: the lowest of two tied maxima must win
+// wherever they sit -- the same packet, neighbouring packets, the block's scalar tail, the first
+// and last positions of a block.
+TEST(Argmax, LowestIndexOfTiedMaximaAtEveryPosition) {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const std::size_t size : {1000u, 1024u, 3000u, 3077u}) {
+    std::vector<float> row(size);
+    for (float& x : row) x = normal(gen);
+    for (std::size_t first = 0; first < size; first += 37) {
+      for (const std::size_t gap : {0u, 1u, 3u, 15u, 16u, 17u, 100u}) {
+        std::vector<float> tied = row;
+        tied[first] = 9.0f;
+        const std::size_t second = std::min(size - 1, first + gap);
+        tied[second] = 9.0f;
+        EXPECT_EQ(detail::argmax_checked(std::span<const float>(tied)).first,
+                  static_cast<token_t>(first))
+            << "size " << size << ", max at " << first << " and " << second;
+      }
+    }
+    std::vector<float> last = row;
+    last[size - 1] = 9.0f;
+    EXPECT_EQ(detail::argmax_checked(std::span<const float>(last)).first,
+              static_cast<token_t>(size - 1));
   }
 }
 

@@ -1155,12 +1155,25 @@ template <class Scalar, class Block>
 }
 
 /// The lowest index in block [offset, offset + kBlockSize) whose value is `max` (the block
-/// attains it).
+/// attains it). Compares a packet at a time and scans only the packet that holds it: a scalar
+/// loop over the block (on average half of it) was 8 % of a greedy round at V = 32000.
 template <class Scalar>
 [[nodiscard]] token_t first_index_of(std::span<const Scalar> values, std::size_t offset,
                                      Scalar max) noexcept {
   const std::size_t end = std::min(offset + kBlockSize, values.size());
-  for (std::size_t i = offset; i < end; ++i) {
+  std::size_t i = offset;
+  if constexpr (Eigen::internal::packet_traits<Scalar>::Vectorizable &&
+                (Eigen::internal::packet_traits<Scalar>::size > 1)) {
+    namespace ei = Eigen::internal;
+    using Packet = typename ei::packet_traits<Scalar>::type;
+    constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
+    const Packet max_v = ei::pset1<Packet>(max);
+    while (i + kLanes <= end && !ei::predux_any(ei::pcmp_eq(ei::ploadu<Packet>(values.data() + i),
+                                                            max_v))) {
+      i += kLanes;
+    }
+  }
+  for (; i < end; ++i) {
     if (values[i] == max) return static_cast<token_t>(i);
   }
   return static_cast<token_t>(offset);  // unreachable
