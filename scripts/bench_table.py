@@ -73,9 +73,10 @@ def round_tables(runs):
     rounds = [(n, b) for n, b in runs.items() if n.startswith("BM_Round/")]
     if rounds:
         out.append("### One speculative round (SpeculativeDecoder, free models)\n")
-        out.append("round = steady-state time per round (between chunk callbacks); rows = draft "
-                   "rows + target rows processed per round; ratios: round / (rows × baseline "
-                   "pass), wall and thread-CPU. Targets: per-row ≤ 1.25 × exp-sum; greedy ≤ 2 × "
+        out.append("round = steady-state wall time per round (between chunk callbacks); round "
+                   "CPU = thread CPU of whole generate() calls / their rounds (setup included); "
+                   "rows = draft rows + target rows processed per round; ratios: round / (rows × "
+                   "baseline pass), wall and CPU. Targets: per-row ≤ 1.25 × exp-sum; greedy ≤ 2 × "
                    "max passes; V=128256 K=5 T=1 ≤ 0.6 ms; 0 allocations per round.\n")
         out.append("| V | K | mode | logprobs | round µs | round CPU µs | rows | α̂ | "
                    "per-row/exp-sum | (CPU) | vs max passes | (CPU) | allocs/round | allocs/gen |")

@@ -410,6 +410,59 @@ TEST(SamplingTest, SampleIsTheInverseCdfOfTheStoredWeights) {
   }
 }
 
+// Recorded block sums (process_logits with BlockSumBuffers, the decoder's target rows): sample()
+// skips its summing pass and moves the recorded sums onto the max. Every token must be the exact
+// inverse CDF's answer (double-precision softmax) up to a 1e-5 relative slack around its CDF
+// interval, on rows whose running max climbs (older blocks recorded against smaller references,
+// at T = 1 and at T = 0.05, where a block is e^200 below the next), with banned tokens and a
+// whole -inf block; a wrong rescale (sign, or none) moves whole blocks of mass and fails.
+TEST(SamplingTest, RecordedBlockSumsSampleTheExactInverseCdf) {
+  for (const float temperature : {1.0f, 0.05f}) {
+    for (const std::size_t size : {5u, 1024u, 4100u, 40000u}) {
+      const auto noise = random_logits(size, static_cast<unsigned>(size) + 1, 1.0);
+      std::vector<float> logits(size);
+      for (std::size_t i = 0; i < size; ++i) {
+        // Climbs by 1.5 per block: every block raises the running max.
+        logits[i] = static_cast<float>(noise[i] + 1.5 * static_cast<double>(i / 1024));
+      }
+      logits[size / 3] = -INFINITY;
+      if (size > 2048) std::fill(logits.begin() + 1024, logits.begin() + 2048, -INFINITY);
+      specdec::SamplingParams params;
+      params.temperature = temperature;
+      std::vector<float> scratch, sample_scratch(size);
+      const std::size_t blocks = specdec::weight_block_count(size);
+      std::vector<float> sums(blocks), references(blocks);
+      const auto dist = specdec::process_logits<float>(
+          logits, params, scratch, specdec::BlockSumBuffers<float>{sums, references});
+      ASSERT_EQ(dist.block_sums.size(), blocks);
+      // Exact CDF in double.
+      double max = -INFINITY;
+      for (float x : logits) max = std::max(max, static_cast<double>(x));
+      std::vector<double> cdf(size + 1, 0.0);
+      for (std::size_t i = 0; i < size; ++i) {
+        cdf[i + 1] = cdf[i] + std::exp((static_cast<double>(logits[i]) - max) / temperature);
+      }
+      for (int i = 0; i < 4000; ++i) {
+        const double coin = i == 0 ? 1.0 - 0x1.0p-53 : (i + 0.5) / 4000.0;
+        const token_t got = specdec::sample(dist, coin, std::span<float>(sample_scratch));
+        ASSERT_GE(got, 0);
+        ASSERT_GT(dist.probability(got), 0.0f) << "token " << got;
+        const double target = coin * cdf[size];
+        const auto t = static_cast<std::size_t>(got);
+        EXPECT_LE(cdf[t], target * (1 + 1e-5) + 1e-300)
+            << "T " << temperature << " size " << size << " coin " << coin;
+        EXPECT_GE(cdf[t + 1], target * (1 - 1e-5))
+            << "T " << temperature << " size " << size << " coin " << coin;
+      }
+      // Filtered rows record nothing (their thresholds need the max first).
+      params.top_k = 3;
+      const auto filtered = specdec::process_logits<float>(
+          logits, params, scratch, specdec::BlockSumBuffers<float>{sums, references});
+      EXPECT_TRUE(filtered.block_sums.empty());
+    }
+  }
+}
+
 TEST(SamplingTest, CoinGridReproducesTheDistribution) {
   // Stratified coins (i + 0.5) / N: the sampled frequencies equal p to within 1/N.
   const auto logits = random_logits(3000, 5, 1.0);

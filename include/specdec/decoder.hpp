@@ -221,6 +221,8 @@ class SpeculativeDecoder {
     std::vector<float> draft_normalizers;  // (K)     sums of those rows
     std::vector<float> draft_block_sums;   // (B)     per-block sums of the row being sampled,
                                            //         B = weight_block_count(V)
+    std::vector<float> target_block_sums;  // (B)     the last target row's block sums and their
+    std::vector<float> target_block_references;  // (B) references: the bonus sample reads them
     std::vector<token_t> drafted;          // (K)
     std::vector<double> acceptance_coins;  // (K)
     std::vector<float> row_logprobs;       // (K+1)   target log-prob of the token at position j
@@ -244,6 +246,8 @@ class SpeculativeDecoder {
     detail::ensure_size(buffers_.row_logprobs, draft_length + 1);
     detail::ensure_size(buffers_.sample_scratch, vocab_size);
     detail::ensure_size(buffers_.draft_block_sums, weight_block_count(vocab_size));
+    detail::ensure_size(buffers_.target_block_sums, weight_block_count(vocab_size));
+    detail::ensure_size(buffers_.target_block_references, weight_block_count(vocab_size));
     // Unfiltered draft rows keep per-block references there (2 B values; filters grow it to
     // ~2V on first use).
     detail::ensure_size(buffers_.filter_scratch, 2 * weight_block_count(vocab_size));
@@ -371,8 +375,14 @@ class SpeculativeDecoder {
             std::span<const float>(buffers_.draft_normalizers.data(), round_length),
             [&](std::size_t j) {
               const std::span<const float> row = processed_target_row(j);
-              last_target_row = on_target_row(
-                  j, [&] { return process_logits(row, params, buffers_.filter_scratch); });
+              // Block sums recorded so that the bonus sample (row K) costs a block, not a pass.
+              const std::size_t blocks = weight_block_count(vocab_size);
+              const BlockSumBuffers<float> recorded{
+                  std::span<float>(buffers_.target_block_sums.data(), blocks),
+                  std::span<float>(buffers_.target_block_references.data(), blocks)};
+              last_target_row = on_target_row(j, [&] {
+                return process_logits(row, params, buffers_.filter_scratch, recorded);
+              });
               if (config.logprobs && j < round_length) {
                 buffers_.row_logprobs[j] = last_target_row.log_probability(drafted[j]);
               }
@@ -508,10 +518,16 @@ class AutoregressiveDecoder {
         logprob = best_logit;
       } else {
         detail::ensure_size(sample_scratch_, vocab_size);
+        detail::ensure_size(block_sums_, weight_block_count(vocab_size));
+        detail::ensure_size(block_references_, weight_block_count(vocab_size));
         const double coin = rng.uniform01();
         std::tie(token, logprob) = detail::on_model_row(
             [&] {
-              const TokenDistribution<float> p = process_logits(logits, params, filter_scratch_);
+              const std::size_t blocks = weight_block_count(vocab_size);
+              const TokenDistribution<float> p = process_logits(
+                  logits, params, filter_scratch_,
+                  BlockSumBuffers<float>{std::span<float>(block_sums_.data(), blocks),
+                                         std::span<float>(block_references_.data(), blocks)});
               const token_t sampled =
                   sample(p, coin, std::span<float>(sample_scratch_.data(), vocab_size));
               return std::pair(sampled, config.logprobs ? p.log_probability(sampled) : 0.0f);
@@ -549,6 +565,8 @@ class AutoregressiveDecoder {
   std::vector<float, Eigen::aligned_allocator<float>> processed_;       // (V) processed row
   std::vector<float, Eigen::aligned_allocator<float>> sample_scratch_;  // (V) sampling weights
   std::vector<float> filter_scratch_;  // (V) top-k / top-p selection
+  std::vector<float> block_sums_;        // (B) block sums of the row being sampled, and
+  std::vector<float> block_references_;  // (B) their references (one pass per sampled token)
 };
 
 }  // namespace specdec

@@ -83,6 +83,12 @@ struct TokenDistribution {
   Scalar max_logit = 0;
   Scalar threshold = -std::numeric_limits<Scalar>::infinity();  ///< logit < threshold => p = 0
   Scalar normalizer = 1;  ///< Z = sum over kept tokens of exp((logit - max_logit) / T)
+  /// Optional, set by process_logits(logits, params, filter_scratch, recorded) for unfiltered
+  /// rows: per-1024-token-block weight sums, block b's relative to block_references[b], views of
+  /// the caller's buffers. sample() then finds the coin's block from them instead of summing
+  /// the row again (one pass per sampled row instead of two). Empty otherwise.
+  std::span<const Scalar> block_sums{};
+  std::span<const Scalar> block_references{};  ///< see block_sums
 
   [[nodiscard]] std::size_t vocab_size() const noexcept { return logits.size(); }
   /// \brief Whether the filters keep `token` (requires 0 <= token < V).
@@ -516,6 +522,46 @@ template <class Scalar>
   return dist;
 }
 
+/// \brief Caller-owned buffers, weight_block_count(V) entries each, into which process_logits
+/// records a target row's block sums (see TokenDistribution::block_sums).
+template <class Scalar>
+struct BlockSumBuffers {
+  std::span<Scalar> sums;
+  std::span<Scalar> references;
+};
+
+/// \brief As process_logits(logits, params, filter_scratch), and for unfiltered rows (one pass)
+/// also records the per-block sums into `recorded`, which the returned distribution views: a
+/// later sample() from it then costs one block instead of a pass. Keep the buffers alive and
+/// unchanged while sampling from the distribution. Filtered rows record nothing.
+template <class Scalar>
+[[nodiscard]] TokenDistribution<Scalar> process_logits(std::span<const Scalar> logits,
+                                                       const SamplingParams& params,
+                                                       std::vector<Scalar>& filter_scratch,
+                                                       BlockSumBuffers<Scalar> recorded) {
+  const std::size_t blocks = weight_block_count(logits.size());
+  if (recorded.sums.size() != blocks || recorded.references.size() != blocks) {
+    detail::throw_invalid_argument("process_logits: recorded block buffers have ",
+                                   recorded.sums.size(), " and ", recorded.references.size(),
+                                   " entries; expected weight_block_count(", logits.size(),
+                                   ") = ", blocks, " each");
+  }
+  if (detail::filters_active(params, logits.size())) {
+    return process_logits(logits, params, filter_scratch);
+  }
+  detail::check_temperature_for_sampling(params);
+  TokenDistribution<Scalar> dist;
+  dist.logits = logits;
+  dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
+  const detail::OnlineSum<Scalar> row =
+      detail::online_exp_sum(logits, dist.inv_temperature, recorded.sums, recorded.references);
+  dist.max_logit = row.reference;  // the max
+  dist.normalizer = static_cast<Scalar>(row.sum);
+  dist.block_sums = recorded.sums;
+  dist.block_references = recorded.references;
+  return dist;
+}
+
 namespace detail {
 
 /// The draft-row path behind both process_logits overloads that store weights. The block sums
@@ -632,8 +678,12 @@ template <class Scalar>
 /// \brief Samples from `dist` with a coin in [0, 1) by inverse CDF (the first token whose
 /// cumulative weight exceeds coin * the weights' sum). `weights_scratch` (size V) is scratch
 /// space: one exp pass sums the weights per block without storing them, then only the block the
-/// coin falls in is recomputed (see detail::sample_blockwise). Never returns a token of
-/// probability 0.
+/// coin falls in is recomputed (see detail::sample_blockwise). If `dist` carries recorded block
+/// sums (process_logits with BlockSumBuffers), the summing pass is skipped: the recorded sums,
+/// moved onto dist.max_logit (one scalar exp per distinct block reference), locate the block.
+/// Those rescaled sums can differ from re-summed ones by rounding (~1e-7 relative), so a coin
+/// within that distance of a token's CDF boundary may pick the neighbour; the law is p to float
+/// precision either way. Never returns a token of probability 0.
 template <class Scalar>
 [[nodiscard]] token_t sample(const TokenDistribution<Scalar>& dist, double coin,
                              std::span<Scalar> weights_scratch) {
@@ -653,9 +703,35 @@ template <class Scalar>
     return detail::dispatch_exp_block<Scalar, true>(masked, flush, logits, length, dist.max_logit,
                                                     dist.inv_temperature, dist.threshold, out);
   };
+  const std::size_t blocks = detail::block_count(vocab_size);
+  if (!dist.block_sums.empty() && dist.block_sums.size() == blocks &&
+      dist.block_references.size() == blocks && !masked) {
+    const std::span<Scalar> sums = weights_scratch.first(blocks);
+    double total = 0;
+    Scalar reference = std::numeric_limits<Scalar>::quiet_NaN();
+    double factor = 0;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      if (!(dist.block_sums[b] > Scalar(0))) {
+        sums[b] = 0;
+        continue;
+      }
+      if (dist.block_references[b] != reference) {  // references only grow: few exps
+        reference = dist.block_references[b];
+        factor =
+            std::exp(detail::reference_shift(reference, dist.max_logit, dist.inv_temperature));
+      }
+      sums[b] = static_cast<Scalar>(static_cast<double>(dist.block_sums[b]) * factor);
+      total += static_cast<double>(sums[b]);
+    }
+    const token_t token = detail::sample_located<Scalar>(
+        vocab_size, block, std::span<const Scalar>(sums), total, coin);
+    // A block whose rescaled sum is a positive float but whose weights all underflow relative
+    // to the max (probability < 1e-38) would yield a token of weight 0: fall back to re-summing.
+    if (token >= 0 && dist.weight(token) > Scalar(0)) return token;
+  }
   double total = 0;
   const token_t token = detail::sample_blockwise<Scalar>(
-      vocab_size, block, weights_scratch.first(detail::block_count(vocab_size)), coin, total);
+      vocab_size, block, weights_scratch.first(blocks), coin, total);
   if (token < 0) {
     detail::throw_domain_error("cannot sample: every weight is 0 (total = ", total,
                                "); expected at least one positive weight");

@@ -605,13 +605,20 @@ struct OnlineSum {
 ///
 /// Online softmax by blocks: the running max m and the running sum S (double) relative to m;
 /// when a block's max exceeds m, S is rescaled by exp((m_old - m_new) * inv_t) (reference_shift)
-/// first, so every
-/// block's weights are <= 1 and the final S is relative to the true max. Rescales cost one
-/// scalar exp each.
+/// first, so every block's weights are <= 1 and the final S is relative to the true max.
+/// Rescales cost one scalar exp each.
+///
+/// With non-empty `block_sums` / `block_references` (block_count(V) entries each) it also
+/// records every block's weight sum and the running max that block was exponentiated against
+/// (0 and -inf for blocks before the first finite logit), so that a later inverse-CDF sample
+/// needs no summing pass (see sample_located).
 /// \throws std::domain_error for NaN, +inf, or a row that is entirely -inf (or empty).
 template <class Scalar>
 [[nodiscard]] OnlineSum<Scalar> online_exp_sum(std::span<const Scalar> logits,
-                                               Scalar inv_temperature) {
+                                               Scalar inv_temperature,
+                                               std::span<Scalar> block_sums = {},
+                                               std::span<Scalar> block_references = {}) {
+  const bool record = !block_sums.empty();
   constexpr Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
   const std::size_t size = logits.size();
   const Scalar* data = logits.data();
@@ -638,17 +645,22 @@ template <class Scalar>
     const std::size_t next_length =
         next_offset < size ? std::min(kBlockSize, size - next_offset) : 0;
     BlockScan<Scalar> next_scan;
+    Scalar block = 0;
     if (running_max == neg_inf) {
       // Every logit so far is -inf: weight 0, nothing to exponentiate.
       if (next_length > 0) next_scan = scan_block(data + next_offset, next_length);
     } else {
-      const Scalar block = flush ? exp_block_scanning_next<Scalar, false, true>(
-                                       data + offset, length, running_max, inv_temperature, nullptr,
-                                       data + next_offset, next_length, next_scan)
-                                 : exp_block_scanning_next<Scalar, false, false>(
-                                       data + offset, length, running_max, inv_temperature, nullptr,
-                                       data + next_offset, next_length, next_scan);
+      block = flush ? exp_block_scanning_next<Scalar, false, true>(
+                          data + offset, length, running_max, inv_temperature, nullptr,
+                          data + next_offset, next_length, next_scan)
+                    : exp_block_scanning_next<Scalar, false, false>(
+                          data + offset, length, running_max, inv_temperature, nullptr,
+                          data + next_offset, next_length, next_scan);
       sum += static_cast<double>(block);
+    }
+    if (record) {
+      block_sums[offset / kBlockSize] = block;
+      block_references[offset / kBlockSize] = running_max;
     }
     logit_sum += next_scan.sum;
     scan = next_scan;
@@ -1104,25 +1116,13 @@ template <class Scalar>
   return last_positive_weight(weights, total);
 }
 
-/// \brief Inverse-CDF sample from values that are cheaper to recompute than to store: the
-/// weights of a row, the residual max(0, p - q). `block(offset, length, out)` computes the
-/// values of one block, writes them to `out` unless it is null, and returns their sum (the
-/// same values and sum every time: fixed order).
-///
-/// One pass records only the block sums (into `block_sums`, block_count(size) entries: no row
-/// is written, which saves the store traffic and the re-summing pass of store-then-sample);
-/// the block the coin falls in is then recomputed into a stack buffer and scanned. Same rules as
-/// inverse_cdf: never a value of 0; rounding past the end gives the last positive value.
-/// Returns -1 if every value is 0 (`total` is set either way).
+/// \brief The second half of sample_blockwise (below), for block sums known in advance
+/// (`total` = their double sum in block order): locates the block the coin falls in,
+/// recomputes only that block with `block` and scans it. Returns -1 if total is not positive.
 template <class Scalar, class Block>
-[[nodiscard]] token_t sample_blockwise(std::size_t size, Block&& block,
-                                       std::span<Scalar> block_sums, double coin, double& total) {
-  total = 0;
-  for_each_block(size, [&](std::size_t offset, std::size_t length) {
-    const Scalar sum = block(offset, length, static_cast<Scalar*>(nullptr));
-    block_sums[offset / kBlockSize] = sum;
-    total += static_cast<double>(sum);
-  });
+[[nodiscard]] token_t sample_located(std::size_t size, Block&& block,
+                                     std::span<const Scalar> block_sums, double total,
+                                     double coin) {
   if (!(total > 0)) return -1;
   const double target = coin * total;
   double cumulative = 0;
@@ -1154,6 +1154,29 @@ template <class Scalar, class Block>
                                target);
 }
 
+/// \brief Inverse-CDF sample from values that are cheaper to recompute than to store: the
+/// weights of a row, the residual max(0, p - q). `block(offset, length, out)` computes the
+/// values of one block, writes them to `out` unless it is null, and returns their sum (the
+/// same values and sum every time: fixed order).
+///
+/// One pass records only the block sums (into `block_sums`, block_count(size) entries: no row
+/// is written, which saves the store traffic and the re-summing pass of store-then-sample);
+/// the block the coin falls in is then recomputed into a stack buffer and scanned. Same rules as
+/// inverse_cdf: never a value of 0; rounding past the end gives the last positive value.
+/// Returns -1 if every value is 0 (`total` is set either way).
+template <class Scalar, class Block>
+[[nodiscard]] token_t sample_blockwise(std::size_t size, Block&& block,
+                                       std::span<Scalar> block_sums, double coin, double& total) {
+  total = 0;
+  for_each_block(size, [&](std::size_t offset, std::size_t length) {
+    const Scalar sum = block(offset, length, static_cast<Scalar*>(nullptr));
+    block_sums[offset / kBlockSize] = sum;
+    total += static_cast<double>(sum);
+  });
+  return sample_located<Scalar>(size, block, std::span<const Scalar>(block_sums), total, coin);
+}
+
+
 /// The lowest index in block [offset, offset + kBlockSize) whose value is `max` (the block
 /// attains it). Compares a packet at a time and scans only the packet that holds it: a scalar
 /// loop over the block (on average half of it) was 8 % of a greedy round at V = 32000.
@@ -1168,8 +1191,10 @@ template <class Scalar>
     using Packet = typename ei::packet_traits<Scalar>::type;
     constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
     const Packet max_v = ei::pset1<Packet>(max);
-    while (i + kLanes <= end && !ei::predux_any(ei::pcmp_eq(ei::ploadu<Packet>(values.data() + i),
-                                                            max_v))) {
+    // Only rows of at least a block: a tiny row is scanned in scalar anyway, and for rows of
+    // known tiny size GCC 12 would warn (-Warray-bounds) about a packet load it cannot rule out.
+    while (values.size() >= kBlockSize && i + kLanes <= end &&
+           !ei::predux_any(ei::pcmp_eq(ei::ploadu<Packet>(values.data() + i), max_v))) {
       i += kLanes;
     }
   }
