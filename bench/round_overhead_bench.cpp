@@ -451,7 +451,8 @@ void BM_Kernel_Residual(benchmark::State& state) {
   }
 }
 
-/// Bonus / plain sample from an already processed row: store weights + inverse CDF.
+/// sample() from a row processed without recorded block sums: a summing exp pass + one block.
+/// (The decoder's target rows record their block sums, so its bonus sample skips the pass.)
 void BM_Kernel_Sample(benchmark::State& state) {
   const Pool& pool = pool_for(static_cast<std::size_t>(state.range(0)));
   const auto params = params_for(state.range(1) != 0);
