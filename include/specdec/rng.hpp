@@ -4,7 +4,9 @@
 ///
 /// No <random> distributions are used anywhere: their algorithms are implementation-defined,
 /// so the same seed would give different tokens with libstdc++ and libc++. With Rng a seed
-/// gives the same coins, and therefore the same tokens, on every compiler and platform.
+/// gives the same coins on every compiler and platform, hence the same tokens wherever the
+/// kernels round alike (builds with different SIMD exps can differ in a weight's last bits,
+/// which moves a token only for a coin within that rounding of a CDF boundary).
 ///
 /// Kernels never own an Rng: they take coins (doubles in [0, 1)) as arguments. The decoder owns
 /// one Rng per generate() call and draws, per round, K_eff draft coins (one per draft sample),
