@@ -459,3 +459,36 @@ TEST(PacketExp, SpecialValues) {
     }
   }
 }
+
+// ---- top-p level masses: mass of the tokens with logit >= level, ties at a level included ----
+
+// Both the exp pass that sums the masses (exp_block_with_level_masses) and the narrowing pass
+// over stored weights (level_masses) against a scalar loop, with every level equal to some
+// token's logit (so ">=" vs ">" matters) and a level between logits, on a row with many ties.
+TEST(LevelMasses, IncludeTokensExactlyAtALevel) {
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<int> quantised(-40, 10);
+  std::vector<float> logits(3000);
+  for (float& x : logits) x = 0.25f * static_cast<float>(quantised(gen));  // many ties
+  const float max = *std::max_element(logits.begin(), logits.end());
+  const float levels[6] = {max, max - 0.25f, max - 1.0f, max - 2.5f, max - 3.6f, max - 7.0f};
+  std::vector<float> weights(logits.size());
+  double masses[6] = {};
+  double sum = 0;
+  detail::for_each_block(logits.size(), [&](std::size_t offset, std::size_t length) {
+    sum += detail::exp_block_with_level_masses<float, false, false, 6>(
+        logits.data() + offset, length, max, 1.0f, -kInf, levels, weights.data() + offset,
+        masses);
+  });
+  double stored_masses[6] = {};
+  detail::level_masses<float, 6>(logits, weights, levels, stored_masses);
+  for (std::size_t j = 0; j < 6; ++j) {
+    double expected = 0;
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+      if (logits[i] >= levels[j]) expected += static_cast<double>(weights[i]);
+    }
+    EXPECT_NEAR(masses[j], expected, 1e-5 * expected) << "level " << j;
+    EXPECT_NEAR(stored_masses[j], expected, 1e-5 * expected) << "level " << j;
+  }
+  EXPECT_GT(sum, 0.0);
+}

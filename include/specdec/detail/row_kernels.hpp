@@ -394,6 +394,20 @@ struct PacketExponent {
   }
 };
 
+/// w where x >= threshold, else 0 (the filters' mask), packet-wise; on AVX-512 one compare
+/// into a mask register and a zero-masked move. Same bits either way.
+template <class Packet>
+EIGEN_ALWAYS_INLINE Packet keep_where_at_least(const Packet& w, const Packet& threshold,
+                                               const Packet& x) {
+  namespace ei = Eigen::internal;
+  return ei::pand(w, ei::pcmp_le(threshold, x));
+}
+#if defined(__AVX512F__)
+EIGEN_ALWAYS_INLINE __m512 keep_where_at_least(__m512 w, __m512 threshold, __m512 x) {
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, threshold, _CMP_GE_OQ), w);
+}
+#endif
+
 /// \brief One packet of weights: exp(scaled_exponent(x)), optionally flushed and masked.
 ///
 /// Flush (kFlush, only where packet exp(-inf) is not exactly 0): `max(0, w - smallest_normal)`
@@ -407,7 +421,7 @@ EIGEN_ALWAYS_INLINE Packet packet_weight(const Packet& x, const PacketExponent<S
   namespace ei = Eigen::internal;
   Packet w = packet_exp(exponent(x));
   if constexpr (kFlush) w = ei::pmax(ei::psub(w, small_v), zero_v);
-  if constexpr (kMasked) w = ei::pand(w, ei::pcmp_le(threshold_v, x));
+  if constexpr (kMasked) w = keep_where_at_least(w, threshold_v, x);
   return w;
 }
 
@@ -797,6 +811,21 @@ template <class Scalar>
 inline constexpr std::size_t kMassLevels = 6;
 inline constexpr std::size_t kRefineLevels = 8;
 
+/// mass + (x >= level ? w : 0), packet-wise: the top-p level masses' inner step. On AVX-512 one
+/// compare into a mask register and one masked add (Eigen's pcmp_le materialises the mask as a
+/// vector first: one instruction more per level and packet). Same bits either way.
+template <class Packet>
+EIGEN_ALWAYS_INLINE Packet add_where_at_least(const Packet& mass, const Packet& w,
+                                              const Packet& level, const Packet& x) {
+  namespace ei = Eigen::internal;
+  return ei::padd(mass, ei::pand(w, ei::pcmp_le(level, x)));
+}
+#if defined(__AVX512F__)
+EIGEN_ALWAYS_INLINE __m512 add_where_at_least(__m512 mass, __m512 w, __m512 level, __m512 x) {
+  return _mm512_mask_add_ps(mass, _mm512_cmp_ps_mask(x, level, _CMP_GE_OQ), mass, w);
+}
+#endif
+
 /// \brief exp_block (storing) that also adds, for each level j, the mass of the block's tokens
 /// with logit >= levels[j] to level_masses[j]: one pass yields the weights, Z and the mass
 /// above every level.
@@ -827,7 +856,7 @@ SPECDEC_KERNEL Scalar exp_block_with_level_masses(const Scalar* logits, std::siz
       ei::pstoreu(out + i, w);
       sum_v = ei::padd(sum_v, w);
       for (std::size_t j = 0; j < kLevels; ++j) {
-        mass_v[j] = ei::padd(mass_v[j], ei::pand(w, ei::pcmp_le(ei::pset1<Packet>(levels[j]), x)));
+        mass_v[j] = add_where_at_least(mass_v[j], w, ei::pset1<Packet>(levels[j]), x);
       }
     }
     sum = ei::predux(sum_v);
@@ -866,8 +895,7 @@ void level_masses(std::span<const Scalar> logits, std::span<const Scalar> weight
         const Packet x = ei::ploadu<Packet>(x_block + i);
         const Packet w = ei::ploadu<Packet>(w_block + i);
         for (std::size_t j = 0; j < kLevels; ++j) {
-          mass_v[j] =
-              ei::padd(mass_v[j], ei::pand(w, ei::pcmp_le(ei::pset1<Packet>(levels[j]), x)));
+          mass_v[j] = add_where_at_least(mass_v[j], w, ei::pset1<Packet>(levels[j]), x);
         }
       }
       for (std::size_t j = 0; j < kLevels; ++j) masses[j] = ei::predux(mass_v[j]);
@@ -945,10 +973,10 @@ double mask_weights(std::span<const Scalar> logits, Scalar threshold, std::span<
       Packet sum0 = ei::pset1<Packet>(Scalar(0));
       Packet sum1 = sum0;
       for (; i + 2 * kLanes <= length; i += 2 * kLanes) {
-        const Packet w0 = ei::pand(ei::ploadu<Packet>(w + i),
-                                   ei::pcmp_le(threshold_v, ei::ploadu<Packet>(x + i)));
-        const Packet w1 = ei::pand(ei::ploadu<Packet>(w + i + kLanes),
-                                   ei::pcmp_le(threshold_v, ei::ploadu<Packet>(x + i + kLanes)));
+        const Packet w0 =
+            keep_where_at_least(ei::ploadu<Packet>(w + i), threshold_v, ei::ploadu<Packet>(x + i));
+        const Packet w1 = keep_where_at_least(ei::ploadu<Packet>(w + i + kLanes), threshold_v,
+                                              ei::ploadu<Packet>(x + i + kLanes));
         ei::pstoreu(w + i, w0);
         ei::pstoreu(w + i + kLanes, w1);
         sum0 = ei::padd(sum0, w0);
