@@ -492,3 +492,41 @@ TEST(LevelMasses, IncludeTokensExactlyAtALevel) {
   }
   EXPECT_GT(sum, 0.0);
 }
+
+// The top-p candidate gather: every token with lo <= logit < hi, in index order, with its
+// weight; lo and hi equal to logits that occur (ties at both ends), ranges hitting the scalar
+// tail, and the early "more than capacity" exit.
+TEST(GatherRange, TakesExactlyTheHalfOpenRangeInIndexOrder) {
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<int> quantised(-60, 20);
+  for (const std::size_t size : {40u, 1000u, 4099u}) {
+    std::vector<float> logits(size), weights(size);
+    for (std::size_t i = 0; i < size; ++i) {
+      logits[i] = 0.5f * static_cast<float>(quantised(gen));
+      weights[i] = static_cast<float>(i) + 0.25f;  // identifies the token
+    }
+    for (const auto& [lo, hi] : {std::pair{0.0f, 3.0f}, std::pair{-10.0f, -9.5f},
+                                 std::pair{9.5f, 10.5f}, std::pair{-30.0f, 10.0f}}) {
+      std::vector<float> expected_logits, expected_weights;
+      for (std::size_t i = 0; i < size; ++i) {
+        if (logits[i] >= lo && logits[i] < hi) {
+          expected_logits.push_back(logits[i]);
+          expected_weights.push_back(weights[i]);
+        }
+      }
+      std::vector<float> got_logits(size + 1), got_weights(size + 1);
+      const std::size_t count = detail::gather_range<float>(
+          logits, weights, lo, hi, got_logits.data(), got_weights.data(), size);
+      ASSERT_EQ(count, expected_logits.size()) << "size " << size << " [" << lo << ", " << hi;
+      got_logits.resize(count);
+      got_weights.resize(count);
+      EXPECT_EQ(got_logits, expected_logits);
+      EXPECT_EQ(got_weights, expected_weights);
+      if (count > 1) {
+        EXPECT_EQ(detail::gather_range<float>(logits, weights, lo, hi, got_logits.data(),
+                                              got_weights.data(), count - 1),
+                  count);  // capacity + 1: "too many"
+      }
+    }
+  }
+}
