@@ -366,6 +366,12 @@ class SpeculativeDecoder {
           buffers_.acceptance_coins[k] = rng.uniform01();
         }
         const double final_coin = rng.uniform01();
+        // Target rows record their block sums, so that the bonus sample (row K) costs a block,
+        // not a pass.
+        const std::size_t blocks = weight_block_count(vocab_size);
+        const BlockSumBuffers<float> recorded{
+            std::span<float>(buffers_.target_block_sums.data(), blocks),
+            std::span<float>(buffers_.target_block_references.data(), blocks)};
         TokenDistribution<float> last_target_row;
         verdict = verify_stochastic(
             drafted,
@@ -375,11 +381,6 @@ class SpeculativeDecoder {
             std::span<const float>(buffers_.draft_normalizers.data(), round_length),
             [&](std::size_t j) {
               const std::span<const float> row = processed_target_row(j);
-              // Block sums recorded so that the bonus sample (row K) costs a block, not a pass.
-              const std::size_t blocks = weight_block_count(vocab_size);
-              const BlockSumBuffers<float> recorded{
-                  std::span<float>(buffers_.target_block_sums.data(), blocks),
-                  std::span<float>(buffers_.target_block_references.data(), blocks)};
               last_target_row = on_target_row(j, [&] {
                 return process_logits(row, params, buffers_.filter_scratch, recorded);
               });

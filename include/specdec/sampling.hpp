@@ -481,6 +481,57 @@ template <class Scalar>
   return detail::block_count(vocab_size);
 }
 
+/// \brief Caller-owned buffers, weight_block_count(V) entries each, into which process_logits
+/// records a target row's block sums (see TokenDistribution::block_sums).
+template <class Scalar>
+struct BlockSumBuffers {
+  std::span<Scalar> sums;
+  std::span<Scalar> references;
+};
+
+namespace detail {
+
+/// The target-row path behind both process_logits overloads below; empty `recorded` buffers
+/// record nothing.
+template <class Scalar>
+[[nodiscard]] TokenDistribution<Scalar> process_target_row(std::span<const Scalar> logits,
+                                                           const SamplingParams& params,
+                                                           std::vector<Scalar>& filter_scratch,
+                                                           BlockSumBuffers<Scalar> recorded) {
+  check_temperature_for_sampling(params);
+  TokenDistribution<Scalar> dist;
+  dist.logits = logits;
+  dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
+  if (!filters_active(params, logits.size())) {
+    const OnlineSum<Scalar> row =
+        online_exp_sum(logits, dist.inv_temperature, recorded.sums, recorded.references);
+    dist.max_logit = row.reference;  // the max
+    dist.normalizer = static_cast<Scalar>(row.sum);
+    dist.block_sums = recorded.sums;
+    dist.block_references = recorded.references;
+    return dist;
+  }
+  dist.max_logit = scan_max(logits).value;  // throws on NaN / +inf / all -inf
+  const FilterResult<Scalar> filtered =
+      apply_filters(logits, dist.max_logit, dist.inv_temperature, params, std::span<Scalar>(),
+                    filter_scratch);
+  dist.threshold = filtered.threshold;
+  if (filtered.kept_mass_known) {
+    dist.normalizer = static_cast<Scalar>(filtered.kept_mass);  // top-p summed it already
+  } else if (filtered.weights_stored) {
+    // min-p cut deeper than top-p: sum the stored weights above it (no exp).
+    dist.normalizer = static_cast<Scalar>(mask_weights(
+        logits, dist.threshold, std::span<Scalar>(filter_scratch.data(), logits.size()),
+        std::span<Scalar>()));
+  } else {
+    dist.normalizer =
+        static_cast<Scalar>(exp_sum(logits, dist.max_logit, dist.inv_temperature, dist.threshold));
+  }
+  return dist;
+}
+
+}  // namespace detail
+
 /// \brief Processes one row for p(x) and log p(x): the target-row path.
 ///
 /// Unfiltered rows (no top-k / top-p / min-p): one pass, online softmax by blocks (the max and
@@ -494,41 +545,8 @@ template <class Scalar>
 [[nodiscard]] TokenDistribution<Scalar> process_logits(std::span<const Scalar> logits,
                                                        const SamplingParams& params,
                                                        std::vector<Scalar>& filter_scratch) {
-  detail::check_temperature_for_sampling(params);
-  TokenDistribution<Scalar> dist;
-  dist.logits = logits;
-  dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
-  if (!detail::filters_active(params, logits.size())) {
-    const detail::OnlineSum<Scalar> row = detail::online_exp_sum(logits, dist.inv_temperature);
-    dist.max_logit = row.reference;  // the max
-    dist.normalizer = static_cast<Scalar>(row.sum);
-    return dist;
-  }
-  dist.max_logit = detail::scan_max(logits).value;  // throws on NaN / +inf / all -inf
-  const detail::FilterResult<Scalar> filtered = detail::apply_filters(
-      logits, dist.max_logit, dist.inv_temperature, params, std::span<Scalar>(), filter_scratch);
-  dist.threshold = filtered.threshold;
-  if (filtered.kept_mass_known) {
-    dist.normalizer = static_cast<Scalar>(filtered.kept_mass);  // top-p summed it already
-  } else if (filtered.weights_stored) {
-    // min-p cut deeper than top-p: sum the stored weights above it (no exp).
-    dist.normalizer = static_cast<Scalar>(detail::mask_weights(
-        logits, dist.threshold, std::span<Scalar>(filter_scratch.data(), logits.size()),
-        std::span<Scalar>()));
-  } else {
-    dist.normalizer = static_cast<Scalar>(
-        detail::exp_sum(logits, dist.max_logit, dist.inv_temperature, dist.threshold));
-  }
-  return dist;
+  return detail::process_target_row(logits, params, filter_scratch, BlockSumBuffers<Scalar>{});
 }
-
-/// \brief Caller-owned buffers, weight_block_count(V) entries each, into which process_logits
-/// records a target row's block sums (see TokenDistribution::block_sums).
-template <class Scalar>
-struct BlockSumBuffers {
-  std::span<Scalar> sums;
-  std::span<Scalar> references;
-};
 
 /// \brief As process_logits(logits, params, filter_scratch), and for unfiltered rows (one pass)
 /// also records the per-block sums into `recorded`, which the returned distribution views: a
@@ -546,20 +564,7 @@ template <class Scalar>
                                    " entries; expected weight_block_count(", logits.size(),
                                    ") = ", blocks, " each");
   }
-  if (detail::filters_active(params, logits.size())) {
-    return process_logits(logits, params, filter_scratch);
-  }
-  detail::check_temperature_for_sampling(params);
-  TokenDistribution<Scalar> dist;
-  dist.logits = logits;
-  dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
-  const detail::OnlineSum<Scalar> row =
-      detail::online_exp_sum(logits, dist.inv_temperature, recorded.sums, recorded.references);
-  dist.max_logit = row.reference;  // the max
-  dist.normalizer = static_cast<Scalar>(row.sum);
-  dist.block_sums = recorded.sums;
-  dist.block_references = recorded.references;
-  return dist;
+  return detail::process_target_row(logits, params, filter_scratch, recorded);
 }
 
 namespace detail {
