@@ -13,6 +13,7 @@
 #include <utility>
 
 #include <Eigen/Core>
+
 #include "specdec/detail/online_softmax.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/row_scan.hpp"

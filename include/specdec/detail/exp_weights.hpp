@@ -13,6 +13,10 @@
 #include <span>
 
 #include <Eigen/Core>
+#if defined(__AVX512F__)
+#include <immintrin.h>  // the AVX-512 overloads (Eigen omits it without vectorization)
+#endif
+
 #include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/scaled_exponent.hpp"

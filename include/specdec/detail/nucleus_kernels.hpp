@@ -14,6 +14,10 @@
 #include <type_traits>
 
 #include <Eigen/Core>
+#if defined(__AVX512F__)
+#include <immintrin.h>  // the AVX-512 overloads (Eigen omits it without vectorization)
+#endif
+
 #include "specdec/detail/exp_weights.hpp"
 #include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/row_blocks.hpp"

@@ -15,6 +15,7 @@
 #include <span>
 
 #include <Eigen/Core>
+
 #include "specdec/detail/exp_weights.hpp"
 #include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/row_blocks.hpp"

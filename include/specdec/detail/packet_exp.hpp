@@ -6,6 +6,9 @@
 #include <limits>
 
 #include <Eigen/Core>
+#if defined(__AVX512F__)
+#include <immintrin.h>  // the AVX-512 overloads (Eigen omits it without vectorization)
+#endif
 
 /// Inlines every call inside a kernel, Eigen's pexp included: GCC 12 otherwise keeps pexp out
 /// of line in kernels instantiated in several variants, a call per packet (measured 10-30 %

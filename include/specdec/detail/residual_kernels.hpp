@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include <Eigen/Core>
+
 #include "specdec/detail/exp_weights.hpp"
 #include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/scaled_exponent.hpp"

@@ -14,6 +14,7 @@
 #include <span>
 
 #include <Eigen/Core>
+
 #include "specdec/detail/error.hpp"
 #include "specdec/detail/row_blocks.hpp"
 

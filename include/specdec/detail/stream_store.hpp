@@ -10,6 +10,9 @@
 #include <cstdint>
 
 #include <Eigen/Core>
+#if defined(__SSE2__) || defined(__AVX__) || defined(__AVX512F__)
+#include <immintrin.h>  // the x86 overloads (Eigen omits it without vectorization)
+#endif
 
 namespace specdec::detail {
 
