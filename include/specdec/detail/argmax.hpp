@@ -17,8 +17,10 @@
 #include "specdec/detail/online_softmax.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/row_scan.hpp"
+#include "specdec/detail/simd_warnings.hpp"
 #include "specdec/types.hpp"
 
+SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {
 
 /// The lowest index in block [offset, offset + kBlockSize) whose value is `max` (the block
@@ -70,3 +72,4 @@ template <class Scalar>
 }
 
 }  // namespace specdec::detail
+SPECDEC_END_SIMD_KERNELS

@@ -20,7 +20,9 @@
 #include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/scaled_exponent.hpp"
+#include "specdec/detail/simd_warnings.hpp"
 
+SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {
 
 /// w where x >= threshold, else 0 (the filters' mask), packet-wise; on AVX-512 one compare
@@ -173,3 +175,4 @@ template <class Scalar>
 }
 
 }  // namespace specdec::detail
+SPECDEC_END_SIMD_KERNELS

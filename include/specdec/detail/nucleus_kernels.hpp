@@ -22,7 +22,9 @@
 #include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/scaled_exponent.hpp"
+#include "specdec/detail/simd_warnings.hpp"
 
+SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {
 
 /// Levels of the top-p search's mass passes (see nucleus_cut in sampling.hpp): the exp pass
@@ -240,3 +242,4 @@ double mask_weights(std::span<const Scalar> logits, Scalar threshold, std::span<
 }
 
 }  // namespace specdec::detail
+SPECDEC_END_SIMD_KERNELS

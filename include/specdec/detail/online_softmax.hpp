@@ -21,8 +21,10 @@
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/row_scan.hpp"
 #include "specdec/detail/scaled_exponent.hpp"
+#include "specdec/detail/simd_warnings.hpp"
 #include "specdec/detail/stream_store.hpp"
 
+SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {
 
 /// \brief exp_block (unmasked) over one block fused with scan_block over the next one.
@@ -291,3 +293,4 @@ template <class Scalar>
 }
 
 }  // namespace specdec::detail
+SPECDEC_END_SIMD_KERNELS

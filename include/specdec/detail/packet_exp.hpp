@@ -10,6 +10,8 @@
 #include <immintrin.h>  // the AVX-512 overloads (Eigen omits it without vectorization)
 #endif
 
+#include "specdec/detail/simd_warnings.hpp"
+
 /// Inlines every call inside a kernel, Eigen's pexp included: GCC 12 otherwise keeps pexp out
 /// of line in kernels instantiated in several variants, a call per packet (measured 10-30 %
 /// slower sample / residual passes).
@@ -19,6 +21,7 @@
 #define SPECDEC_KERNEL
 #endif
 
+SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {
 
 /// Whether Scalar has SIMD packets with a vectorised exp (float / double on x86 and ARM).
@@ -89,3 +92,4 @@ template <class Scalar>
 }
 
 }  // namespace specdec::detail
+SPECDEC_END_SIMD_KERNELS

@@ -16,7 +16,9 @@
 #include "specdec/detail/exp_weights.hpp"
 #include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/scaled_exponent.hpp"
+#include "specdec/detail/simd_warnings.hpp"
 
+SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {
 
 /// \brief residual[i] = max(0, p_weight_i * inv_p_normalizer - q_weights[i] * inv_q_normalizer)
@@ -85,3 +87,4 @@ Scalar dispatch_residual_block(bool masked, bool flush, const Scalar* p_logits,
 }
 
 }  // namespace specdec::detail
+SPECDEC_END_SIMD_KERNELS

@@ -20,6 +20,9 @@
 
 #include <Eigen/Core>
 
+#include "specdec/detail/simd_warnings.hpp"
+
+SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {
 
 /// Values per block (see the file comment).
@@ -76,3 +79,4 @@ template <class Scalar>
 }
 
 }  // namespace specdec::detail
+SPECDEC_END_SIMD_KERNELS

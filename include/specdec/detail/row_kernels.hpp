@@ -14,6 +14,9 @@
 ///   residual_kernels.hpp  the residual max(0, p - q) by blocks
 ///   inverse_cdf.hpp       inverse-CDF sampling by blocks
 ///   argmax.hpp            argmax and greedy log-probs
+///
+/// The SIMD kernels bracket their code with simd_warnings.hpp's macros (GCC's false AVX-512
+/// uninitialized warnings).
 
 #include "specdec/detail/argmax.hpp"
 #include "specdec/detail/exp_weights.hpp"

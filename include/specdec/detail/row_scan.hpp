@@ -17,7 +17,9 @@
 
 #include "specdec/detail/error.hpp"
 #include "specdec/detail/row_blocks.hpp"
+#include "specdec/detail/simd_warnings.hpp"
 
+SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {
 
 /// \brief Maximum of a row in one vectorised pass; NaN anywhere makes the result NaN.
@@ -145,3 +147,4 @@ template <class Scalar>
 }
 
 }  // namespace specdec::detail
+SPECDEC_END_SIMD_KERNELS
