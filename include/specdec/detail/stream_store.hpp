@@ -10,8 +10,12 @@
 #include <cstdint>
 
 #include <Eigen/Core>
-#if defined(__SSE2__) || defined(__AVX__) || defined(__AVX512F__)
-#include <immintrin.h>  // the x86 overloads (Eigen omits it without vectorization)
+// The x86 overloads' intrinsics (Eigen omits them without vectorization). SSE2 alone needs only
+// <emmintrin.h>: the whole <immintrin.h> costs a portable build ~1.4 s of parsing.
+#if defined(__AVX__) || defined(__AVX512F__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 namespace specdec::detail {
