@@ -23,6 +23,8 @@ namespace specdec {
 /// until its next propose() call.
 template <class Scalar>
 struct Proposal {
+  using scalar_type = Scalar;
+
   std::span<const token_t> tokens;        ///< node i's token
   std::span<const std::int32_t> parents;  ///< node i's parent node; -1 = the committed context.
                                           ///< Empty means a chain (parent of i is i - 1).
