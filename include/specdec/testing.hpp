@@ -550,6 +550,14 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
         params.greedy()
             ? verify_greedy(proposal.tokens, [&](std::size_t j) { return target_rows.argmax(j); })
             : run_verifier.verify(proposal, target_rows, coins);
+    if (verdict.accepted > n || verdict.next_token < 0 ||
+        static_cast<std::size_t>(verdict.next_token) >= vocab_size) {
+      // As the decoder's own check: a chunk is never built from tokens that were not drafted.
+      throw std::logic_error("specdec::testing: the verifier accepted " +
+                             std::to_string(verdict.accepted) + " of " + std::to_string(n) +
+                             " tokens and drew token " + std::to_string(verdict.next_token) +
+                             "; expected at most the drafted tokens and a token in [0, V)");
+    }
     Sequence chunk(proposal.tokens.begin(),
                    proposal.tokens.begin() + static_cast<std::ptrdiff_t>(verdict.accepted));
     chunk.push_back(verdict.next_token);
