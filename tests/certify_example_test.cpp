@@ -48,6 +48,14 @@ TEST(CertifyExample, BigramLookupIsExact) {
     }
   }
 }
+// README shows this one.
+TEST(CertifyExample, ReadmeSnippet) {
+  specdec::testing::ScriptedPair pair;  // context-dependent toy target, V = 5
+  pair.params.temperature = 0.7f;
+  const auto cert = specdec::testing::certify_round(BigramLookup{}, specdec::StaticDraftLength{},
+      specdec::BlockVerifier{}, pair.target(), pair.params, /*context=*/{1, 2, 1}, /*K=*/3);
+  EXPECT_LT(cert.total_variation, 1e-9);   // a proposer that misreported q would fail here
+}
 // --- README example ends ---
 
 // The same lookup, but claiming it sampled from a uniform q: the verifier then accepts with
