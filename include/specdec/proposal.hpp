@@ -25,14 +25,14 @@ template <class Scalar>
 struct Proposal {
   using scalar_type = Scalar;
 
-  std::span<const token_t> tokens;        ///< node i's token
-  std::span<const std::int32_t> parents;  ///< node i's parent node; -1 = the committed context.
+  std::span<const token_t> tokens{};      ///< node i's token
+  std::span<const std::int32_t> parents{};  ///< node i's parent node; -1 = the committed context.
                                           ///< Empty means a chain (parent of i is i - 1).
   /// Row i: the unnormalised weights node i's token was drawn from (unused for point masses).
-  LogitsRows<Scalar> q_weights;
-  std::span<const Scalar> q_normalizers;  ///< sums of those rows
+  LogitsRows<Scalar> q_weights{};
+  std::span<const Scalar> q_normalizers{};  ///< sums of those rows
   /// Nonzero where node i is deterministic (q_i = point mass at tokens[i]). Empty: none is.
-  std::span<const std::uint8_t> point_mass;
+  std::span<const std::uint8_t> point_mass{};
 
   [[nodiscard]] std::size_t size() const noexcept { return tokens.size(); }
   [[nodiscard]] bool empty() const noexcept { return tokens.empty(); }
