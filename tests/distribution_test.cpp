@@ -28,8 +28,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <limits>
-#include <numeric>
 #include <ostream>
 #include <span>
 #include <stdexcept>
