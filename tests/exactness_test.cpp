@@ -56,34 +56,12 @@ const Sequence kPrompt{1, 2};
 
 // ---- laws --------------------------------------------------------------------------------------
 
-// The largest probability difference of one sequence (the metric the power checks must exceed:
-// for two laws of equal total mass it is at most their total variation).
-double max_abs_difference(const Law& a, const Law& b) {
-  double worst = 0;
-  for (const auto& [seq, pa] : a) {
-    const auto it = b.find(seq);
-    worst = std::max(worst, std::abs(pa - (it == b.end() ? 0.0 : it->second)));
-  }
-  for (const auto& [seq, pb] : b) {
-    if (!a.contains(seq)) worst = std::max(worst, pb);
-  }
-  return worst;
-}
-
 double total_mass(const Law& law) {
   double sum = 0;
   for (const auto& [seq, p] : law) sum += p;
   return sum;
 }
 
-// The law of the first `length` tokens of a law over longer sequences.
-Law first_tokens(const Law& law, std::size_t length) {
-  Law cut;
-  for (const auto& [seq, p] : law) {
-    cut[Sequence(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(length))] += p;
-  }
-  return cut;
-}
 
 // ---- the verification rule, restated here, and two mutants of it ---------------------------
 
@@ -256,7 +234,7 @@ void expect_exact_under_budget(const ScriptedPair& pair, const VerifierT& verifi
                                                     pair.target(), pair.params, kPrompt, length,
                                                     draft_length);
   const double tv = specdec::testing::total_variation(got, expected);
-  const double error = max_abs_difference(got, expected);
+  const double error = specdec::testing::max_abs_difference(got, expected);
   worst.add(std::max(tv, error));
   EXPECT_LT(tv, kExactnessBound) << "budget=L";
   EXPECT_LT(error, kExactnessBound) << "budget=L";
@@ -287,12 +265,11 @@ void expect_exact_unlimited(const ScriptedPair& pair, const VerifierT& verifier,
           << "unlimited: round from a context of " << context.size() << " tokens";
     }
   }
-  // With a budget of L + K tokens every round that starts before L tokens drafts K.
-  const Law got = first_tokens(
-      specdec::testing::speculative_law(proposer, StaticDraftLength{}, verifier, pair.target(),
-                                        pair.params, kPrompt, length + draft_length, draft_length),
-      length);
-  const double error = max_abs_difference(got, expected);
+  // K drafted every round; the law of the first L tokens.
+  const Law got = specdec::testing::speculative_law(
+      proposer, StaticDraftLength{}, verifier, pair.target(), pair.params, kPrompt, length,
+      draft_length, specdec::testing::Budget::unlimited);
+  const double error = specdec::testing::max_abs_difference(got, expected);
   worst.add(error);
   EXPECT_LT(specdec::testing::total_variation(got, expected), kExactnessBound) << "unlimited";
   EXPECT_LT(error, kExactnessBound) << "unlimited";
@@ -438,7 +415,7 @@ MutantErrors worst_errors_over_cases(Mutation mutation) {
                                                           length, draft_length);
         worst.speculative = std::max(
             worst.speculative,
-            max_abs_difference(got, specdec::testing::target_law(pair.target(), pair.params,
+            specdec::testing::max_abs_difference(got, specdec::testing::target_law(pair.target(), pair.params,
                                                                  kPrompt, length)));
         worst.round = std::max(
             worst.round, specdec::testing::certify_round(proposer, StaticDraftLength{}, verifier,
@@ -456,7 +433,7 @@ double one_case_error(Mutation mutation) {
   const ScriptedPair pair = make_pair(model_cases()[0], sampling_modes()[0].params);
   auto draft = pair.draft();
   const specdec::ModelProposer proposer(draft);
-  return max_abs_difference(
+  return specdec::testing::max_abs_difference(
       specdec::testing::speculative_law(proposer, StaticDraftLength{},
                                         RestatedTokenVerifier{mutation}, pair.target(),
                                         pair.params, kPrompt, 2, 1),

@@ -42,6 +42,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -126,6 +127,19 @@ inline GoodnessOfFit goodness_of_fit(std::span<const std::uint64_t> observed,
                                             probabilities.size(),
                                             " probabilities; expected one count per cell");
   }
+  double total_probability = 0;
+  for (const double p : probabilities) {
+    if (!(p >= 0) || !std::isfinite(p)) {
+      specdec::detail::throw_invalid_argument("goodness of fit: probability ", p,
+                                              "; expected finite values >= 0");
+    }
+    total_probability += p;
+  }
+  if (std::abs(total_probability - 1.0) > 1e-6) {
+    specdec::detail::throw_invalid_argument("goodness of fit: probabilities sum to ",
+                                            total_probability,
+                                            "; expected 1 (a law with cells missing?)");
+  }
   const double n =
       static_cast<double>(std::accumulate(observed.begin(), observed.end(), std::uint64_t{0}));
   GoodnessOfFit fit;
@@ -193,11 +207,12 @@ inline GoodnessOfFit goodness_of_fit(std::span<const std::uint64_t> observed,
 }
 
 /// \brief Samples a χ² test over `cells` cells needs so that a sampler off by total variation
-/// `total_variation` (spread over the cells the way that is hardest to detect: evenly) fails
-/// the threshold `p_threshold` with high probability (~0.99).
+/// `total_variation` fails the threshold `p_threshold` with high probability (~0.99), however
+/// the error is spread (before pooling; pooling small cells can hide part of an error).
 ///
-/// A deviation of TV d spread evenly over k cells of probability 1/k adds about N (2d)² to the
-/// statistic's mean k - 1 (the noncentrality λ = N Σ (p' - p)² / p = 4 N d²). We ask λ to exceed
+/// A deviation of TV d adds N Σ (p' - p)² / p to the statistic's mean k - 1 (the noncentrality
+/// λ), and by Cauchy-Schwarz Σ (p' - p)² / p >= (Σ |p' - p|)² / Σ p = 4 d², with equality when
+/// the error is proportional to the cell probabilities: λ >= 4 N d². We ask 4 N d² to exceed
 /// the critical value's distance from k - 1 plus four standard deviations √(2(k-1)+4λ) — a
 /// conservative normal approximation of the noncentral χ² quantile.
 [[nodiscard]] inline std::size_t samples_to_detect(double total_variation, std::size_t cells,
@@ -295,7 +310,8 @@ struct ScriptedModel {
 /// \brief A draft / target pair of scripted models: the draft's logits are the target's plus
 /// `noise` times an independent model's (noise 0: identical; large: unrelated), rounded to
 /// float. draft<Scalar>() / target<Scalar>() are the models as callables (DraftModel /
-/// TargetModel for float; double for exact enumeration).
+/// TargetModel for float; double for exact enumeration); they point at the pair, which must
+/// outlive them (do not call them on a temporary pair).
 struct ScriptedPair {
   ScriptedModel target_model{};
   ScriptedModel perturbation{.salt = 77};
@@ -306,6 +322,7 @@ struct ScriptedPair {
 
   [[nodiscard]] std::vector<double> draft_logits(std::span<const token_t> context) const {
     std::vector<double> row = target_model.logits(context);
+    if (noise == 0) return row;  // identical (0 * -inf would be NaN)
     const std::vector<double> extra = perturbation.logits(context);
     for (std::size_t v = 0; v < row.size(); ++v) {
       row[v] = static_cast<double>(static_cast<float>(row[v] + noise * extra[v]));
@@ -611,36 +628,111 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
           round.expected_accepted, round.expected_drafted, round.branches};
 }
 
-/// \brief The exact law of the first `length` tokens the decoder emits after `prompt` with
-/// max_new_tokens = length: rounds composed under the decoder's budget rule (limit =
-/// min(draft_length, remaining - 1)), the policy told of every round (observe) along each path.
+/// \brief How speculative_law caps each round's draft.
+enum class Budget {
+  exact,      ///< the decoder's rule with max_new_tokens = length: min(K, remaining - 1)
+  unlimited,  ///< K every round; the law of the first `length` tokens (longer chunks are cut)
+};
+
+/// \brief The exact law of the first `length` tokens the decoder emits after `prompt`: rounds
+/// composed under `budget` (default: the decoder's rule with max_new_tokens = length), the
+/// policy told of every round (observe) along each path.
+///
+/// A stateless policy (an empty type, like StaticDraftLength) makes a round depend only on its
+/// context, so the law is built breadth first with identical emitted prefixes pooled (one
+/// round_law per distinct prefix: polynomial in `length`); a stateful policy is followed along
+/// every path separately (exponential, for small lengths).
 template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
 [[nodiscard]] Law speculative_law(const ProposerT& proposer, const PolicyT& policy,
                                   const VerifierT& verifier, TargetFn&& target,
                                   const SamplingParams& params, const Sequence& prompt,
-                                  std::size_t length, std::size_t draft_length) {
-  Law law;
-  std::function<void(const Sequence&, const PolicyT&, std::size_t, double)> extend =
-      [&](const Sequence& emitted, const PolicyT& state, std::size_t remaining, double mass) {
-        if (remaining == 0) {
-          law[emitted] += mass;
-          return;
-        }
-        Sequence context = prompt;
-        context.insert(context.end(), emitted.begin(), emitted.end());
-        const std::size_t limit = std::min(draft_length, remaining - 1);
-        const RoundLaw round = round_law(proposer, state, verifier, target, params, context, limit);
-        for (const auto& [outcome, probability] : round.outcomes) {
-          const auto& [chunk, drafted] = outcome;
-          PolicyT next_state = state;
-          next_state.observe(RoundReport{drafted, chunk.size() - 1, limit, 0.0, 0.0});
+                                  std::size_t length, std::size_t draft_length,
+                                  Budget budget = Budget::exact) {
+  auto round_limit = [&](std::size_t remaining) {
+    return budget == Budget::exact ? std::min(draft_length, remaining - 1) : draft_length;
+  };
+  auto cut = [&](Sequence sequence) {
+    if (sequence.size() > length) sequence.resize(length);
+    return sequence;
+  };
+  auto context_after = [&](const Sequence& emitted) {
+    Sequence context = prompt;
+    context.insert(context.end(), emitted.begin(), emitted.end());
+    return context;
+  };
+  if constexpr (std::is_empty_v<PolicyT>) {
+    // frontier[emitted] = mass; every prefix has fewer than `length` tokens.
+    std::map<Sequence, double> frontier{{Sequence{}, 1.0}};
+    Law law;
+    while (!frontier.empty()) {
+      std::map<Sequence, double> next;
+      for (const auto& [emitted, mass] : frontier) {
+        const std::size_t limit = round_limit(length - emitted.size());
+        const RoundLaw round = round_law(proposer, policy, verifier, target, params,
+                                         context_after(emitted), limit);
+        for (const auto& [chunk, probability] : round.chunks) {
           Sequence longer = emitted;
           longer.insert(longer.end(), chunk.begin(), chunk.end());
-          extend(longer, next_state, remaining - chunk.size(), mass * probability);
+          if (longer.size() >= length) {
+            law[cut(std::move(longer))] += mass * probability;
+          } else {
+            next[longer] += mass * probability;
+          }
         }
-      };
-  extend(Sequence{}, policy, length, 1.0);
-  return law;
+      }
+      frontier = std::move(next);
+    }
+    if (length == 0) law[Sequence{}] = 1.0;
+    return law;
+  } else {
+    Law law;
+    std::function<void(const Sequence&, const PolicyT&, double)> extend =
+        [&](const Sequence& emitted, const PolicyT& state, double mass) {
+          if (emitted.size() >= length) {
+            law[cut(emitted)] += mass;
+            return;
+          }
+          const std::size_t limit = round_limit(length - emitted.size());
+          const RoundLaw round = round_law(proposer, state, verifier, target, params,
+                                           context_after(emitted), limit);
+          for (const auto& [outcome, probability] : round.outcomes) {
+            const auto& [chunk, drafted] = outcome;
+            PolicyT next_state = state;
+            next_state.observe(RoundReport{drafted, chunk.size() - 1, limit, 0.0, 0.0});
+            Sequence longer = emitted;
+            longer.insert(longer.end(), chunk.begin(), chunk.end());
+            extend(longer, next_state, mass * probability);
+          }
+        };
+    extend(Sequence{}, policy, 1.0);
+    return law;
+  }
+}
+
+/// \brief The law of the first `length` tokens of `law`'s sequences (marginalising the rest):
+/// e.g. the decoder's law with a larger budget, cut to the tokens every run emits.
+[[nodiscard]] inline Law truncate(const Law& law, std::size_t length) {
+  Law out;
+  for (const auto& [sequence, probability] : law) {
+    const std::size_t keep = std::min(length, sequence.size());
+    out[Sequence(sequence.begin(), sequence.begin() + static_cast<std::ptrdiff_t>(keep))] +=
+        probability;
+  }
+  return out;
+}
+
+/// \brief Largest absolute difference of one sequence's probability between two laws (a
+/// pointwise companion to total_variation, which is at least as large).
+[[nodiscard]] inline double max_abs_difference(const Law& a, const Law& b) {
+  double worst = 0;
+  for (const auto& [sequence, probability] : a) {
+    const auto it = b.find(sequence);
+    worst = std::max(worst, std::abs(probability - (it == b.end() ? 0.0 : it->second)));
+  }
+  for (const auto& [sequence, probability] : b) {
+    if (a.find(sequence) == a.end()) worst = std::max(worst, probability);
+  }
+  return worst;
 }
 
 }  // namespace specdec::testing
