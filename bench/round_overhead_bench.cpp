@@ -59,6 +59,7 @@
 #include <numeric>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <time.h>
@@ -248,24 +249,36 @@ void BM_ExpSumPass(benchmark::State& state) {
 
 // ---- one speculative round, through the real decoder ---------------------------------------
 
-/// Args: V, K, temperature (0 or 1), top_p on (0.9) / off, logprobs on / off.
-void BM_Round(benchmark::State& state) {
+/// Args: V, K, temperature (0 or 1), top_p on (0.9) / off, logprobs on / off, verifier (0 =
+/// token-level, 1 = block, 2 = token-level chosen at compile time: StrategyDecoder with
+/// TokenVerifier instead of SpeculativeDecoder's run-time ConfiguredVerifier).
+template <bool kCompileTimeVerifier>
+void run_round_benchmark(benchmark::State& state) {
   const auto V = static_cast<std::size_t>(state.range(0));
   const auto K = static_cast<std::size_t>(state.range(1));
   const bool greedy = state.range(2) == 0;
   const bool top_p = state.range(3) != 0;
   const bool logprobs = state.range(4) != 0;
+  const bool block = state.range(5) == 1;
   const Pool& pool = pool_for(V);
 
   PoolDraft draft{&pool};
   PoolTarget target{&pool};
-  specdec::SpeculativeDecoder decoder(draft, target);
+  auto decoder = [&] {
+    if constexpr (kCompileTimeVerifier) {
+      return specdec::StrategyDecoder(target, specdec::ModelProposer(draft),
+                                      specdec::StaticDraftLength{}, specdec::TokenVerifier{});
+    } else {
+      return specdec::SpeculativeDecoder(draft, target);
+    }
+  }();
   specdec::GenerationConfig config;
   config.draft_length = K;
   config.max_new_tokens = kBudget;
   config.sampling.temperature = greedy ? 0.0f : 1.0f;
   config.sampling.top_p = top_p ? 0.9f : 1.0f;
   config.logprobs = logprobs;
+  config.verifier = block ? specdec::VerifierKind::block : specdec::VerifierKind::token;
   std::vector<token_t> prompt(kPromptLength);
   std::iota(prompt.begin(), prompt.end(), token_t{1});
 
@@ -350,7 +363,12 @@ void BM_Round(benchmark::State& state) {
   const double round_cpu_s =
       std::max(0.0, total_cpu_seconds / static_cast<double>(rounds) -
                         probe_wall * static_cast<double>(window_rounds) / static_cast<double>(rounds));
-  const double rows = static_cast<double>(drafted + emitted) / static_cast<double>(rounds);
+  // Target rows processed: accepted + 1 = emitted per round for token-level (lazy); for block
+  // verification rows 0..n-1 always and row n when the whole block is kept (rounds without a
+  // rejection). Block's residual-mass passes are extra work, not rows.
+  const double target_rows = block ? static_cast<double>(drafted + rounds - rejecting_rounds)
+                                   : static_cast<double>(emitted);
+  const double rows = (static_cast<double>(drafted) + target_rows) / static_cast<double>(rounds);
   state.counters["round_us"] = round_s * 1e6;
   state.counters["probe_us"] = probe_wall * 1e6;
   state.counters["round_cpu_us"] = round_cpu_s * 1e6;
@@ -376,18 +394,31 @@ void BM_Round(benchmark::State& state) {
       window_rounds ? static_cast<double>(window_allocs) / static_cast<double>(window_rounds) : 0;
   state.counters["allocs_gen"] =
       static_cast<double>(total_allocs) / static_cast<double>(generates);
-  state.SetLabel(greedy ? "greedy" : (top_p ? "T=1 top_p=0.9" : "T=1"));
+  state.SetLabel(std::string(greedy ? "greedy" : (top_p ? "T=1 top_p=0.9" : "T=1")) +
+                 (block ? " block" : "") + (kCompileTimeVerifier ? " compile-time" : ""));
+}
+
+void BM_Round(benchmark::State& state) {
+  if (state.range(5) == 2) {
+    run_round_benchmark<true>(state);
+  } else {
+    run_round_benchmark<false>(state);
+  }
 }
 
 void round_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"V", "K", "T", "top_p", "logprobs"});
+  b->ArgNames({"V", "K", "T", "top_p", "logprobs", "verifier"});
   for (const std::int64_t V : {32000, 128256, 151936}) {
     for (const std::int64_t K : {1, 4, 5, 8}) {
       for (const std::int64_t T : {0, 1}) {
         for (const std::int64_t top_p : {0, 1}) {
-          b->Args({V, K, T, top_p, 1});
+          b->Args({V, K, T, top_p, 1, 0});
           // Greedy log-probs cost a log-softmax per emitted token; also show greedy without.
-          if (T == 0 && top_p == 0) b->Args({V, K, T, top_p, 0});
+          if (T == 0 && top_p == 0) b->Args({V, K, T, top_p, 0, 0});
+          // Block verification (sampled rounds): every target row plus a residual-mass pass.
+          if (T == 1 && V != 151936) b->Args({V, K, T, top_p, 1, 1});
+          // The built-in verifier chosen at compile time, against the run-time choice.
+          if (T == 1 && top_p == 0 && V != 151936) b->Args({V, K, T, top_p, 1, 2});
         }
       }
     }

@@ -271,6 +271,78 @@ void BM_Speedup(benchmark::State& state) {
   state.SetLabel(spin_on_wall_clock() ? "wall-clock spin" : "cpu-time spin");
 }
 
+/// Token-level vs block verification, paired: each iteration runs plain decoding, then
+/// speculative decoding with each verifier, for the same prompt and seed. Args: alpha (percent),
+/// c (percent), K. Counters: tau_token / tau_block (tokens per round), tau_gain (block / token),
+/// speedup_token / speedup_block (vs the plain run), block_vs_token (tokens/s ratio, same run),
+/// and the CPU-time versions (*_cpu).
+void BM_TokenVsBlock(benchmark::State& state) {
+  const int alpha_percent = static_cast<int>(state.range(0));
+  const double c = static_cast<double>(state.range(1)) / 100.0;
+  const auto K = static_cast<std::size_t>(state.range(2));
+  const Tables& tables = tables_for(alpha_percent);
+  const double target_cost = target_cost_seconds();
+
+  BusyDraft draft{&tables, c * target_cost};
+  BusyTarget target{&tables, target_cost};
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder autoregressive(target);
+
+  specdec::GenerationConfig config;
+  config.draft_length = K;
+  config.max_new_tokens = budget();
+  config.sampling.temperature = 1.0f;
+
+  static std::uint64_t next_seed = 1'000'000;
+  double seconds[3] = {0, 0, 0}, cpu[3] = {0, 0, 0};
+  std::size_t tokens[3] = {0, 0, 0}, rounds[3] = {0, 0, 0};
+  for (auto _ : state) {
+    const std::uint64_t seed = next_seed++;
+    std::vector<token_t> prompt(kPromptLength);
+    std::mt19937_64 prompt_gen(seed);
+    for (auto& t : prompt) t = static_cast<token_t>(prompt_gen() % kVocab);
+    config.seed = seed;
+    double iteration_seconds = 0;
+    for (int which = 0; which < 3; ++which) {
+      config.verifier = which == 2 ? specdec::VerifierKind::block : specdec::VerifierKind::token;
+      const double c0 = thread_cpu_seconds();
+      const auto t0 = Clock::now();
+      const specdec::GenerationResult r = which == 0 ? autoregressive.generate(prompt, config)
+                                                     : speculative.generate(prompt, config);
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      cpu[which] += thread_cpu_seconds() - c0;
+      seconds[which] += s;
+      iteration_seconds += s;
+      tokens[which] += r.tokens.size();
+      rounds[which] += r.stats.rounds;
+    }
+    state.SetIterationTime(iteration_seconds);
+  }
+  auto rate = [&](int which, const double* time) {
+    return static_cast<double>(tokens[which]) / time[which];
+  };
+  auto tau = [&](int which) {
+    return static_cast<double>(tokens[which]) / static_cast<double>(rounds[which]);
+  };
+  state.counters["tau_token"] = tau(1);
+  state.counters["tau_block"] = tau(2);
+  state.counters["tau_gain"] = tau(2) / tau(1);
+  state.counters["speedup_token"] = rate(1, seconds) / rate(0, seconds);
+  state.counters["speedup_block"] = rate(2, seconds) / rate(0, seconds);
+  state.counters["block_vs_token"] = rate(2, seconds) / rate(1, seconds);
+  state.counters["block_vs_token_cpu"] = rate(2, cpu) / rate(1, cpu);
+  state.SetLabel(spin_on_wall_clock() ? "wall-clock spin" : "cpu-time spin");
+}
+
+void token_vs_block_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"alpha", "c", "K"});
+  for (const std::int64_t alpha : {60, 80, 90}) {
+    for (std::int64_t K = 1; K <= static_cast<std::int64_t>(kMaxDraft); ++K) {
+      b->Args({alpha, 5, K});
+    }
+  }
+}
+
 void speedup_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"alpha", "c", "K"});
   for (const std::int64_t alpha : {60, 80, 90}) {
@@ -286,6 +358,11 @@ void speedup_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_Speedup)
     ->Apply(speedup_args)
+    ->UseManualTime()
+    ->Iterations(iterations())
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TokenVsBlock)
+    ->Apply(token_vs_block_args)
     ->UseManualTime()
     ->Iterations(iterations())
     ->Unit(benchmark::kMillisecond);

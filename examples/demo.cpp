@@ -39,6 +39,8 @@ starts every training verse.
   --top-p P              nucleus sampling, in (0, 1]; 1 = off (default 1)
   --min-p P              drop tokens below P * max probability, in [0, 1) (default 0)
   --seed N               random seed for sampling (default 0)
+  --verifier token|block how sampled drafts are verified: token-level rejection sampling or
+                         block verification (never fewer tokens per round) (default token)
   --target PATH          target weights (default <source dir>/models/kjv-target.spdc)
   --draft PATH           draft weights (default <source dir>/models/kjv-draft.spdc)
   --json                 print a JSON summary (with the text) instead of streaming
@@ -53,6 +55,12 @@ Exit status: 0 ok, 1 runtime error (unreadable weights, or greedy outputs that d
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+specdec::VerifierKind parse_verifier(std::string_view name) {
+  if (name == "token") return specdec::VerifierKind::token;
+  if (name == "block") return specdec::VerifierKind::block;
+  throw UsageError("--verifier expects token or block, got '" + std::string(name) + "'");
+}
 
 struct Options {
   std::string prompt = "Psalms 23:1 ";
@@ -101,6 +109,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--top-p") config.sampling.top_p = float_value();
     else if (flag == "--min-p") config.sampling.min_p = float_value();
     else if (flag == "--seed") config.seed = parse_number<std::uint64_t>(flag, value());
+    else if (flag == "--verifier") config.verifier = parse_verifier(value());
     else if (flag == "--target") options.target_path = value();
     else if (flag == "--draft") options.draft_path = value();
     else if (flag == "--json") options.json = true;
@@ -156,12 +165,14 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
   const specdec::SamplingParams& s = config.sampling;
   const specdec::DecodeStats& stats = fast.stats;
   std::printf(
-      "{\n  \"prompt\": %s,\n  \"draft_length\": %zu,\n  \"max_new_tokens\": %zu,\n"
+      "{\n  \"prompt\": %s,\n  \"draft_length\": %zu,\n  \"verifier\": \"%s\",\n"
+      "  \"max_new_tokens\": %zu,\n"
       "  \"seed\": %llu,\n  \"sampling\": {\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, "
       "\"min_p\": %g},\n  \"speculative\": {\"text\": %s, \"new_tokens\": %zu, \"seconds\": %.6g, "
       "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, \"alpha_hat\": "
       "%.6g, \"tokens_per_round\": %.6g, \"cost_ratio\": %.6g, \"predicted_speedup\": %.6g}",
-      json_string(options.prompt).c_str(), config.draft_length, config.max_new_tokens,
+      json_string(options.prompt).c_str(), config.draft_length,
+      config.verifier == specdec::VerifierKind::block ? "block" : "token", config.max_new_tokens,
       static_cast<unsigned long long>(config.seed), static_cast<double>(s.temperature), s.top_k,
       static_cast<double>(s.top_p), static_cast<double>(s.min_p),
       json_string(to_text(fast.tokens)).c_str(), stats.emitted, stats.total_seconds,
@@ -191,8 +202,9 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
     std::printf("\n--- plain decoding ---\n%s%s\n", options.prompt.c_str(),
                 to_text(slow.tokens).c_str());
   }
-  std::printf("\nspeculative (K = %zu): %4zu tokens in %.3f s, %7.1f tokens/s\n", k, stats.emitted,
-              stats.total_seconds, tokens_per_second(stats));
+  std::printf("\nspeculative (K = %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n", k,
+              options.config.verifier == specdec::VerifierKind::block ? ", block" : "",
+              stats.emitted, stats.total_seconds, tokens_per_second(stats));
   if (options.baseline) {
     std::printf("plain decoding:        %4zu tokens in %.3f s, %7.1f tokens/s\n",
                 slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats));

@@ -431,11 +431,13 @@ class AllocationWindows {
 
 template <class Target>
 AllocationWindows run_speculative(std::size_t vocab, std::size_t draft_length, Mode mode,
-                                  Inject inject = Inject::nothing) {
+                                  Inject inject = Inject::nothing,
+                                  specdec::VerifierKind verifier = specdec::VerifierKind::token) {
   PreallocatedDraft draft(vocab);
   Target target(vocab, draft_length + 1);
   specdec::SpeculativeDecoder<PreallocatedDraft, Target> decoder(draft, target);
-  const specdec::GenerationConfig config = config_for(mode, draft_length, 42);
+  specdec::GenerationConfig config = config_for(mode, draft_length, 42);
+  config.verifier = verifier;
   const std::vector<token_t> prompt = {1, 2, 3, 4};
   AllocationWindows windows(inject);
   const specdec::GenerationResult result = decoder.generate(
@@ -528,11 +530,13 @@ struct SpeculativeCase {
   std::size_t vocab;
   std::size_t draft_length;
   Mode mode;
+  specdec::VerifierKind verifier = specdec::VerifierKind::token;
 };
 
 std::string case_name(const ::testing::TestParamInfo<SpeculativeCase>& info) {
   return std::string(mode_name(info.param.mode)) + "_V" + std::to_string(info.param.vocab) + "_K" +
-         std::to_string(info.param.draft_length);
+         std::to_string(info.param.draft_length) +
+         (info.param.verifier == specdec::VerifierKind::block ? "_block" : "");
 }
 
 std::vector<SpeculativeCase> all_speculative_cases() {
@@ -542,6 +546,7 @@ std::vector<SpeculativeCase> all_speculative_cases() {
     for (const std::size_t vocab : {std::size_t{50}, std::size_t{32000}}) {
       for (const std::size_t k : {std::size_t{1}, std::size_t{4}, std::size_t{8}}) {
         cases.push_back({vocab, k, mode});
+        if (mode != Mode::greedy) cases.push_back({vocab, k, mode, specdec::VerifierKind::block});
       }
     }
   }
@@ -556,7 +561,9 @@ INSTANTIATE_TEST_SUITE_P(Modes, SpeculativeRound, ::testing::ValuesIn(all_specul
 TEST_P(SpeculativeRound, AllocatesNothingAfterTheFirstRound) {
   SKIP_IF_NOT_COUNTING();
   const SpeculativeCase& c = GetParam();
-  EXPECT_TRUE(all_windows_equal(run_speculative<SpanTarget>(c.vocab, c.draft_length, c.mode), 0));
+  EXPECT_TRUE(all_windows_equal(
+      run_speculative<SpanTarget>(c.vocab, c.draft_length, c.mode, Inject::nothing, c.verifier),
+      0));
 }
 
 TEST(SpeculativeRoundEigenTarget, AllocatesNothingAfterTheFirstRound) {

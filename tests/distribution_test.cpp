@@ -1,17 +1,22 @@
 // Statistical test of the full decoder: the first three tokens SpeculativeDecoder emits follow
 // the target's own distribution of three tokens, in every sampling mode (T = 1, T = 0.7, top-k,
 // top-p, min-p, and T = 0.85 with a context-dependent logits processor) and for good, poor and
-// identical drafts (chi-square goodness of fit over all 8^3 = 512 cells, 200k runs per case).
+// identical drafts (chi-square goodness of fit over all 8^3 = 512 cells, 200k runs per case),
+// with the certification harness's tests (specdec/testing.hpp: chi_square_test, g_test,
+// samples_to_detect), whose known values are checked here too.
 //
 // The expected distribution is computed from the target alone with an independent reference
 // implementation of the filters written in this file (cross-checked against the library's
-// double kernels and against the float kernels' kept sets, so a boundary token cannot make the
-// reference disagree with what the decoder actually does).
+// double kernels, against the float kernels' kept sets, and against the harness's exact
+// target_law, so a boundary token cannot make the reference disagree with what the decoder
+// actually does).
 //
-// Power check: a decoding loop built from the library's kernels, following the decoder's
-// documented coin order, reproduces SpeculativeDecoder token for token (control); the same loop
-// with the seed's bugs injected (scalar residual, bonus from the wrong target row) must fail the
-// same chi-square test with p < 1e-4.
+// Power check: StrategyDecoder with a verifier written here from the math passes the same test
+// (control), and with the seed's bugs injected into that verifier (scalar residual, bonus from
+// the wrong target row) must fail it with p < 1e-4; the exact total variation of each mutant
+// (harness enumeration in double) must be large enough for kRuns to detect it. A decoding loop
+// built from the library's kernels, following the decoder's documented coin order, reproduces
+// SpeculativeDecoder token for token.
 //
 // ctest label: statistical (filter with `ctest -LE statistical` for a quick run).
 #include <gtest/gtest.h>
@@ -23,8 +28,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <limits>
-#include <numeric>
 #include <ostream>
 #include <span>
 #include <stdexcept>
@@ -34,9 +37,15 @@
 #include "specdec/decoder.hpp"
 #include "specdec/rng.hpp"
 #include "specdec/sampling.hpp"
+#include "specdec/testing.hpp"
+
+#include "restated_token_verifier.hpp"
 #include "specdec/verify.hpp"
 
 namespace {
+
+using specdec_test::Mutation;
+using specdec_test::RestatedTokenVerifier;
 
 using specdec::SamplingParams;
 using specdec::token_t;
@@ -52,102 +61,11 @@ constexpr std::size_t kRuns = 200'000;
 constexpr double kMinPValue = 1e-4;
 const std::vector<token_t> kPrompt{2, 5};
 
-// ---- chi-square machinery ------------------------------------------------------------------
+using specdec::testing::chi_square_survival;
+using specdec::testing::chi_square_test;
+using specdec::testing::GoodnessOfFit;
 
-// Regularized upper incomplete gamma function Q(a, x) = Gamma(a, x) / Gamma(a): the series for
-// P = 1 - Q below x = a + 1, the continued fraction (modified Lentz) above (Numerical Recipes
-// 6.2). Accurate to ~1e-14 relative for the a, x used here.
-double regularized_gamma_q(double a, double x) {
-  if (x <= 0) return 1.0;
-  const double log_prefactor = a * std::log(x) - x - std::lgamma(a);
-  if (x < a + 1.0) {
-    double term = 1.0 / a;
-    double sum = term;
-    for (int n = 1; n < 100000; ++n) {
-      term *= x / (a + n);
-      sum += term;
-      if (std::abs(term) < std::abs(sum) * 1e-17) break;
-    }
-    return 1.0 - sum * std::exp(log_prefactor);
-  }
-  constexpr double kTiny = 1e-300;
-  double b = x + 1.0 - a;
-  double c = 1.0 / kTiny;
-  double d = 1.0 / b;
-  double h = d;
-  for (int n = 1; n < 100000; ++n) {
-    const double an = -n * (n - a);
-    b += 2.0;
-    d = an * d + b;
-    if (std::abs(d) < kTiny) d = kTiny;
-    c = b + an / c;
-    if (std::abs(c) < kTiny) c = kTiny;
-    d = 1.0 / d;
-    const double delta = d * c;
-    h *= delta;
-    if (std::abs(delta - 1.0) < 1e-16) break;
-  }
-  return std::exp(log_prefactor) * h;
-}
-
-// P(X >= statistic) for X ~ chi-square with `dof` degrees of freedom.
-double chi_square_survival(double statistic, double dof) {
-  return regularized_gamma_q(0.5 * dof, 0.5 * statistic);
-}
-
-struct GoodnessOfFit {
-  double statistic = 0;
-  std::size_t cells = 0;           // after pooling
-  double p_value = 1;
-  std::uint64_t impossible = 0;    // samples in cells of probability 0 (must be none)
-};
-
-// Pearson chi-square of `observed` counts against `probabilities`. Cells expecting fewer than
-// 5 samples are pooled into one cell (merged into the smallest regular cell if the pool itself
-// expects fewer than 5). Cells of probability exactly 0 are excluded and counted separately.
-GoodnessOfFit chi_square_test(const std::vector<std::uint64_t>& observed,
-                              const std::vector<double>& probabilities) {
-  const double n = static_cast<double>(std::accumulate(observed.begin(), observed.end(),
-                                                       std::uint64_t{0}));
-  GoodnessOfFit fit;
-  struct Cell {
-    double observed, expected;
-  };
-  std::vector<Cell> cells;
-  Cell pool{0, 0};
-  for (std::size_t i = 0; i < observed.size(); ++i) {
-    const auto o = static_cast<double>(observed[i]);
-    if (probabilities[i] <= 0) {
-      fit.impossible += observed[i];
-      continue;
-    }
-    const double e = n * probabilities[i];
-    if (e < 5) {
-      pool.observed += o;
-      pool.expected += e;
-    } else {
-      cells.push_back({o, e});
-    }
-  }
-  if (pool.expected > 0) {
-    if (pool.expected >= 5 || cells.empty()) {
-      cells.push_back(pool);
-    } else {
-      auto smallest = std::min_element(cells.begin(), cells.end(), [](const Cell& a, const Cell& b) {
-        return a.expected < b.expected;
-      });
-      smallest->observed += pool.observed;
-      smallest->expected += pool.expected;
-    }
-  }
-  for (const Cell& cell : cells) {
-    fit.statistic += (cell.observed - cell.expected) * (cell.observed - cell.expected) / cell.expected;
-  }
-  fit.cells = cells.size();
-  fit.p_value =
-      cells.size() < 2 ? 1.0 : chi_square_survival(fit.statistic, static_cast<double>(cells.size() - 1));
-  return fit;
-}
+// ---- the harness's statistics: known values --------------------------------------------------
 
 TEST(ChiSquareMachineryTest, SurvivalFunctionMatchesKnownValues) {
   EXPECT_NEAR(chi_square_survival(3.841458820694124, 1), 0.05, 1e-12);
@@ -173,19 +91,68 @@ TEST(ChiSquareMachineryTest, DetectsABiasedSamplerAndAcceptsAFairOne) {
   }
   EXPECT_GT(chi_square_test(fair_counts, fair).p_value, kMinPValue);
   EXPECT_LT(chi_square_test(loaded_counts, fair).p_value, kMinPValue);
+  EXPECT_GT(specdec::testing::g_test(fair_counts, fair).p_value, kMinPValue);
+  EXPECT_LT(specdec::testing::g_test(loaded_counts, fair).p_value, kMinPValue);
   // A count in a probability-0 cell is reported, never silently pooled.
-  std::vector<double> with_zero{0.5, 0.5, 0.0};
-  EXPECT_EQ(chi_square_test({10, 10, 1}, with_zero).impossible, 1u);
+  const std::vector<double> with_zero{0.5, 0.5, 0.0};
+  const std::vector<std::uint64_t> one_impossible{10, 10, 1};
+  EXPECT_EQ(chi_square_test(one_impossible, with_zero).impossible, 1u);
+  EXPECT_EQ(specdec::testing::g_test(one_impossible, with_zero).impossible, 1u);
+  // One count per cell, or an error.
+  EXPECT_THROW((void)chi_square_test(fair_counts, with_zero), std::invalid_argument);
+}
+
+TEST(ChiSquareMachineryTest, StatisticsAndPoolingMatchHandComputedValues) {
+  // 30 / 70 against a fair coin: Pearson 20^2/50 * 2 = 16, G = 2 (30 ln 0.6 + 70 ln 1.4); one
+  // degree of freedom, so p = erfc(sqrt(x / 2)).
+  const std::vector<double> coin{0.5, 0.5};
+  const std::vector<std::uint64_t> counts{30, 70};
+  const GoodnessOfFit pearson = chi_square_test(counts, coin);
+  EXPECT_NEAR(pearson.statistic, 16.0, 1e-12);
+  EXPECT_EQ(pearson.cells, 2u);
+  EXPECT_NEAR(pearson.p_value, std::erfc(std::sqrt(8.0)), 1e-15);
+  const GoodnessOfFit g = specdec::testing::g_test(counts, coin);
+  EXPECT_NEAR(g.statistic, 16.456575701010358, 1e-12);
+  EXPECT_NEAR(g.p_value, std::erfc(std::sqrt(16.456575701010358 / 2)), 1e-15);
+  // Expected 50, 46, 2, 2: the two small cells pool (4 < 5) into the smallest regular cell
+  // (46 -> 50), leaving two cells that match exactly.
+  const GoodnessOfFit pooled = chi_square_test(std::vector<std::uint64_t>{50, 44, 3, 3},
+                                               std::vector<double>{0.5, 0.46, 0.02, 0.02});
+  EXPECT_EQ(pooled.cells, 2u);
+  EXPECT_NEAR(pooled.statistic, 0.0, 1e-12);
+  EXPECT_EQ(pooled.p_value, 1.0);
+}
+
+// samples_to_detect(d, k) is enough: a die off by total variation 0.01 spread evenly (the
+// hardest way to hide it: faces 0-2 gain 0.01/3 each, faces 3-5 lose it) fails p < 1e-4 at that
+// many rolls, for every one of 20 seeds; and it grows as d shrinks or k grows.
+TEST(ChiSquareMachineryTest, SamplesToDetectIsEnoughForTheHardestDeviation) {
+  using specdec::testing::samples_to_detect;
+  const std::size_t n = samples_to_detect(0.01, 6);
+  EXPECT_GT(n, samples_to_detect(0.02, 6));
+  EXPECT_LT(n, samples_to_detect(0.01, 60));
+  EXPECT_LT(n, 1'000'000u);
+  const std::vector<double> fair(6, 1.0 / 6.0);
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    specdec::Rng rng(100 + seed);
+    std::vector<std::uint64_t> counts(6, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double u = rng.uniform01();
+      constexpr double kHigh = 1.0 / 6.0 + 0.01 / 3.0;
+      const std::size_t face = u < 3 * kHigh ? static_cast<std::size_t>(u / kHigh)
+                                             : 3 + static_cast<std::size_t>((u - 3 * kHigh) /
+                                                                            ((1.0 - 3 * kHigh) / 3));
+      ++counts[std::min<std::size_t>(face, 5)];
+    }
+    EXPECT_LT(chi_square_test(counts, fair).p_value, kMinPValue) << "seed " << seed << ", " << n
+                                                                 << " rolls";
+  }
+  EXPECT_THROW((void)samples_to_detect(0.0, 6), std::invalid_argument);
 }
 
 // ---- scripted models: logits from a hash of the last two tokens -------------------------------
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using specdec::testing::detail::mix;
 
 double hash_unit(std::uint64_t salt, std::size_t index) {
   return static_cast<double>(mix(mix(salt) ^ index) >> 11) * 0x1.0p-53;
@@ -266,6 +233,29 @@ struct TableTarget {
     return std::span<const float>(rows.data(), n * kVocab);
   }
 };
+
+// The same tables as models of double logits, for the harness's exact laws.
+struct DoubleTableDraft {
+  const LogitTable* table;
+  std::vector<double> operator()(std::span<const token_t> context) const {
+    const float* row = table->data() + context_index(context) * kVocab;
+    return std::vector<double>(row, row + kVocab);
+  }
+};
+
+struct DoubleTableTarget {
+  const LogitTable* table;
+  std::vector<double> operator()(std::span<const token_t> context, std::size_t n) const {
+    std::vector<double> rows;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float* row = table->data() + context_index(context.first(context.size() - n + 1 + i)) * kVocab;
+      rows.insert(rows.end(), row, row + kVocab);
+    }
+    return rows;
+  }
+};
+
+std::size_t cell_of(std::span<const token_t> tokens);
 
 // ---- independent reference of the documented filters ------------------------------------------
 
@@ -408,6 +398,24 @@ TEST(DistributionTest, ReferenceFiltersAgreeWithLibraryKernels) {
   }
 }
 
+// The whole three-token reference law, logits processor included, equals the harness's exact
+// law of the target (library double kernels, the processor on the whole context).
+TEST(DistributionTest, ReferenceLawAgreesWithTheHarnessTargetLaw) {
+  const LogitTable target = target_table();
+  for (const Mode& mode : sampling_modes()) {
+    const std::vector<double> reference = target_three_token_law(target, mode.params);
+    std::vector<double> harness(kCells, 0.0);
+    for (const auto& [tokens, p] :
+         specdec::testing::target_law(DoubleTableTarget{&target}, mode.params, kPrompt, kEmitted)) {
+      harness[cell_of(tokens)] += p;
+    }
+    for (std::size_t cell = 0; cell < kCells; ++cell) {
+      EXPECT_NEAR(harness[cell], reference[cell], 1e-12) << mode.name << " cell " << cell;
+      EXPECT_EQ(harness[cell] > 0, reference[cell] > 0) << mode.name << " cell " << cell;
+    }
+  }
+}
+
 // ---- running the decoder -------------------------------------------------------------------
 
 struct SampleSummary {
@@ -492,9 +500,10 @@ TEST_P(DistributionTest, FirstThreeTokensFollowTheTarget) {
     const GoodnessOfFit fit = chi_square_test(summary.counts, law);
     const double alpha = summary.alpha_hat();
     std::printf("[ stats ] %-12s %-10s K=%zu alpha_hat=%.4f (%zu rejecting rounds) chi2=%.1f "
-                "cells=%zu p=%.4g (%.2fs)\n",
+                "cells=%zu p=%.4g (G-test p=%.4g) (%.2fs)\n",
                 name_of(quality), mode.name.c_str(), draft_length, alpha, summary.rejecting_rounds,
-                fit.statistic, fit.cells, fit.p_value, summary.seconds);
+                fit.statistic, fit.cells, fit.p_value,
+                specdec::testing::g_test(summary.counts, law).p_value, summary.seconds);
     const std::string label = std::string(name_of(quality)) + " " + mode.name;
     EXPECT_EQ(fit.impossible, 0u) << label << ": emitted a sequence the target cannot produce";
     EXPECT_GT(fit.p_value, kMinPValue) << label << ": chi2 = " << fit.statistic << " over " << fit.cells << " cells";
@@ -522,18 +531,16 @@ INSTANTIATE_TEST_SUITE_P(DraftQualities, DistributionTest,
                            return std::string("Unknown");
                          });
 
-// ---- power check: a decoding loop from the library's kernels, with bugs injected -------------
-
-enum class Injected { none, scalar_residual, wrong_bonus_row };
+// ---- control: a decoding loop from the library's kernels reproduces the decoder -------------
 
 // One generate() of the speculative decoder, re-assembled from the public kernels following the
 // documented round structure and coin order (K_eff draft coins, K_eff acceptance coins, one
-// final coin). With Injected::none it must reproduce SpeculativeDecoder exactly.
+// final coin). It must reproduce SpeculativeDecoder exactly.
 class KernelLoop {
  public:
   KernelLoop(const LogitTable& draft, const LogitTable& target) : draft_{&draft}, target_{&target} {}
 
-  std::vector<token_t> generate(const specdec::GenerationConfig& config, Injected injected) {
+  std::vector<token_t> generate(const specdec::GenerationConfig& config) {
     const SamplingParams& params = config.sampling;
     const std::size_t draft_length = config.draft_length;
     specdec::Rng rng(config.seed);
@@ -575,26 +582,10 @@ class KernelLoop {
         const std::span<const float> q_weights(weights_.data() + accepted * kVocab, kVocab);
         const float q_x = q_weights[static_cast<std::size_t>(x)] / normalizers_[accepted];
         if (coins[accepted] < static_cast<double>(specdec::acceptance_probability(p.probability(x), q_x))) continue;
-        if (injected == Injected::scalar_residual) {
-          // Seed bug 1: subtract the drafted token's scalar q(x) from every p(y).
-          float total = 0;
-          for (std::size_t y = 0; y < kVocab; ++y) {
-            scratch[y] = std::max(0.0f, p.probability(static_cast<token_t>(y)) - q_x);
-            total += scratch[y];
-          }
-          next = total > 0 ? specdec::sample_from_weights(std::span<const float>(scratch), total, final_coin)
-                           : specdec::sample(p, final_coin, scratch);
-        } else {
-          next = specdec::sample_residual(p, q_weights, normalizers_[accepted], final_coin, scratch);
-        }
+        next = specdec::sample_residual(p, q_weights, normalizers_[accepted], final_coin, scratch);
         break;
       }
-      if (accepted == round_length) {
-        // Seed bug 2 (as a wrong-row mistake): bonus from the row of the last drafted token.
-        const std::size_t bonus_row =
-            injected == Injected::wrong_bonus_row && round_length > 0 ? round_length - 1 : round_length;
-        next = specdec::sample(p_row(bonus_row), final_coin, scratch);
-      }
+      if (accepted == round_length) next = specdec::sample(p_row(round_length), final_coin, scratch);
       context.resize(committed + accepted);
       emitted.insert(emitted.end(), drafted.begin(), drafted.begin() + static_cast<std::ptrdiff_t>(accepted));
       emitted.push_back(next);
@@ -613,7 +604,6 @@ class KernelLoop {
   std::array<float, kVocab> scratch_{};
 };
 
-// The harness is faithful: without an injected bug it is the decoder, token for token.
 TEST(DistributionPowerTest, KernelLoopReproducesTheDecoder) {
   const LogitTable target = target_table();
   for (const DraftQuality quality : {DraftQuality::well_matched, DraftQuality::poor}) {
@@ -628,7 +618,7 @@ TEST(DistributionPowerTest, KernelLoopReproducesTheDecoder) {
         config.max_new_tokens = 12;
         for (std::uint64_t seed = 0; seed < 300; ++seed) {
           config.seed = seed;
-          ASSERT_EQ(loop.generate(config, Injected::none), decoder.generate(kPrompt, config).tokens)
+          ASSERT_EQ(loop.generate(config), decoder.generate(kPrompt, config).tokens)
               << name_of(quality) << " " << mode.name << " K=" << draft_length << " seed " << seed;
         }
       }
@@ -636,35 +626,94 @@ TEST(DistributionPowerTest, KernelLoopReproducesTheDecoder) {
   }
 }
 
-double injected_p_value(Injected injected, const char* label) {
+// ---- power check: StrategyDecoder with the restated verifier, with bugs injected --------------
+// (RestatedTokenVerifier and its mutants: tests/restated_token_verifier.hpp)
+
+
+// The power-check case: well-matched draft, T = 1, K = 2, three tokens.
+constexpr std::size_t kPowerDraftLength = 2;
+
+// The exact law of the three tokens StrategyDecoder emits with this verifier (harness
+// enumeration of the same strategies in double), as 512 cells.
+std::vector<double> exact_three_token_law(Mutation mutation) {
+  const LogitTable target = target_table();
+  const LogitTable draft = draft_table(target, DraftQuality::well_matched);
+  DoubleTableDraft draft_model{&draft};
+  const specdec::ModelProposer proposer(draft_model);
+  std::vector<double> law(kCells, 0.0);
+  for (const auto& [tokens, p] : specdec::testing::speculative_law(
+           proposer, specdec::StaticDraftLength{}, RestatedTokenVerifier{mutation},
+           DoubleTableTarget{&target}, SamplingParams{}, kPrompt, kEmitted, kPowerDraftLength)) {
+    law[cell_of(tokens)] += p;
+  }
+  return law;
+}
+
+double total_variation(const std::vector<double>& a, const std::vector<double>& b) {
+  double sum = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) sum += std::abs(a[i] - b[i]);
+  return 0.5 * sum;
+}
+
+double mutant_p_value(Mutation mutation, const char* label) {
   const LogitTable target = target_table();
   const LogitTable draft = draft_table(target, DraftQuality::well_matched);
   const SamplingParams params;  // T = 1
-  KernelLoop loop(draft, target);
-  specdec::GenerationConfig config = three_token_config(params, 2);
+  TableDraft draft_model{&draft};
+  TableTarget target_model{&target};
+  specdec::StrategyDecoder decoder(target_model, specdec::ModelProposer(draft_model),
+                                   specdec::StaticDraftLength{}, RestatedTokenVerifier{mutation});
+  specdec::GenerationConfig config = three_token_config(params, kPowerDraftLength);
   SampleSummary summary;
   for (std::size_t i = 0; i < kRuns; ++i) {
     config.seed = 0xbad5eed000000ULL + i;
-    ++summary.counts[cell_of(loop.generate(config, injected))];
+    const specdec::GenerationResult result = decoder.generate(kPrompt, config);
+    if (result.tokens.size() != kEmitted) {
+      ADD_FAILURE() << label << ": run " << i << " emitted " << result.tokens.size() << " tokens";
+      return 0.0;
+    }
+    ++summary.counts[cell_of(result.tokens)];
   }
-  const GoodnessOfFit fit = chi_square_test(summary.counts, target_three_token_law(target, params));
-  std::printf("[ power ] %-16s chi2=%.1f cells=%zu p=%.3g impossible=%llu\n", label, fit.statistic,
-              fit.cells, fit.p_value, static_cast<unsigned long long>(fit.impossible));
+  const std::vector<double> law = target_three_token_law(target, params);
+  const GoodnessOfFit fit = chi_square_test(summary.counts, law);
+  const double tv = total_variation(exact_three_token_law(mutation), law);
+  std::printf("[ power ] %-16s exact TV=%.3g chi2=%.1f cells=%zu p=%.3g (G-test p=%.3g) "
+              "impossible=%llu\n",
+              label, tv, fit.statistic, fit.cells, fit.p_value,
+              specdec::testing::g_test(summary.counts, law).p_value,
+              static_cast<unsigned long long>(fit.impossible));
   return fit.impossible > 0 ? 0.0 : fit.p_value;
 }
 
-TEST(DistributionPowerTest, CorrectKernelLoopPasses) {
-  EXPECT_GT(injected_p_value(Injected::none, "no bug (control)"), kMinPValue);
+TEST(DistributionPowerTest, CorrectRestatedVerifierPasses) {
+  EXPECT_GT(mutant_p_value(Mutation::none, "no bug (control)"), kMinPValue);
 }
 
 TEST(DistributionPowerTest, ScalarResidualFailsTheTest) {
-  EXPECT_LT(injected_p_value(Injected::scalar_residual, "scalar residual"), kMinPValue)
+  EXPECT_LT(mutant_p_value(Mutation::scalar_residual, "scalar residual"), kMinPValue)
       << "the chi-square test cannot see the seed's scalar-residual bug";
 }
 
 TEST(DistributionPowerTest, WrongBonusRowFailsTheTest) {
-  EXPECT_LT(injected_p_value(Injected::wrong_bonus_row, "wrong bonus row"), kMinPValue)
+  EXPECT_LT(mutant_p_value(Mutation::wrong_bonus_row, "wrong bonus row"), kMinPValue)
       << "the chi-square test cannot see a bonus token taken from the wrong target row";
+}
+
+// kRuns is not luck: by the harness's exact enumeration the control's law is the target's, and
+// each mutant is off by a total variation that kRuns samples detect with high probability over
+// all 512 cells, however the error were spread.
+TEST(DistributionPowerTest, RunsSufficeForTheSmallestMutantError) {
+  const LogitTable target = target_table();
+  const std::vector<double> law = target_three_token_law(target, SamplingParams{});
+  EXPECT_LT(total_variation(exact_three_token_law(Mutation::none), law), 1e-9);
+  double smallest = 1.0;
+  for (Mutation mutation : {Mutation::scalar_residual, Mutation::wrong_bonus_row}) {
+    smallest = std::min(smallest, total_variation(exact_three_token_law(mutation), law));
+  }
+  const std::size_t needed = specdec::testing::samples_to_detect(smallest, kCells, kMinPValue);
+  std::printf("[ power ] smallest mutant TV %.4g: %zu runs detect it (kRuns = %zu)\n", smallest,
+              needed, kRuns);
+  EXPECT_GE(kRuns, needed);
 }
 
 }  // namespace

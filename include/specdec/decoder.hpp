@@ -3,13 +3,14 @@
 /// \brief SpeculativeDecoder (draft K tokens, verify them with one target call) and
 /// AutoregressiveDecoder (one target call per token: the baseline).
 ///
-/// Round structure (SpeculativeDecoder):
-///   K_eff = min(K, remaining_budget - 1)      so accepted + 1 <= remaining: budget is exact
-///   draft:  x_k ~ q_k for k < K_eff, q_k from draft(committed + x_0..x_{k-1})
-///   target: one call target(committed + x_0..x_{K_eff-1}, K_eff + 1)
-///   verify: verify_stochastic / verify_greedy (see verify.hpp for why it is exact)
-///   emit:   x_0..x_{a-1} and next_token, cut after the first stop token
-/// Coins per round (stochastic only): K_eff draft coins, K_eff acceptance coins, 1 final coin.
+/// A speculative round (StrategyDecoder::run reads as this list):
+///   propose: the Proposer drafts n <= limit = min(K, remaining budget - 1) tokens, asking the
+///            DraftLengthPolicy before each, and reports the distribution each was drawn from
+///   target:  one call target(committed + drafted, n + 1)
+///   verify:  the Verifier keeps a prefix of a tokens and draws the next token (greedy: argmax
+///            matching); a + 1 <= remaining, so the budget is exact
+///   commit:  emit x_0..x_{a-1} and the next token, cut after the first stop token
+/// Coins per round (sampled only): one per sampled draft token, n acceptance coins, 1 final.
 ///
 /// Thread safety: a decoder and its models are used by one thread at a time.
 
@@ -34,10 +35,25 @@
 #include "specdec/sampling.hpp"
 #include "specdec/softmax.hpp"
 #include "specdec/stats.hpp"
+#include "specdec/block_verifier.hpp"
+#include "specdec/coins.hpp"
+#include "specdec/model_proposer.hpp"
+#include "specdec/proposal.hpp"
+#include "specdec/static_draft_length.hpp"
+#include "specdec/strategies.hpp"
+#include "specdec/target_rows.hpp"
+#include "specdec/token_verifier.hpp"
 #include "specdec/types.hpp"
 #include "specdec/verify.hpp"
 
 namespace specdec {
+
+/// \brief The built-in verifiers GenerationConfig can select (sampled decoding; greedy decoding
+/// always verifies by argmax matching).
+enum class VerifierKind {
+  token,  ///< token-level speculative sampling (TokenVerifier)
+  block,  ///< block verification (BlockVerifier): never fewer accepted tokens in expectation
+};
 
 /// \brief Everything one generate() call needs besides the prompt.
 struct GenerationConfig {
@@ -47,6 +63,7 @@ struct GenerationConfig {
   SamplingParams sampling;           ///< temperature, top_k, top_p, min_p, logits_processor
   std::uint64_t seed = 0;            ///< same seed, same models => same tokens
   bool logprobs = true;              ///< compute the target log-prob of each emitted token
+  VerifierKind verifier = VerifierKind::token;  ///< SpeculativeDecoder's verifier (T > 0)
 
   /// \brief Throws std::invalid_argument naming the first bad field.
   void validate() const {
@@ -98,43 +115,9 @@ inline void validate_request(std::span<const token_t> prompt, const GenerationCo
   validate_prompt(prompt);
 }
 
-/// \brief Runs `kernel`, the library's processing of one row of model logits (max, filters,
-/// exp, sampling), and re-throws a std::domain_error from it (NaN, +inf, a row left all -inf)
-/// with the row named first, e.g. "specdec: draft model logits for position 17 (context length
-/// 17): logits row contains NaN ...". Only the library's own step is wrapped: exceptions from
-/// the models and the logits processor propagate unchanged.
-template <class Kernel, class... Where>
-decltype(auto) on_model_row(Kernel&& kernel, const Where&... where) {
-  try {
-    return kernel();
-  } catch (const std::domain_error& error) {
-    throw_domain_error_for_row(error, where...);
-  }
-}
-
 /// Seconds since `start` on the steady clock.
 inline double seconds_since(std::chrono::steady_clock::time_point start) noexcept {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-/// Grows `buffer` to at least `size` elements; never shrinks, so steady state allocates nothing.
-template <class T, class Allocator>
-void ensure_size(std::vector<T, Allocator>& buffer, std::size_t size) {
-  if (buffer.size() < size) buffer.resize(size);
-}
-
-/// Checks the vocabulary size of a model call against the one established by earlier calls of
-/// this generate() (0 = none yet).
-inline void check_vocab_size(std::size_t& vocab_size, std::size_t got, const char* model) {
-  if (got == 0) {
-    throw_domain_error(model, " returned 0 logits per row; expected V >= 1");
-  }
-  if (vocab_size == 0) {
-    vocab_size = got;
-  } else if (got != vocab_size) {
-    throw_domain_error(model, " returned rows of ", got, " logits; expected ", vocab_size,
-                       " (the vocabulary size established by earlier draft/target calls)");
-  }
 }
 
 /// The TargetModel requirements, one readable message each; instantiated by both decoders so a
@@ -158,38 +141,94 @@ struct TargetModelRequirements {
 
 }  // namespace detail
 
-/// \brief Speculative decoding with a draft model and a target model.
-///
-/// \tparam Draft  a DraftModel: `draft(std::span<const token_t>)` -> one row of V float logits
-/// \tparam Target a TargetModel: `target(std::span<const token_t>, std::size_t n)` -> n rows
-///
-/// The decoder holds references to both models (it does not own them; they must outlive it)
-/// and reusable buffers. Every generate() call starts from scratch (its own Rng, statistics,
-/// context), so after an exception (bad model output, a throwing model) the next call works.
-template <class Draft, class Target>
-class SpeculativeDecoder {
-  static_assert(std::invocable<Draft&, std::span<const token_t>>,
-                "specdec: DraftModel must be callable as model(std::span<const specdec::token_t> "
-                "context) and return one row of V contiguous float logits");
-  static_assert(!detail::returns_column_major_matrix_draft<Draft>(),
-                "specdec: DraftModel returned a column-major Eigen matrix; a logits row must be "
-                "contiguous: return Eigen::VectorXf / RowVectorXf or a RowMajor matrix");
-  static_assert(DraftModel<Draft> || !std::invocable<Draft&, std::span<const token_t>> ||
-                    detail::returns_column_major_matrix_draft<Draft>(),
-                "specdec: DraftModel must be callable as model(std::span<const specdec::token_t>) "
-                "and return one row of V contiguous float logits (std::span<const float>, "
-                "std::vector<float>, Eigen::VectorXf, ...)");
-  static_assert(detail::TargetModelRequirements<Target>::satisfied || true);
+/// \brief The verifier GenerationConfig::verifier selects, dispatched at run time (one branch
+/// per round; docs/benchmarks.md measures it against a compile-time choice).
+class ConfiguredVerifier {
+ public:
+  void begin(const GenerationConfig& config) noexcept { kind_ = config.verifier; }
 
-  static constexpr bool kModelsValid = DraftModel<Draft> && TargetModel<Target>;
+  template <class Scalar, class Coins>
+  VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target,
+                      Coins& coins) const {
+    if (kind_ == VerifierKind::block) return BlockVerifier{}.verify(proposal, target, coins);
+    return TokenVerifier{}.verify(proposal, target, coins);
+  }
+
+ private:
+  VerifierKind kind_ = VerifierKind::token;
+};
+
+namespace detail {
+
+/// A proposal the decoder can verify: at most `limit` tokens, each in [0, V), one q row or a
+/// point-mass flag per token. Cheap (O(n)); a user's proposer gets a clear error, not UB.
+template <class Scalar>
+void check_proposal(const Proposal<Scalar>& proposal, std::size_t limit, std::size_t vocab_size) {
+  const std::size_t n = proposal.size();
+  if (n > limit) {
+    throw_invalid_argument("proposer returned ", n, " tokens; expected at most the round's limit ",
+                           limit);
+  }
+  if (!proposal.parents.empty() && proposal.parents.size() != n) {
+    throw_invalid_argument("proposer returned ", proposal.parents.size(), " parents for ", n,
+                           " tokens; expected one per token (or none for a chain)");
+  }
+  bool sampled = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const token_t token = proposal.tokens[i];
+    if (token < 0 || static_cast<std::size_t>(token) >= vocab_size) {
+      throw_invalid_argument("proposer returned token ", token, " at node ", i,
+                             "; expected a token id in [0, ", vocab_size, ")");
+    }
+    sampled = sampled || !proposal.is_point_mass(i);
+  }
+  if (!proposal.point_mass.empty() && proposal.point_mass.size() != n) {
+    throw_invalid_argument("proposer returned ", proposal.point_mass.size(),
+                           " point-mass flags for ", n, " tokens; expected one per token");
+  }
+  if (sampled && (proposal.q_weights.rows() != n || proposal.q_normalizers.size() != n ||
+                  proposal.q_weights.vocab_size() != vocab_size)) {
+    throw_invalid_argument("proposer returned ", proposal.q_weights.rows(), " q rows of ",
+                           proposal.q_weights.vocab_size(), " weights and ",
+                           proposal.q_normalizers.size(), " normalizers for ", n,
+                           " sampled tokens; expected one row of V = ", vocab_size,
+                           " weights and one normalizer per token");
+  }
+}
+
+}  // namespace detail
+
+/// \brief Speculative decoding from three strategies: a Proposer (what is drafted), a
+/// DraftLengthPolicy (how many tokens), a Verifier (how they are verified); see strategies.hpp.
+/// SpeculativeDecoder is this with a draft model, a static K and the configured verifier.
+///
+/// The decoder holds the target by reference (not owned; it must outlive the decoder), owns its
+/// strategies, and keeps reusable buffers. Every generate() call starts from scratch (its own
+/// Rng, statistics, context), so after an exception the next call works.
+template <class Target, class Proposer, class Policy, class Verifier>
+class StrategyDecoder {
+  static_assert(detail::TargetModelRequirements<Target>::satisfied || true);
+  static_assert(specdec::Proposer<Proposer>,
+                "specdec: a Proposer must provide `template <class Coins> Proposal<float> "
+                "propose(DraftRequest&, Coins&)` (see strategies.hpp)");
+  static_assert(DraftLengthPolicy<Policy>,
+                "specdec: a DraftLengthPolicy must provide `bool draft_more(const DraftState&)` "
+                "and `void observe(const RoundReport&)` (see strategies.hpp)");
+  static_assert(specdec::Verifier<Verifier>,
+                "specdec: a Verifier must provide `template <class Scalar, class Coins> "
+                "VerifyResult verify(const Proposal<Scalar>&, TargetRows<Scalar>&, Coins&)` "
+                "(see strategies.hpp)");
 
  public:
-  /// \brief Binds the two models by reference (not owned; they must outlive the decoder).
-  SpeculativeDecoder(Draft& draft, Target& target) noexcept : draft_(&draft), target_(&target) {}
+  StrategyDecoder(Target& target, Proposer proposer, Policy policy = {}, Verifier verifier = {})
+      : target_(&target),
+        proposer_(std::move(proposer)),
+        policy_(std::move(policy)),
+        verifier_(std::move(verifier)) {}
 
   /// \brief Generates up to config.max_new_tokens tokens after `prompt`.
   /// \throws std::invalid_argument for a bad config or an empty prompt; std::domain_error for
-  /// bad model output; anything a model throws, unchanged.
+  /// bad model output; anything a model or strategy throws, unchanged.
   GenerationResult generate(std::span<const token_t> prompt, const GenerationConfig& config) {
     return generate(prompt, config, [](std::span<const token_t>) { return true; });
   }
@@ -203,54 +242,21 @@ class SpeculativeDecoder {
     static_assert(std::is_invocable_r_v<bool, OnChunk&, std::span<const token_t>>,
                   "specdec: the chunk callback must be callable as bool(std::span<const "
                   "specdec::token_t> chunk)");
-    if constexpr (kModelsValid) {
+    if constexpr (TargetModel<Target>) {
       return run(prompt, config, on_chunk);
     } else {
       return {};  // unreachable: a static_assert above already failed
     }
   }
 
+  Proposer& proposer() noexcept { return proposer_; }
+  Policy& policy() noexcept { return policy_; }
+  Verifier& verifier() noexcept { return verifier_; }
+
  private:
-  /// 64-byte aligned storage for rows the kernels store into (full-width vector stores).
-  using AlignedFloats = std::vector<float, Eigen::aligned_allocator<float>>;
-
-  /// Buffers reused across rounds and generate() calls. Sizes only grow. Shapes in comments.
-  struct Buffers {
-    AlignedFloats draft_weights;           // (K, S)  q_k weights each draft token was drawn
-                                           //         from; row stride S = V rounded up to 16
-    std::vector<float> draft_normalizers;  // (K)     sums of those rows
-    std::vector<float> draft_block_sums;   // (B)     per-block sums of the row being sampled,
-                                           //         B = weight_block_count(V)
-    std::vector<float> target_block_sums;  // (B)     the last target row's block sums and their
-    std::vector<float> target_block_references;  // (B) references: the bonus sample reads them
-    std::vector<token_t> drafted;          // (K)
-    std::vector<double> acceptance_coins;  // (K)
-    std::vector<float> row_logprobs;       // (K+1)   target log-prob of the token at position j
-    AlignedFloats draft_processed;         // (V)     draft row after the logits processor
-    AlignedFloats target_processed;        // (V)     target row after the logits processor
-    AlignedFloats sample_scratch;          // (V)     residual or bonus weights
-    std::vector<float> filter_scratch;     // (V)     top-k / top-p selection (grown on use)
-    std::vector<token_t> context;          // (prompt + budget + K) committed + speculative
-  };
-
-  /// Weight rows start on 64-byte boundaries (16 floats).
-  static constexpr std::size_t padded_row_stride(std::size_t vocab_size) noexcept {
-    return (vocab_size + 15) / 16 * 16;
-  }
-
-  void size_buffers(std::size_t vocab_size, std::size_t draft_length) {
-    detail::ensure_size(buffers_.draft_weights, draft_length * padded_row_stride(vocab_size));
-    detail::ensure_size(buffers_.draft_normalizers, draft_length);
-    detail::ensure_size(buffers_.drafted, draft_length);
-    detail::ensure_size(buffers_.acceptance_coins, draft_length);
-    detail::ensure_size(buffers_.row_logprobs, draft_length + 1);
-    detail::ensure_size(buffers_.sample_scratch, vocab_size);
-    detail::ensure_size(buffers_.draft_block_sums, weight_block_count(vocab_size));
-    detail::ensure_size(buffers_.target_block_sums, weight_block_count(vocab_size));
-    detail::ensure_size(buffers_.target_block_references, weight_block_count(vocab_size));
-    // Unfiltered draft rows keep per-block references there (2 B values; filters grow it to
-    // ~2V on first use).
-    detail::ensure_size(buffers_.filter_scratch, 2 * weight_block_count(vocab_size));
+  template <class Strategy>
+  static void begin(Strategy& strategy, const GenerationConfig& config) {
+    if constexpr (requires { strategy.begin(config); }) strategy.begin(config);
   }
 
   template <class OnChunk>
@@ -259,159 +265,86 @@ class SpeculativeDecoder {
     detail::validate_request(prompt, config);
     const auto start = std::chrono::steady_clock::now();
     const SamplingParams& params = config.sampling;
-    const bool greedy = params.greedy();
-    const std::size_t draft_length = config.draft_length;
     const std::size_t reserve = std::min(config.max_new_tokens, detail::kMaxReservedTokens);
+    begin(proposer_, config);
+    begin(policy_, config);
+    begin(verifier_, config);
 
     GenerationResult result;
     result.tokens.reserve(reserve);
     if (config.logprobs) result.logprobs.reserve(reserve);
     DecodeStats& stats = result.stats;
-    stats.drafted_at.assign(draft_length, 0);
-    stats.accepted_at.assign(draft_length, 0);
+    stats.drafted_at.assign(config.draft_length, 0);
+    stats.accepted_at.assign(config.draft_length, 0);
 
     Rng rng(config.seed);
-    std::vector<token_t>& context = buffers_.context;
+    DraftCoins draft_coins(rng);
+    std::vector<token_t>& context = context_;
     context.clear();
-    context.reserve(prompt.size() + reserve + draft_length + 1);
+    context.reserve(prompt.size() + reserve + config.draft_length + 1);
     context.assign(prompt.begin(), prompt.end());
-    // The vocabulary size is learned from the first model call of this generate().
-    std::size_t vocab_size = 0;
-    // K is known now; V-sized buffers are sized once V is known (first call below).
-    size_buffers(0, draft_length);
+    detail::ensure_size(acceptance_coins_, config.draft_length);
+    std::size_t vocab_size = 0;  // learned from the first model call of this generate()
 
     bool finished = config.max_new_tokens == 0;
     while (!finished) {
-      const std::size_t remaining = config.max_new_tokens - stats.emitted;
-      const std::size_t round_length = std::min(draft_length, remaining - 1);  // K_eff
       const std::size_t committed = context.size();
+      const std::size_t remaining = config.max_new_tokens - stats.emitted;
+      const double draft_seconds_before = stats.draft_seconds;
+      const double target_seconds_before = stats.target_seconds;
 
-      // ---- draft: x_k ~ q_k, one draft call and one coin per token ----------------------
-      for (std::size_t k = 0; k < round_length; ++k) {
-        const std::span<const token_t> draft_context(context.data(), committed + k);
-        auto&& draft_row = detail::timed_call(
-            stats.draft_seconds, [&]() -> decltype(auto) { return (*draft_)(draft_context); });
-        ++stats.draft_calls;
-        const std::span<const float> raw = detail::as_logits_span(draft_row);
-        if (vocab_size == 0) size_buffers(raw.size(), draft_length);
-        detail::check_vocab_size(vocab_size, raw.size(), "draft model");
-        const std::span<const float> logits =
-            apply_logits_processor(params, draft_context, raw, buffers_.draft_processed);
-        const std::size_t position = draft_context.size();
-        const double coin = greedy ? 0.0 : rng.uniform01();
-        const token_t token = detail::on_model_row(
-            [&] {
-              if (greedy) return argmax(logits);
-              const std::span<float> weights(
-                  buffers_.draft_weights.data() + k * padded_row_stride(vocab_size), vocab_size);
-              const std::span<float> block_sums(buffers_.draft_block_sums.data(),
-                                                weight_block_count(vocab_size));
-              const TokenDistribution<float> q =
-                  process_logits(logits, params, buffers_.filter_scratch, weights, block_sums);
-              buffers_.draft_normalizers[k] = q.normalizer;
-              return sample_from_weights(std::span<const float>(weights),
-                                         std::span<const float>(block_sums), coin);
-            },
-            "draft model logits for position ", position, " (context length ", position, ")");
-        buffers_.drafted[k] = token;
-        context.push_back(token);
-      }
+      // ---- propose: drafted tokens and the exact distributions they were drawn from -------
+      DraftRequest request(context, std::min(config.draft_length, remaining - 1), params,
+                           vocab_size, stats);
+      request.bind_policy(policy_);
+      const auto proposal = proposer_.propose(request, draft_coins);
+      const std::size_t n = proposal.size();
+      context.resize(committed);
+      context.insert(context.end(), proposal.tokens.begin(), proposal.tokens.end());
 
-      // ---- target: one call scores every drafted position plus the bonus position -------
-      const std::size_t rows_needed = round_length + 1;
+      // ---- target: one call scores every drafted position plus the next ------------------
       auto&& target_result = detail::timed_call(stats.target_seconds, [&]() -> decltype(auto) {
-        return (*target_)(std::span<const token_t>(context), rows_needed);
+        return (*target_)(std::span<const token_t>(context), n + 1);
       });
       ++stats.target_calls;
-      const LogitsRows<float> target_rows = detail::as_target_rows(target_result, rows_needed);
-      if (vocab_size == 0) {
-        size_buffers(target_rows.vocab_size(), draft_length);
-        detail::check_vocab_size(vocab_size, target_rows.vocab_size(), "target model");
-      } else if (target_rows.vocab_size() != vocab_size) {
-        detail::throw_domain_error("target vocabulary size ", target_rows.vocab_size(),
-                                   " (logits per row) differs from the draft vocabulary size ",
-                                   vocab_size, "; expected both models to share one vocabulary");
-      }
+      const LogitsRows<float> rows = detail::as_target_rows(target_result, n + 1);
+      check_target_vocab(vocab_size, rows.vocab_size(), n);
+      detail::check_proposal(proposal, request.limit, vocab_size);
+      TargetRows<float> target(rows, context, committed, params, config.logprobs,
+                               target_buffers_);
 
-      // Processed target row j follows the committed tokens plus x_0..x_{j-1}.
-      auto processed_target_row = [&](std::size_t j) {
-        return apply_logits_processor(params,
-                                      std::span<const token_t>(context.data(), committed + j),
-                                      target_rows.row(j), buffers_.target_processed);
-      };
-      // The library's step on target row j, with the row named in its errors.
-      auto on_target_row = [&](std::size_t j, auto&& kernel) -> decltype(auto) {
-        return detail::on_model_row(kernel, "target model row ", j, " of ", rows_needed,
-                                    " (position ", committed + j, ", context length ",
-                                    committed + j, ")");
-      };
-      const std::span<const token_t> drafted(buffers_.drafted.data(), round_length);
-
-      // ---- verify ------------------------------------------------------------------------
+      // ---- verify: keep a prefix, draw the next token --------------------------------------
       VerifyResult verdict;
-      if (greedy) {
-        verdict = verify_greedy(drafted, [&](std::size_t j) {
-          const std::span<const float> row = processed_target_row(j);
-          return on_target_row(j, [&] {
-            // Greedy log-prob: log-softmax at T = 1 of the processed row, at the argmax (one
-            // pass for both).
-            if (!config.logprobs) return detail::argmax_checked(row).first;
-            const auto [best, log_p] = detail::argmax_and_log_probability(row);
-            buffers_.row_logprobs[j] = log_p;
-            return best;
-          });
-        });
+      if (params.greedy()) {
+        // A deterministic target admits one lossless verifier: accept exactly its argmax path.
+        verdict = verify_greedy(proposal.tokens, [&](std::size_t j) { return target.argmax(j); });
       } else {
-        for (std::size_t k = 0; k < round_length; ++k) {
-          buffers_.acceptance_coins[k] = rng.uniform01();
-        }
-        const double final_coin = rng.uniform01();
-        // Target rows record their block sums, so that the bonus sample (row K) costs a block,
-        // not a pass.
-        const std::size_t blocks = weight_block_count(vocab_size);
-        const BlockSumBuffers<float> recorded{
-            std::span<float>(buffers_.target_block_sums.data(), blocks),
-            std::span<float>(buffers_.target_block_references.data(), blocks)};
-        TokenDistribution<float> last_target_row;
-        verdict = verify_stochastic(
-            drafted,
-            LogitsRows<float>(std::span<const float>(buffers_.draft_weights.data(),
-                                                     round_length * padded_row_stride(vocab_size)),
-                              vocab_size, padded_row_stride(vocab_size)),
-            std::span<const float>(buffers_.draft_normalizers.data(), round_length),
-            [&](std::size_t j) {
-              const std::span<const float> row = processed_target_row(j);
-              last_target_row = on_target_row(j, [&] {
-                return process_logits(row, params, buffers_.filter_scratch, recorded);
-              });
-              if (config.logprobs && j < round_length) {
-                buffers_.row_logprobs[j] = last_target_row.log_probability(drafted[j]);
-              }
-              return last_target_row;
-            },
-            std::span<const double>(buffers_.acceptance_coins.data(), round_length), final_coin,
-            std::span<float>(buffers_.sample_scratch.data(), vocab_size));
-        if (config.logprobs) {
-          buffers_.row_logprobs[verdict.accepted] =
-              last_target_row.log_probability(verdict.next_token);
-        }
+        for (std::size_t i = 0; i < n; ++i) acceptance_coins_[i] = rng.uniform01();
+        const VerificationCoins coins(std::span<const double>(acceptance_coins_.data(), n),
+                                      rng.uniform01());
+        verdict = verifier_.verify(proposal, target, coins);
+        check_verdict(verdict, n, vocab_size);
       }
 
-      // ---- statistics of the verification (before stop-token truncation) ----------------
+      // ---- commit: statistics, emit up to a stop token, budget, callback -------------------
       ++stats.rounds;
-      stats.drafted += round_length;
+      stats.drafted += n;
       stats.accepted += verdict.accepted;
-      if (verdict.accepted < round_length) ++stats.rejecting_rounds;
-      for (std::size_t k = 0; k < round_length; ++k) ++stats.drafted_at[k];
+      if (verdict.accepted < n) ++stats.rejecting_rounds;
+      for (std::size_t k = 0; k < n; ++k) ++stats.drafted_at[k];
       for (std::size_t k = 0; k < verdict.accepted; ++k) ++stats.accepted_at[k];
+      policy_.observe(RoundReport{n, verdict.accepted, request.limit,
+                                  stats.draft_seconds - draft_seconds_before,
+                                  stats.target_seconds - target_seconds_before});
 
-      // ---- emit x_0..x_{a-1}, next_token; stop after the first stop token ----------------
       const std::size_t chunk_start = result.tokens.size();
       bool stopped = false;
       for (std::size_t j = 0; j <= verdict.accepted && !stopped; ++j) {
-        const token_t token = j < verdict.accepted ? drafted[j] : verdict.next_token;
+        const token_t token = j < verdict.accepted ? proposal.tokens[j] : verdict.next_token;
         result.tokens.push_back(token);
-        if (config.logprobs) result.logprobs.push_back(buffers_.row_logprobs[j]);
+        if (config.logprobs) {
+          result.logprobs.push_back(static_cast<float>(target.log_probability(j, token)));
+        }
         stopped = detail::is_stop_token(config.stop_tokens, token);
       }
       stats.emitted = result.tokens.size();
@@ -438,9 +371,62 @@ class SpeculativeDecoder {
     return result;
   }
 
-  Draft* draft_;
+  static void check_target_vocab(std::size_t& vocab_size, std::size_t got, std::size_t drafted) {
+    if (vocab_size != 0 && drafted > 0 && got != vocab_size) {
+      detail::throw_domain_error("target vocabulary size ", got,
+                                 " (logits per row) differs from the draft vocabulary size ",
+                                 vocab_size, "; expected both models to share one vocabulary");
+    }
+    detail::check_vocab_size(vocab_size, got, "target model");
+  }
+
+  static void check_verdict(const VerifyResult& verdict, std::size_t n, std::size_t vocab_size) {
+    if (verdict.accepted > n || verdict.next_token < 0 ||
+        static_cast<std::size_t>(verdict.next_token) >= vocab_size) {
+      detail::throw_invalid_argument("verifier accepted ", verdict.accepted, " of ", n,
+                                     " tokens and drew token ", verdict.next_token,
+                                     "; expected at most ", n, " and a token in [0, ", vocab_size,
+                                     ")");
+    }
+  }
+
   Target* target_;
-  Buffers buffers_;
+  Proposer proposer_;
+  Policy policy_;
+  Verifier verifier_;
+  std::vector<token_t> context_;          // (prompt + budget + K) committed + speculative
+  std::vector<double> acceptance_coins_;  // (K)
+  TargetRowBuffers<float> target_buffers_;
+};
+
+/// \brief Speculative decoding with a draft model and a target model: the two-model face of
+/// StrategyDecoder (ModelProposer, StaticDraftLength, ConfiguredVerifier).
+///
+/// \tparam Draft  a DraftModel: `draft(std::span<const token_t>)` -> one row of V float logits
+/// \tparam Target a TargetModel: `target(std::span<const token_t>, std::size_t n)` -> n rows
+///
+/// Holds references to both models (not owned; they must outlive the decoder).
+template <class Draft, class Target>
+class SpeculativeDecoder
+    : public StrategyDecoder<Target, ModelProposer<Draft>, StaticDraftLength, ConfiguredVerifier> {
+  static_assert(std::invocable<Draft&, std::span<const token_t>>,
+                "specdec: DraftModel must be callable as model(std::span<const specdec::token_t> "
+                "context) and return one row of V contiguous float logits");
+  static_assert(!detail::returns_column_major_matrix_draft<Draft>(),
+                "specdec: DraftModel returned a column-major Eigen matrix; a logits row must be "
+                "contiguous: return Eigen::VectorXf / RowVectorXf or a RowMajor matrix");
+  static_assert(DraftModel<Draft> || !std::invocable<Draft&, std::span<const token_t>> ||
+                    detail::returns_column_major_matrix_draft<Draft>(),
+                "specdec: DraftModel must be callable as model(std::span<const specdec::token_t>) "
+                "and return one row of V contiguous float logits (std::span<const float>, "
+                "std::vector<float>, Eigen::VectorXf, ...)");
+
+  using Base =
+      StrategyDecoder<Target, ModelProposer<Draft>, StaticDraftLength, ConfiguredVerifier>;
+
+ public:
+  /// \brief Binds the two models by reference (not owned; they must outlive the decoder).
+  SpeculativeDecoder(Draft& draft, Target& target) : Base(target, ModelProposer<Draft>(draft)) {}
 };
 
 /// \brief Plain decoding with the target alone: one target(context, 1) call per token, the

@@ -6,12 +6,21 @@
 /// proposes K tokens, the target model scores them all in one call, and a rejection-sampling
 /// rule keeps the output distributed exactly as sampling from the target alone.
 
+#include "specdec/block_verifier.hpp"
+#include "specdec/coins.hpp"
 #include "specdec/context_cache.hpp"
 #include "specdec/decoder.hpp"
 #include "specdec/model.hpp"
+#include "specdec/model_proposer.hpp"
+#include "specdec/proposal.hpp"
 #include "specdec/rng.hpp"
 #include "specdec/sampling.hpp"
+#include "specdec/sampling_laws.hpp"
 #include "specdec/softmax.hpp"
+#include "specdec/static_draft_length.hpp"
 #include "specdec/stats.hpp"
+#include "specdec/strategies.hpp"
+#include "specdec/target_rows.hpp"
+#include "specdec/token_verifier.hpp"
 #include "specdec/types.hpp"
 #include "specdec/verify.hpp"

@@ -64,11 +64,13 @@ namespace detail {
 
 /// The residual max(0, p(y) - q(y)) block by block: `(offset, length, out) -> block sum`, with
 /// the store into `out` skipped when it is null (see detail::sample_blockwise).
+/// With `p_scale` = w it is max(0, w p(y) - q(y)) (block verification's residual).
 template <class Scalar>
 [[nodiscard]] auto residual_blocks(const TokenDistribution<Scalar>& p,
-                                   std::span<const Scalar> q_weights, Scalar q_normalizer) {
-  // p(y) - q(y) as w_p(y) / Z_p - w_q(y) / Z_q, with the divisions done once as reciprocals.
-  const Scalar inv_p_normalizer = Scalar(1) / p.normalizer;
+                                   std::span<const Scalar> q_weights, Scalar q_normalizer,
+                                   Scalar p_scale = Scalar(1)) {
+  // w p(y) - q(y) as w_p(y) (w / Z_p) - w_q(y) / Z_q, with the divisions done once.
+  const Scalar inv_p_normalizer = p_scale / p.normalizer;
   const Scalar inv_q_normalizer = Scalar(1) / q_normalizer;
   const bool masked = p.threshold != -std::numeric_limits<Scalar>::infinity();
   const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
@@ -123,15 +125,82 @@ double residual_distribution(const TokenDistribution<Scalar>& p, std::span<const
 ///
 /// If the residual is identically 0 (p == q to rounding, where a rejection has probability 0
 /// in exact arithmetic and only happens through rounding) it samples from p with the same coin.
+/// `p_scale` = w samples max(0, w p - q) instead (block verification; 0 < w <= 1).
 template <class Scalar>
 [[nodiscard]] token_t sample_residual(const TokenDistribution<Scalar>& p,
                                       std::span<const Scalar> q_weights, Scalar q_normalizer,
-                                      double coin, std::span<Scalar> scratch) {
+                                      double coin, std::span<Scalar> scratch,
+                                      Scalar p_scale = Scalar(1)) {
   detail::check_residual_sizes(p, q_weights, scratch.size(), "sample_residual");
   double total = 0;
   const token_t token = detail::sample_blockwise<Scalar>(
-      p.logits.size(), detail::residual_blocks(p, q_weights, q_normalizer),
+      p.logits.size(), detail::residual_blocks(p, q_weights, q_normalizer, p_scale),
       scratch.first(detail::block_count(p.logits.size())), coin, total);
+  if (token >= 0) return token;
+  return sample(p, coin, scratch);
+}
+
+/// \brief sum_y max(0, w p(y) - q(y)): the residual mass block verification weighs stopping
+/// against, in one pass without storing anything (q = q_weights / q_normalizer).
+template <class Scalar>
+[[nodiscard]] double residual_mass(const TokenDistribution<Scalar>& p,
+                                   std::span<const Scalar> q_weights, Scalar q_normalizer,
+                                   Scalar p_scale) {
+  if (q_weights.size() != p.logits.size()) {
+    detail::throw_invalid_argument("residual_mass: q_weights has ", q_weights.size(),
+                                   " entries; expected ", p.logits.size(),
+                                   " (the vocabulary size of p)");
+  }
+  const auto block = detail::residual_blocks(p, q_weights, q_normalizer, p_scale);
+  double total = 0;
+  detail::for_each_block(p.logits.size(), [&](std::size_t offset, std::size_t length) {
+    total += static_cast<double>(block(offset, length, static_cast<Scalar*>(nullptr)));
+  });
+  return total;
+}
+
+/// \brief Samples p with `excluded` removed (renormalised), with one coin: the residual after
+/// rejecting a deterministic proposal x, max(0, p - [y = x]). One exp pass sums the blocks,
+/// then the coin's block is recomputed. If every other token has probability 0 (p is a point
+/// mass at x: that rejection has probability 0) it samples p itself.
+template <class Scalar>
+[[nodiscard]] token_t sample_excluding(const TokenDistribution<Scalar>& p, token_t excluded,
+                                       double coin, std::span<Scalar> scratch) {
+  const std::size_t vocab_size = p.logits.size();
+  if (scratch.size() != vocab_size || excluded < 0 ||
+      static_cast<std::size_t>(excluded) >= vocab_size) {
+    detail::throw_invalid_argument("sample_excluding: token ", excluded, " and scratch of ",
+                                   scratch.size(), " entries; expected a token in [0, ",
+                                   vocab_size, ") and ", vocab_size, " entries");
+  }
+  const bool masked = p.threshold != -std::numeric_limits<Scalar>::infinity();
+  const bool flush = !detail::packet_exp_of_minus_inf_is_zero<Scalar>();
+  const auto x = static_cast<std::size_t>(excluded);
+  auto block = [&](std::size_t offset, std::size_t length, Scalar* out) -> Scalar {
+    const Scalar* logits = p.logits.data() + offset;
+    if (x < offset || x >= offset + length) {
+      if (out == nullptr) {
+        return detail::dispatch_exp_block<Scalar, false>(masked, flush, logits, length,
+                                                         p.max_logit, p.inv_temperature,
+                                                         p.threshold, out);
+      }
+      return detail::dispatch_exp_block<Scalar, true>(masked, flush, logits, length, p.max_logit,
+                                                      p.inv_temperature, p.threshold, out);
+    }
+    // The excluded token's block: store it, zero x, re-sum (so the block sum and the values
+    // the scan reads agree exactly).
+    Scalar local[detail::kBlockSize];
+    Scalar* values = out != nullptr ? out : local;
+    (void)detail::dispatch_exp_block<Scalar, true>(masked, flush, logits, length, p.max_logit,
+                                                   p.inv_temperature, p.threshold, values);
+    values[x - offset] = Scalar(0);
+    Scalar sum = 0;
+    for (std::size_t i = 0; i < length; ++i) sum += values[i];
+    return sum;
+  };
+  double total = 0;
+  const token_t token = detail::sample_blockwise<Scalar>(
+      vocab_size, block, scratch.first(detail::block_count(vocab_size)), coin, total);
   if (token >= 0) return token;
   return sample(p, coin, scratch);
 }

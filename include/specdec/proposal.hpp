@@ -1,0 +1,65 @@
+#pragma once
+/// \file
+/// \brief What a proposer hands to verification: drafted tokens, their tree shape, and for
+/// each the exact distribution it was drawn from.
+///
+/// Exactness needs q, not just the tokens: a verifier compares p(x) with q(x) and, after a
+/// rejection, samples from a residual that involves all of q. So a proposer reports, per node,
+/// either the stored weights the token was sampled from (q = weights / normalizer, the very
+/// numbers its inverse-CDF draw read) or that the token is deterministic (q = a point mass at
+/// it: greedy drafts, n-gram lookups). The shape is a tree (parent indices) so that tree drafts
+/// fit without another redesign; the built-in verifiers accept chains (parent of node i is
+/// i - 1) and say so if given anything else.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "specdec/types.hpp"
+
+namespace specdec {
+
+/// \brief A view of one round's proposal. The memory belongs to the proposer and stays valid
+/// until its next propose() call.
+template <class Scalar>
+struct Proposal {
+  using scalar_type = Scalar;
+
+  std::span<const token_t> tokens{};      ///< node i's token
+  std::span<const std::int32_t> parents{};  ///< node i's parent node; -1 = the committed context.
+                                          ///< Empty means a chain (parent of i is i - 1).
+  /// Row i: the unnormalised weights node i's token was drawn from (unused for point masses).
+  LogitsRows<Scalar> q_weights{};
+  std::span<const Scalar> q_normalizers{};  ///< sums of those rows
+  /// Nonzero where node i is deterministic (q_i = point mass at tokens[i]). Empty: none is.
+  std::span<const std::uint8_t> point_mass{};
+
+  [[nodiscard]] std::size_t size() const noexcept { return tokens.size(); }
+  [[nodiscard]] bool empty() const noexcept { return tokens.empty(); }
+  [[nodiscard]] bool is_chain() const noexcept {
+    for (std::size_t i = 0; i < parents.size(); ++i) {
+      if (parents[i] != static_cast<std::int32_t>(i) - 1) return false;
+    }
+    return true;
+  }
+  [[nodiscard]] bool is_point_mass(std::size_t node) const noexcept {
+    return !point_mass.empty() && point_mass[node] != 0;
+  }
+  /// \brief q_i(token): the probability node i's distribution gave `token`.
+  [[nodiscard]] Scalar q(std::size_t node, token_t token) const noexcept {
+    if (is_point_mass(node)) return token == tokens[node] ? Scalar(1) : Scalar(0);
+    return q_weights.row(node)[static_cast<std::size_t>(token)] / q_normalizers[node];
+  }
+};
+
+/// \brief What a draft-length policy may see before the next draft token: draft-side facts
+/// only. It never sees this round's target rows (they do not exist yet); that is what keeps
+/// any policy exact (docs/design.md).
+struct DraftState {
+  std::size_t drafted = 0;  ///< tokens drafted so far this round
+  std::size_t limit = 0;    ///< the round's hard cap (draft_length, budget); drafted < limit
+  /// q_i(x_i) for each token drafted so far this round (1 for deterministic tokens).
+  std::span<const double> token_probabilities;
+};
+
+}  // namespace specdec

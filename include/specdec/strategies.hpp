@@ -1,0 +1,116 @@
+#pragma once
+/// \file
+/// \brief The three strategies a speculative round is built from, as concepts:
+///
+///   propose  — a Proposer drafts tokens and reports the exact distribution each was drawn
+///              from (proposal.hpp), asking the DraftLengthPolicy before every token;
+///   target   — the decoder makes one target call over the proposal (not a strategy);
+///   verify   — a Verifier decides how many drafted tokens to keep and draws the next token,
+///              from the proposal, the target rows (target_rows.hpp) and coins (coins.hpp);
+///   commit   — the decoder emits, applies the budget and stop tokens, keeps statistics.
+///
+/// The built-in strategies (ModelProposer, StaticDraftLength, TokenVerifier, BlockVerifier)
+/// satisfy exactly these concepts, as a user's do. What keeps the output exact, per strategy,
+/// is in docs/design.md: a proposer must report q truthfully, a policy must decide from the
+/// draft side only, a verifier must be lossless for any proposal (testing.hpp certifies it).
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "specdec/coins.hpp"
+#include "specdec/proposal.hpp"
+#include "specdec/sampling.hpp"
+#include "specdec/stats.hpp"
+#include "specdec/target_rows.hpp"
+#include "specdec/types.hpp"
+#include "specdec/verify.hpp"
+
+namespace specdec {
+
+/// \brief What a proposer gets for one round.
+///
+/// `context` holds the committed tokens (prompt + emitted) on entry; a proposer may append its
+/// drafted tokens to it (a draft model needs them as context; capacity for `limit` more is
+/// reserved) but must not change the committed ones. The decoder restores the size afterwards.
+struct DraftRequest {
+  DraftRequest(std::vector<token_t>& context_, std::size_t limit_, const SamplingParams& params_,
+               std::size_t& vocab_size_, DecodeStats& stats_) noexcept
+      : context(context_),
+        committed(context_.size()),
+        limit(limit_),
+        params(params_),
+        vocab_size(vocab_size_),
+        stats(stats_) {}
+
+  std::vector<token_t>& context;
+  std::size_t committed = 0;     ///< context.size() on entry
+  std::size_t limit = 0;         ///< draft at most this many tokens (draft_length, budget)
+  const SamplingParams& params;  ///< the same processing the target rows get
+  /// The vocabulary size established by earlier model calls of this generate() (0 = none yet);
+  /// a proposer that calls a model checks its rows against it and sets it if 0.
+  std::size_t& vocab_size;
+  DecodeStats& stats;  ///< a proposer that calls a model counts draft_calls / draft_seconds
+
+  /// \brief Asks the draft-length policy whether to draft another token (a proposer must ask
+  /// before each token; `state.drafted < limit` is the proposer's to check first).
+  [[nodiscard]] bool draft_more(const DraftState& state) const { return ask_(policy_, state); }
+
+  template <class Policy>
+  void bind_policy(Policy& policy) noexcept {
+    policy_ = &policy;
+    ask_ = [](void* p, const DraftState& state) {
+      return static_cast<bool>(static_cast<Policy*>(p)->draft_more(state));
+    };
+  }
+
+ private:
+  void* policy_ = nullptr;
+  bool (*ask_)(void*, const DraftState&) = [](void*, const DraftState&) { return true; };
+};
+
+/// \brief What a draft-length policy learns after each round (history it may use later).
+struct RoundReport {
+  std::size_t drafted = 0;       ///< tokens proposed this round
+  std::size_t accepted = 0;      ///< of which verification kept
+  std::size_t limit = 0;         ///< the round's cap
+  double draft_seconds = 0;      ///< wall time in the draft model this round
+  double target_seconds = 0;     ///< wall time of this round's target call (drafted + 1 rows)
+};
+
+namespace detail {
+template <class T>
+struct is_proposal : std::false_type {};
+template <class Scalar>
+struct is_proposal<Proposal<Scalar>> : std::true_type {};
+}  // namespace detail
+
+/// \brief `proposer.propose(request, coins)` drafts at most request.limit tokens, asking
+/// request.draft_more() before each, draws every sampled token with coins.draw(law), and
+/// returns a Proposal whose q is exactly the law each token was drawn from.
+template <class P>
+concept Proposer = requires(P& proposer, DraftRequest& request, DraftCoins& coins) {
+  { proposer.propose(request, coins) } -> std::same_as<Proposal<float>>;
+};
+
+/// \brief `policy.draft_more(state)` decides from draft-side facts (DraftState) whether to draft
+/// one more token; `policy.observe(report)` is told how each round went.
+template <class P>
+concept DraftLengthPolicy = requires(P& policy, const DraftState& state,
+                                     const RoundReport& report) {
+  { policy.draft_more(state) } -> std::convertible_to<bool>;
+  policy.observe(report);
+};
+
+/// \brief `verifier.verify(proposal, target, coins)` keeps a prefix of the proposal (a path, for
+/// trees) and draws the next token, using only the proposal, the processed target rows and the
+/// coins; it must be lossless: the emitted tokens follow the target's distribution exactly.
+template <class V>
+concept Verifier = requires(V& verifier, const Proposal<float>& proposal,
+                            TargetRows<float>& target, const VerificationCoins& coins) {
+  { verifier.verify(proposal, target, coins) } -> std::same_as<VerifyResult>;
+};
+
+}  // namespace specdec
