@@ -652,6 +652,12 @@ const BadConfig kBadConfigs[] = {
     {"TemperatureNaN",
      [](auto& c) { c.sampling.temperature = kNaN; },
      {"temperature", "nan", "expected"}},
+    {"TemperatureBelowMinimum",
+     [](auto& c) { c.sampling.temperature = 1e-35f; },
+     {"temperature", "1e-35", "1e-30"}},
+    {"TemperatureReciprocalOverflows",
+     [](auto& c) { c.sampling.temperature = 1e-40f; },
+     {"temperature", "e-41", "1e-30"}},
     {"TopPZero", [](auto& c) { c.sampling.top_p = 0.0f; }, {"top_p", "0", "expected"}},
     {"TopPNegative", [](auto& c) { c.sampling.top_p = -0.1f; }, {"top_p", "-0.1", "expected"}},
     {"TopPAboveOne", [](auto& c) { c.sampling.top_p = 1.5f; }, {"top_p", "1.5", "expected"}},
@@ -724,6 +730,22 @@ TEST_P(ConfigErrors, ValidateNamesTheField) {
     EXPECT_TRUE(throws_with_message<std::invalid_argument>([&] { config.sampling.validate(); },
                                                            {keys[0], keys[1], keys[2]}));
   }
+}
+
+// The smallest usable temperature works through both decoders: with logits this far apart it
+// is a point mass at the argmax, so the tokens are greedy decoding's.
+TEST(InputErrors, SmallestTemperatureSamplesTheArgmax) {
+  SpeculativeScenario<> s;
+  s.config.sampling.temperature = specdec::SamplingParams::kMinTemperature;
+  const specdec::GenerationResult tiny = s.decoder.generate(s.prompt, s.config);
+  AutoregressiveScenario<> a;
+  a.config.sampling.temperature = specdec::SamplingParams::kMinTemperature;
+  const specdec::GenerationResult tiny_plain = a.decoder.generate(a.prompt, a.config);
+  a.config.sampling.temperature = 0.0f;
+  const specdec::GenerationResult greedy = a.decoder.generate(a.prompt, a.config);
+  EXPECT_EQ(tiny.tokens, greedy.tokens);
+  EXPECT_EQ(tiny_plain.tokens, greedy.tokens);
+  EXPECT_TRUE(s.recovers());
 }
 
 TEST(InputErrors, EmptyPromptSpeculative) {

@@ -511,6 +511,50 @@ TEST(SamplingTest, BadRowsThrowDomainError) {
   EXPECT_THROW((void)specdec::process_logits<float>(fine, params, scratch), std::invalid_argument);
 }
 
+// The smallest usable temperature: at T = kMinTemperature the row still normalises (a point
+// mass at the argmax for well-separated logits up to 1e8 in magnitude); below it validate() and
+// process_logits reject T by name instead of failing later on weights that overflowed to NaN.
+TEST(SamplingTest, TemperatureBoundary) {
+  constexpr float kMin = specdec::SamplingParams::kMinTemperature;
+  EXPECT_EQ(kMin, 1e-30f);
+  std::vector<float> scratch;
+  std::vector<float> weights(4);
+  std::vector<float> block_sums(specdec::weight_block_count(4));
+  for (const float scale : {1.0f, 1e8f}) {
+    SCOPED_TRACE(scale);
+    const std::vector<float> logits{-1.0f * scale, 0.5f * scale, 1.0f * scale, -0.25f * scale};
+    specdec::SamplingParams params;
+    params.temperature = kMin;
+    EXPECT_NO_THROW(params.validate());
+    const auto p = specdec::process_logits<float>(logits, params, scratch);
+    EXPECT_TRUE(std::isfinite(p.normalizer));
+    EXPECT_EQ(p.probability(2), 1.0f);
+    EXPECT_EQ(p.probability(1), 0.0f);
+    std::vector<float> sample_scratch(4);
+    EXPECT_EQ(specdec::sample(p, 0.999, std::span<float>(sample_scratch)), 2);
+    const auto q = specdec::process_logits<float>(logits, params, scratch, weights, block_sums);
+    EXPECT_TRUE(std::isfinite(q.normalizer));
+    EXPECT_EQ(specdec::sample_from_weights<float>(weights, block_sums, 0.999), 2);
+  }
+  const std::vector<float> logits{-1.0f, 0.5f, 1.0f, -0.25f};
+  for (const float t : {std::nextafter(kMin, 0.0f), 1e-35f, 1e-40f,
+                        std::numeric_limits<float>::denorm_min()}) {
+    SCOPED_TRACE(t);
+    specdec::SamplingParams params;
+    params.temperature = t;
+    expect_invalid(params, "temperature");
+    try {
+      params.validate();
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("1e-30"), std::string::npos) << error.what();
+    }
+    EXPECT_THROW((void)specdec::process_logits<float>(logits, params, scratch),
+                 std::invalid_argument);
+    EXPECT_THROW((void)specdec::process_logits<float>(logits, params, scratch, weights, block_sums),
+                 std::invalid_argument);
+  }
+}
+
 TEST(SamplingTest, LogitsProcessorIsZeroCopyWhenAbsent) {
   specdec::SamplingParams params;
   const std::vector<float> logits{1.0f, 2.0f, 3.0f};

@@ -37,7 +37,7 @@ namespace specdec {
 
 /// \brief How to turn logits into a distribution. Validated by validate() at generate() start.
 struct SamplingParams {
-  float temperature = 1.0f;  ///< >= 0 and finite; 0 = greedy
+  float temperature = 1.0f;  ///< 0 (greedy) or finite and >= kMinTemperature (1e-30)
   int top_k = 0;             ///< >= 0; 0 = off (also off when >= V)
   float top_p = 1.0f;        ///< in (0, 1]; 1 = off
   float min_p = 0.0f;        ///< in [0, 1); 0 = off
@@ -47,6 +47,15 @@ struct SamplingParams {
   /// the context preceding that row's position. Without it no logits are copied.
   std::function<void(std::span<const token_t> context, std::span<float> logits)> logits_processor;
 
+  /// The smallest positive temperature: T must be 0 (greedy) or at least this. Sampling divides
+  /// logits by T, and the kernels form (x - max) / T and x / T - max / T (the FMA form of
+  /// detail::scaled_exponent); for logits up to 1e8 in magnitude those stay below 2e8 / T, which
+  /// is finite in float (< 3.4e38) exactly when T > 5.9e-31. 1e-30 keeps that margin and 1 / T
+  /// = 1e30 finite; below ~2.9e-39, 1 / T itself overflows to inf. At this temperature any two
+  /// logits further apart than ~1e-28 already give a point mass at the argmax, so nothing is
+  /// lost: use T = 0 for argmax decoding.
+  static constexpr float kMinTemperature = 1e-30f;
+
   /// \brief True for temperature 0 (argmax decoding).
   [[nodiscard]] bool greedy() const noexcept { return temperature == 0.0f; }
 
@@ -55,6 +64,12 @@ struct SamplingParams {
     if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
       detail::throw_invalid_argument("temperature = ", temperature,
                                      "; expected a finite value >= 0 (0 = greedy)");
+    }
+    if (temperature > 0.0f && temperature < kMinTemperature) {
+      detail::throw_invalid_argument(
+          "temperature = ", temperature, "; expected 0 (greedy) or >= ", kMinTemperature,
+          " (SamplingParams::kMinTemperature: below it (max - x) / T overflows for logits up to "
+          "1e8)");
     }
     if (top_k < 0) {
       detail::throw_invalid_argument("top_k = ", top_k, "; expected >= 0 (0 = off)");
@@ -136,9 +151,10 @@ void grow_to(std::vector<Scalar>& buffer, std::size_t size) {
 }
 
 inline void check_temperature_for_sampling(const SamplingParams& params) {
-  if (!(params.temperature > 0.0f)) {
+  if (!(params.temperature >= SamplingParams::kMinTemperature)) {
     throw_invalid_argument("process_logits: temperature = ", params.temperature,
-                           "; expected > 0 (temperature 0 is greedy: use argmax)");
+                           "; expected >= ", SamplingParams::kMinTemperature,
+                           " (temperature 0 is greedy: use argmax)");
   }
 }
 
