@@ -555,6 +555,50 @@ TEST(SamplingTest, TemperatureBoundary) {
   }
 }
 
+// process_logits is public: called directly, it validates its params as generate() does
+// (min_p = 2.75 used to return a normalizer of 0).
+TEST(SamplingTest, ProcessLogitsValidatesItsParams) {
+  const std::vector<float> logits{-1.0f, 0.5f, 1.0f, -0.25f};
+  std::vector<float> scratch;
+  std::vector<float> weights(4);
+  std::vector<float> block_sums(specdec::weight_block_count(4));
+  std::vector<float> references(specdec::weight_block_count(4));
+  struct Bad {
+    const char* field;
+    void (*apply)(specdec::SamplingParams&);
+  };
+  const Bad bad_params[] = {
+      {"min_p = 2.75", [](specdec::SamplingParams& p) { p.min_p = 2.75f; }},
+      {"top_p = 1.5", [](specdec::SamplingParams& p) { p.top_p = 1.5f; }},
+      {"top_k = -3", [](specdec::SamplingParams& p) { p.top_k = -3; }},
+      {"temperature = -1", [](specdec::SamplingParams& p) { p.temperature = -1.0f; }},
+  };
+  for (const Bad& bad : bad_params) {
+    SCOPED_TRACE(bad.field);
+    specdec::SamplingParams params;
+    bad.apply(params);
+    auto names_field = [&](auto&& call) {
+      try {
+        (void)call();
+        ADD_FAILURE() << "no exception";
+      } catch (const std::invalid_argument& error) {
+        const std::string message = error.what();
+        EXPECT_EQ(message.rfind("specdec: ", 0), 0u) << message;
+        EXPECT_NE(message.find(bad.field), std::string::npos) << message;
+      }
+    };
+    names_field([&] { return specdec::process_logits<float>(logits, params, scratch); });
+    names_field([&] {
+      return specdec::process_logits<float>(
+          logits, params, scratch, specdec::BlockSumBuffers<float>{block_sums, references});
+    });
+    names_field(
+        [&] { return specdec::process_logits<float>(logits, params, scratch, weights, block_sums); });
+    names_field([&] { return specdec::process_logits<float>(logits, params, scratch, weights); });
+    names_field([&] { return specdec::filter_threshold<float>(logits, 1.0f, 1.0f, params, scratch); });
+  }
+}
+
 TEST(SamplingTest, LogitsProcessorIsZeroCopyWhenAbsent) {
   specdec::SamplingParams params;
   const std::vector<float> logits{1.0f, 2.0f, 3.0f};

@@ -150,11 +150,14 @@ void grow_to(std::vector<Scalar>& buffer, std::size_t size) {
          params.top_p < 1.0f || params.min_p > 0.0f;
 }
 
-inline void check_temperature_for_sampling(const SamplingParams& params) {
-  if (!(params.temperature >= SamplingParams::kMinTemperature)) {
+/// The check at every public entry that samples (process_logits): the params are validated
+/// (a few comparisons per row: a caller may not have gone through generate()) and T must be
+/// positive.
+inline void check_params_for_sampling(const SamplingParams& params) {
+  params.validate();
+  if (!(params.temperature > 0.0f)) {
     throw_invalid_argument("process_logits: temperature = ", params.temperature,
-                           "; expected >= ", SamplingParams::kMinTemperature,
-                           " (temperature 0 is greedy: use argmax)");
+                           "; expected > 0 (temperature 0 is greedy: use argmax)");
   }
 }
 
@@ -486,6 +489,7 @@ template <class Scalar>
 [[nodiscard]] Scalar filter_threshold(std::span<const Scalar> logits, Scalar max_logit,
                                       Scalar inv_temperature, const SamplingParams& params,
                                       std::vector<Scalar>& scratch) {
+  params.validate();
   return detail::apply_filters(logits, max_logit, inv_temperature, params, std::span<Scalar>(),
                                scratch)
       .threshold;
@@ -514,7 +518,7 @@ template <class Scalar>
                                                            const SamplingParams& params,
                                                            std::vector<Scalar>& filter_scratch,
                                                            BlockSumBuffers<Scalar> recorded) {
-  check_temperature_for_sampling(params);
+  check_params_for_sampling(params);
   TokenDistribution<Scalar> dist;
   dist.logits = logits;
   dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
@@ -555,8 +559,9 @@ template <class Scalar>
 /// thresholds, then one exp-sum pass. Either way max_logit is the row's max and p(x) for any x
 /// then costs one scalar exp. The logits_processor is *not* applied here (it is float-only and
 /// needs the context): see apply_logits_processor.
-/// \throws std::invalid_argument if params.temperature is 0 (greedy has no distribution: use
-/// argmax); std::domain_error for NaN / +inf / all -inf logits.
+/// \throws std::invalid_argument for params that fail SamplingParams::validate() and for
+/// temperature 0 (greedy has no distribution: use argmax); std::domain_error for NaN / +inf /
+/// all -inf logits.
 template <class Scalar>
 [[nodiscard]] TokenDistribution<Scalar> process_logits(std::span<const Scalar> logits,
                                                        const SamplingParams& params,
@@ -591,7 +596,7 @@ template <class Scalar>
 [[nodiscard]] TokenDistribution<Scalar> process_logits_storing_weights(
     std::span<const Scalar> logits, const SamplingParams& params,
     std::vector<Scalar>& filter_scratch, std::span<Scalar> weights, std::span<Scalar> block_sums) {
-  check_temperature_for_sampling(params);
+  check_params_for_sampling(params);
   const std::size_t vocab_size = logits.size();
   const std::size_t blocks = block_count(vocab_size);
   if (weights.size() != vocab_size) {
