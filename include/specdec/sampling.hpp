@@ -19,6 +19,7 @@
 /// target's p is what keeps speculative sampling exact *for the processed target distribution*.
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstddef>
 #include <functional>
@@ -106,8 +107,13 @@ struct TokenDistribution {
   std::span<const Scalar> block_references{};  ///< see block_sums
 
   [[nodiscard]] std::size_t vocab_size() const noexcept { return logits.size(); }
-  /// \brief Whether the filters keep `token` (requires 0 <= token < V).
+  /// \brief Whether the filters keep `token`.
+  ///
+  /// Precondition of kept(), weight(), probability() and log_probability(): 0 <= token < V.
+  /// Unchecked (they run per token in verification's hot loop; an assert in debug builds):
+  /// the public functions that take token ids from callers (verify.hpp) check them once.
   [[nodiscard]] bool kept(token_t token) const noexcept {
+    assert(token >= 0 && static_cast<std::size_t>(token) < logits.size());
     return logits[static_cast<std::size_t>(token)] >= threshold;
   }
   /// \brief Unnormalised weight exp((logit - max_logit) / T), 0 for filtered tokens.
@@ -115,11 +121,12 @@ struct TokenDistribution {
     if (!kept(token)) return Scalar(0);
     return std::exp(exponent(token));
   }
-  /// \brief p(token); 0 for filtered tokens.
+  /// \brief p(token); 0 for filtered tokens. Requires 0 <= token < V (see kept()).
   [[nodiscard]] Scalar probability(token_t token) const noexcept {
     return weight(token) / normalizer;
   }
   /// \brief log p(token) without forming p (exact for tiny p); -inf for filtered tokens.
+  /// Requires 0 <= token < V (see kept()).
   [[nodiscard]] Scalar log_probability(token_t token) const noexcept {
     if (!kept(token)) return -std::numeric_limits<Scalar>::infinity();
     return exponent(token) - std::log(normalizer);
