@@ -646,6 +646,13 @@ const BadConfig kBadConfigs[] = {
      [](auto& c) { c.draft_length = 0; },
      {"draft_length", "0", "expected"},
      false},
+    {"DraftLengthAboveBound",
+     [](auto& c) {
+       c.draft_length = 5000;
+       c.max_new_tokens = 10000;
+     },
+     {"draft_length", "5000", "4096"},
+     false},
     {"TemperatureNegative",
      [](auto& c) { c.sampling.temperature = -0.5f; },
      {"temperature", "-0.5", "expected"}},
@@ -746,6 +753,34 @@ TEST(InputErrors, SmallestTemperatureSamplesTheArgmax) {
   EXPECT_EQ(tiny.tokens, greedy.tokens);
   EXPECT_EQ(tiny_plain.tokens, greedy.tokens);
   EXPECT_TRUE(s.recovers());
+}
+
+// Buffers are sized by the draft length a round can use, min(K, max_new_tokens - 1), not by K:
+// a huge K with a small budget costs O(budget) (K = 1e9 used to reserve K-sized statistics,
+// coins and context: gigabytes, or std::bad_alloc).
+TEST(InputErrors, HugeDraftLengthWithASmallBudgetIsSizedByTheBudget) {
+  for (const std::size_t k : {std::size_t{1000}, std::size_t{1000000000}, SIZE_MAX}) {
+    SCOPED_TRACE(k);
+    SpeculativeScenario<> s;
+    s.config.draft_length = k;
+    s.config.max_new_tokens = 4;
+    const specdec::GenerationResult result = s.decoder.generate(s.prompt, s.config);
+    EXPECT_EQ(result.tokens.size(), 4u);
+    EXPECT_EQ(result.stats.drafted_at.size(), 3u);
+    EXPECT_EQ(result.stats.accepted_at.size(), 3u);
+    EXPECT_TRUE(s.recovers());
+  }
+  // The bound applies to the usable length: K = 5000 with a budget of 100 drafts at most 99.
+  SpeculativeScenario<> s;
+  s.config.draft_length = 5000;
+  s.config.max_new_tokens = 100;
+  EXPECT_NO_THROW(s.config.validate());
+  EXPECT_EQ(s.decoder.generate(s.prompt, s.config).stats.drafted_at.size(), 99u);
+  s.config.draft_length = specdec::GenerationConfig::kMaxDraftLength;
+  s.config.max_new_tokens = SIZE_MAX;
+  EXPECT_NO_THROW(s.config.validate());
+  s.config.draft_length += 1;
+  EXPECT_THROW(s.config.validate(), std::invalid_argument);
 }
 
 TEST(InputErrors, EmptyPromptSpeculative) {

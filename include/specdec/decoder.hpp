@@ -57,7 +57,16 @@ enum class VerifierKind {
 
 /// \brief Everything one generate() call needs besides the prompt.
 struct GenerationConfig {
-  std::size_t draft_length = 4;      ///< K >= 1 (AutoregressiveDecoder ignores it)
+  /// The largest draft length a round may use: min(draft_length, max_new_tokens - 1) must not
+  /// exceed it. A round holds one row of V draft weights per drafted token (K V floats: 4096
+  /// rows of a 32k vocabulary are 512 MB), and acceptance falls geometrically with the
+  /// position, so nothing useful lies beyond; a larger value is almost surely a mistake.
+  static constexpr std::size_t kMaxDraftLength = 4096;
+
+  /// K >= 1, the most tokens drafted per round; a round drafts at most min(K, max_new_tokens -
+  /// 1) (the budget), and that must be <= kMaxDraftLength. Buffers are sized by that usable
+  /// length, so a huge K with a small budget costs O(budget). AutoregressiveDecoder ignores it.
+  std::size_t draft_length = 4;
   std::size_t max_new_tokens = 128;  ///< hard budget, never exceeded; 0 returns no tokens
   std::vector<token_t> stop_tokens;  ///< generation ends after emitting one (it is included)
   SamplingParams sampling;           ///< temperature, top_k, top_p, min_p, logits_processor
@@ -71,7 +80,20 @@ struct GenerationConfig {
       detail::throw_invalid_argument(
           "draft_length = 0; expected K >= 1 (tokens drafted per round)");
     }
+    if (usable_draft_length() > kMaxDraftLength) {
+      detail::throw_invalid_argument(
+          "draft_length = ", draft_length, " with max_new_tokens = ", max_new_tokens,
+          " lets a round draft ", usable_draft_length(),
+          " tokens; expected min(K, max_new_tokens - 1) <= ", kMaxDraftLength,
+          " (GenerationConfig::kMaxDraftLength)");
+    }
     sampling.validate();
+  }
+
+  /// \brief min(draft_length, max_new_tokens - 1): the most tokens a round can draft (a round
+  /// emits accepted + 1 tokens within the budget). 0 when max_new_tokens is 0.
+  [[nodiscard]] std::size_t usable_draft_length() const noexcept {
+    return max_new_tokens == 0 ? 0 : std::min(draft_length, max_new_tokens - 1);
   }
 };
 
@@ -274,16 +296,17 @@ class StrategyDecoder {
     result.tokens.reserve(reserve);
     if (config.logprobs) result.logprobs.reserve(reserve);
     DecodeStats& stats = result.stats;
-    stats.drafted_at.assign(config.draft_length, 0);
-    stats.accepted_at.assign(config.draft_length, 0);
+    const std::size_t usable_draft_length = config.usable_draft_length();
+    stats.drafted_at.assign(usable_draft_length, 0);
+    stats.accepted_at.assign(usable_draft_length, 0);
 
     Rng rng(config.seed);
     DraftCoins draft_coins(rng);
     std::vector<token_t>& context = context_;
     context.clear();
-    context.reserve(prompt.size() + reserve + config.draft_length + 1);
+    context.reserve(prompt.size() + reserve + usable_draft_length + 1);
     context.assign(prompt.begin(), prompt.end());
-    detail::ensure_size(acceptance_coins_, config.draft_length);
+    detail::ensure_size(acceptance_coins_, usable_draft_length);
     std::size_t vocab_size = 0;  // learned from the first model call of this generate()
 
     bool finished = config.max_new_tokens == 0;
@@ -395,7 +418,7 @@ class StrategyDecoder {
   Policy policy_;
   Verifier verifier_;
   std::vector<token_t> context_;          // (prompt + budget + K) committed + speculative
-  std::vector<double> acceptance_coins_;  // (K)
+  std::vector<double> acceptance_coins_;  // (K) usable draft length
   TargetRowBuffers<float> target_buffers_;
 };
 

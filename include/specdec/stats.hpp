@@ -52,7 +52,9 @@ struct DecodeStats {
   std::size_t rejecting_rounds = 0;      ///< rounds that ended in a rejection (accepted < K_eff)
   std::size_t draft_calls = 0;           ///< calls of the draft model
   std::size_t target_calls = 0;          ///< calls of the target model
-  std::vector<std::size_t> drafted_at;   ///< [k]: rounds that drafted a token at position k
+  /// [k]: rounds that drafted a token at position k; one entry per position a round could use,
+  /// min(draft_length, max_new_tokens - 1)
+  std::vector<std::size_t> drafted_at;
   std::vector<std::size_t> accepted_at;  ///< [k]: rounds whose position-k draft was accepted
 
   double draft_seconds = 0;    ///< wall time inside draft model calls
