@@ -629,6 +629,49 @@ TEST_P(ModelOutputErrors, AutoregressiveTargetRowAllNegativeInfinity) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The verifier's final draw (bonus or correction) names its target row
+// ---------------------------------------------------------------------------------------------
+
+// Token-level-shaped test double whose bonus draw fails the way a sample from a row without
+// any kept token does ("cannot sample: every weight is 0"), while `broken`. Accepts every
+// drafted token (not lossless: only the error path matters here).
+struct BonusDrawFailingVerifier {
+  bool broken = true;
+
+  template <class Scalar, class Coins>
+  specdec::VerifyResult verify(const specdec::Proposal<Scalar>& proposal,
+                               specdec::TargetRows<Scalar>& target, Coins& coins) const {
+    const std::size_t n = proposal.size();
+    for (std::size_t j = 0; j < n; ++j) (void)target.distribution(j);
+    specdec::TokenDistribution<Scalar> bonus = target.distribution(n);
+    if (broken) bonus.threshold = std::numeric_limits<Scalar>::infinity();  // nothing kept
+    return {n, coins.draw(specdec::DistributionLaw<Scalar>{bonus, target.scratch()}), true};
+  }
+};
+
+TEST(FinalDrawErrors, BonusDrawNamesTheTargetRow) {
+  using Decoder = specdec::StrategyDecoder<SpanTarget, specdec::ModelProposer<ScriptedDraft>,
+                                           specdec::StaticDraftLength, BonusDrawFailingVerifier>;
+  ScriptedDraft draft;
+  SpanTarget target;
+  Decoder decoder(target, specdec::ModelProposer<ScriptedDraft>(draft));
+  const std::vector<token_t> prompt = {1, 2, 3};
+  // K = 4 after a 3-token prompt: the bonus row is row 4 of 5, at position 7.
+  EXPECT_TRUE(throws_with_message<std::domain_error>(
+      [&] { (void)decoder.generate(prompt, valid_config()); },
+      {"specdec: target model row 4 of 5 (position 7, context length 7): cannot sample: every "
+       "weight is 0"}));
+  // Usable afterwards: the same decoder, repaired, matches a fresh one.
+  decoder.verifier().broken = false;
+  ScriptedDraft fresh_draft;
+  SpanTarget fresh_target;
+  Decoder fresh(fresh_target, specdec::ModelProposer<ScriptedDraft>(fresh_draft));
+  fresh.verifier().broken = false;
+  EXPECT_TRUE(same_output(decoder.generate(prompt, valid_config()),
+                          fresh.generate(prompt, valid_config())));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Bad configuration and caller input: rejected up front, before any model call
 // ---------------------------------------------------------------------------------------------
 

@@ -345,7 +345,9 @@ class StrategyDecoder {
         for (std::size_t i = 0; i < n; ++i) acceptance_coins_[i] = rng.uniform01();
         const VerificationCoins coins(std::span<const double>(acceptance_coins_.data(), n),
                                       rng.uniform01());
-        verdict = verifier_.verify(proposal, target, coins);
+        // An error from the final draw (bonus or correction) names the row it samples.
+        verdict = target.naming_rows_in_errors(
+            [&] { return verifier_.verify(proposal, target, coins); });
         check_verdict(verdict, n, vocab_size);
       }
 
