@@ -826,6 +826,41 @@ TEST(InputErrors, HugeDraftLengthWithASmallBudgetIsSizedByTheBudget) {
   EXPECT_THROW(s.config.validate(), std::invalid_argument);
 }
 
+// Prompt token ids: negative ones are rejected before any model call; ids >= V as soon as V is
+// known (the first model call), once per generate().
+TEST(InputErrors, NegativePromptToken) {
+  SpeculativeScenario<> s;
+  s.prompt = {1, -1, 3};
+  EXPECT_TRUE(s.fails_with<std::invalid_argument>({"prompt token -1 at index 1", "expected"}));
+  EXPECT_EQ(s.draft.faults.calls + s.target.faults.calls, 0u);
+  EXPECT_TRUE(s.recovers());
+  AutoregressiveScenario<> a;
+  a.prompt = {-7, 1, 3};
+  EXPECT_TRUE(a.fails_with<std::invalid_argument>({"prompt token -7 at index 0", "expected"}));
+  EXPECT_EQ(a.target.faults.calls, 0u);
+  EXPECT_TRUE(a.recovers());
+}
+
+TEST(InputErrors, PromptTokenNotInTheVocabulary) {
+  for (const float temperature : {1.0f, 0.0f}) {
+    SCOPED_TRACE(temperature);
+    SpeculativeScenario<> s;
+    s.config.sampling.temperature = temperature;
+    s.prompt = {1, 2, 16, 3};
+    EXPECT_TRUE(
+        s.fails_with<std::invalid_argument>({"prompt token 16 at index 2", "[0, 16)", "V = 16"}));
+    EXPECT_EQ(s.target.faults.calls, 0u);  // caught after the first draft call
+    EXPECT_TRUE(s.recovers());
+    AutoregressiveScenario<> a;
+    a.config.sampling.temperature = temperature;
+    a.prompt = {1000, 2};
+    EXPECT_TRUE(
+        a.fails_with<std::invalid_argument>({"prompt token 1000 at index 0", "[0, 16)", "V = 16"}));
+    EXPECT_EQ(a.target.faults.calls, 1u);
+    EXPECT_TRUE(a.recovers());
+  }
+}
+
 TEST(InputErrors, EmptyPromptSpeculative) {
   SpeculativeScenario<> s;
   s.prompt.clear();

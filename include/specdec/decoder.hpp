@@ -130,6 +130,24 @@ inline void validate_prompt(std::span<const token_t> prompt) {
     throw_invalid_argument("prompt is empty; expected at least one token (e.g. BOS) for the "
                            "models to condition on");
   }
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0) {
+      throw_invalid_argument("prompt token ", prompt[i], " at index ", i,
+                             " is negative; expected a token id in [0, V)");
+    }
+  }
+}
+
+/// The prompt against the vocabulary size, once per generate(), as soon as the first model call
+/// has established V (negative ids were rejected up front by validate_prompt).
+inline void check_prompt_vocabulary(std::span<const token_t> prompt, std::size_t vocab_size) {
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (static_cast<std::size_t>(prompt[i]) >= vocab_size) {
+      throw_invalid_argument("prompt token ", prompt[i], " at index ", i,
+                             " is out of range; expected a token id in [0, ", vocab_size,
+                             ") (V = ", vocab_size, ", the models' vocabulary size)");
+    }
+  }
 }
 
 inline void validate_request(std::span<const token_t> prompt, const GenerationConfig& config) {
@@ -249,7 +267,8 @@ class StrategyDecoder {
         verifier_(std::move(verifier)) {}
 
   /// \brief Generates up to config.max_new_tokens tokens after `prompt`.
-  /// \throws std::invalid_argument for a bad config or an empty prompt; std::domain_error for
+  /// \throws std::invalid_argument for a bad config, an empty prompt or a prompt token outside
+  /// [0, V) (negative ids before any model call, ids >= V after the first); std::domain_error for
   /// bad model output; anything a model or strategy throws, unchanged.
   GenerationResult generate(std::span<const token_t> prompt, const GenerationConfig& config) {
     return generate(prompt, config, [](std::span<const token_t>) { return true; });
@@ -308,6 +327,12 @@ class StrategyDecoder {
     context.assign(prompt.begin(), prompt.end());
     detail::ensure_size(acceptance_coins_, usable_draft_length);
     std::size_t vocab_size = 0;  // learned from the first model call of this generate()
+    bool prompt_checked = false;  // against vocab_size, once it is known
+    auto check_prompt_once = [&] {
+      if (prompt_checked || vocab_size == 0) return;
+      detail::check_prompt_vocabulary(prompt, vocab_size);
+      prompt_checked = true;
+    };
 
     bool finished = config.max_new_tokens == 0;
     while (!finished) {
@@ -321,6 +346,7 @@ class StrategyDecoder {
                            vocab_size, stats);
       request.bind_policy(policy_);
       const auto proposal = proposer_.propose(request, draft_coins);
+      check_prompt_once();
       const std::size_t n = proposal.size();
       context.resize(committed);
       context.insert(context.end(), proposal.tokens.begin(), proposal.tokens.end());
@@ -332,6 +358,7 @@ class StrategyDecoder {
       ++stats.target_calls;
       const LogitsRows<float> rows = detail::as_target_rows(target_result, n + 1);
       check_target_vocab(vocab_size, rows.vocab_size(), n);
+      check_prompt_once();
       detail::check_proposal(proposal, request.limit, vocab_size);
       TargetRows<float> target(rows, context, committed, params, config.logprobs,
                                target_buffers_);
@@ -512,7 +539,9 @@ class AutoregressiveDecoder {
       });
       ++stats.target_calls;
       const LogitsRows<float> rows = detail::as_target_rows(target_result, 1);
+      const bool first_call = vocab_size == 0;
       detail::check_vocab_size(vocab_size, rows.vocab_size(), "target model");
+      if (first_call) detail::check_prompt_vocabulary(prompt, vocab_size);
       const std::span<const float> logits =
           apply_logits_processor(params, context_, rows.row(0), processed_);
 
