@@ -672,6 +672,133 @@ TEST(FinalDrawErrors, BonusDrawNamesTheTargetRow) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The models' context limit (GenerationConfig::max_context)
+// ---------------------------------------------------------------------------------------------
+
+// Models that throw if called with a context longer than `limit`, and record the longest.
+struct ContextLimitExceeded : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+struct LimitedDraft : ScriptedDraft {
+  std::size_t limit = SIZE_MAX;
+  std::size_t longest = 0;
+  std::span<const float> operator()(std::span<const token_t> context) {
+    if (context.size() > limit) throw ContextLimitExceeded("draft called past its context limit");
+    longest = std::max(longest, context.size());
+    return ScriptedDraft::operator()(context);
+  }
+};
+
+struct LimitedTarget : SpanTarget {
+  std::size_t limit = SIZE_MAX;
+  std::size_t longest = 0;
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    if (context.size() > limit) throw ContextLimitExceeded("target called past its context limit");
+    longest = std::max(longest, context.size());
+    return SpanTarget::operator()(context, n);
+  }
+};
+
+TEST(ContextLimit, SpeculativeDecoderNeverExceedsIt) {
+  const std::vector<token_t> prompt = {1, 2, 3};
+  for (const specdec::VerifierKind verifier :
+       {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
+    for (const float temperature : {1.0f, 0.0f}) {
+      for (const std::size_t max_context : {std::size_t{3}, std::size_t{4}, std::size_t{20}}) {
+        SCOPED_TRACE(::testing::Message() << "T = " << temperature << ", max_context = "
+                                          << max_context << ", block = "
+                                          << (verifier == specdec::VerifierKind::block));
+        LimitedDraft draft;
+        LimitedTarget target;
+        draft.limit = target.limit = max_context;
+        specdec::SpeculativeDecoder decoder(draft, target);
+        specdec::GenerationConfig config = valid_config();
+        config.sampling.temperature = temperature;
+        config.verifier = verifier;
+        config.max_new_tokens = 100;
+        config.max_context = max_context;
+        std::vector<token_t> streamed;
+        const specdec::GenerationResult result =
+            decoder.generate(prompt, config, [&](std::span<const token_t> chunk) {
+              streamed.insert(streamed.end(), chunk.begin(), chunk.end());
+              return true;
+            });
+        EXPECT_EQ(result.finish_reason, specdec::FinishReason::context_limit);
+        EXPECT_EQ(result.tokens.size(), max_context + 1 - prompt.size());
+        EXPECT_EQ(streamed, result.tokens);
+        EXPECT_EQ(target.longest, max_context);  // the limit is used, not just respected
+        EXPECT_LT(draft.longest, max_context);
+        if (temperature == 0.0f) {  // greedy: the unlimited output, cut
+          ScriptedDraft free_draft;
+          SpanTarget free_target;
+          specdec::SpeculativeDecoder free(free_draft, free_target);
+          config.max_context = 0;
+          const auto unlimited = free.generate(prompt, config);
+          EXPECT_EQ(result.tokens, std::vector<token_t>(unlimited.tokens.begin(),
+                                                        unlimited.tokens.begin() +
+                                                            static_cast<std::ptrdiff_t>(
+                                                                result.tokens.size())));
+        }
+      }
+    }
+  }
+}
+
+TEST(ContextLimit, AutoregressiveDecoderNeverExceedsIt) {
+  const std::vector<token_t> prompt = {1, 2, 3};
+  for (const float temperature : {1.0f, 0.0f}) {
+    SCOPED_TRACE(temperature);
+    LimitedTarget target;
+    target.limit = 20;
+    specdec::AutoregressiveDecoder decoder(target);
+    specdec::GenerationConfig config = valid_config();
+    config.sampling.temperature = temperature;
+    config.max_new_tokens = 100;
+    config.max_context = 20;
+    const specdec::GenerationResult result = decoder.generate(prompt, config);
+    EXPECT_EQ(result.finish_reason, specdec::FinishReason::context_limit);
+    ASSERT_EQ(result.tokens.size(), 18u);
+    EXPECT_EQ(target.longest, 20u);
+    SpanTarget free_target;
+    specdec::AutoregressiveDecoder free(free_target);
+    config.max_context = 0;
+    const auto unlimited = free.generate(prompt, config);  // one coin per token: same prefix
+    EXPECT_EQ(result.tokens, std::vector<token_t>(unlimited.tokens.begin(),
+                                                  unlimited.tokens.begin() + 18));
+  }
+}
+
+TEST(ContextLimit, TheBudgetTakesPrecedence) {
+  const std::vector<token_t> prompt = {1, 2, 3};
+  LimitedDraft draft;
+  LimitedTarget target;
+  draft.limit = target.limit = 20;
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  specdec::GenerationConfig config = valid_config();
+  config.max_context = 20;
+  config.max_new_tokens = 18;  // ends exactly where the context does
+  EXPECT_EQ(decoder.generate(prompt, config).finish_reason, specdec::FinishReason::length);
+  EXPECT_EQ(plain.generate(prompt, config).finish_reason, specdec::FinishReason::length);
+  config.max_new_tokens = 17;
+  EXPECT_EQ(decoder.generate(prompt, config).tokens.size(), 17u);
+}
+
+TEST(ContextLimit, PromptLongerThanTheLimit) {
+  SpeculativeScenario<> s;
+  s.config.max_context = 2;  // the prompt has 3 tokens
+  EXPECT_TRUE(s.fails_with<std::invalid_argument>({"prompt", "3 tokens", "max_context = 2"}));
+  EXPECT_EQ(s.draft.faults.calls + s.target.faults.calls, 0u);
+  EXPECT_TRUE(s.recovers());
+  AutoregressiveScenario<> a;
+  a.config.max_context = 2;
+  EXPECT_TRUE(a.fails_with<std::invalid_argument>({"prompt", "3 tokens", "max_context = 2"}));
+  EXPECT_EQ(a.target.faults.calls, 0u);
+  EXPECT_TRUE(a.recovers());
+}
+
+// ---------------------------------------------------------------------------------------------
 // Bad configuration and caller input: rejected up front, before any model call
 // ---------------------------------------------------------------------------------------------
 

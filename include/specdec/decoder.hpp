@@ -4,8 +4,9 @@
 /// AutoregressiveDecoder (one target call per token: the baseline).
 ///
 /// A speculative round (StrategyDecoder::run reads as this list):
-///   propose: the Proposer drafts n <= limit = min(K, remaining budget - 1) tokens, asking the
-///            DraftLengthPolicy before each, and reports the distribution each was drawn from
+///   propose: the Proposer drafts n <= limit = min(K, remaining budget - 1, max_context -
+///            committed) tokens, asking the DraftLengthPolicy before each, and reports the
+///            distribution each was drawn from
 ///   target:  one call target(committed + drafted, n + 1)
 ///   verify:  the Verifier keeps a prefix of a tokens and draws the next token (greedy: argmax
 ///            matching); a + 1 <= remaining, so the budget is exact
@@ -73,6 +74,12 @@ struct GenerationConfig {
   std::uint64_t seed = 0;            ///< same seed, same models => same tokens
   bool logprobs = true;              ///< compute the target log-prob of each emitted token
   VerifierKind verifier = VerifierKind::token;  ///< SpeculativeDecoder's verifier (T > 0)
+  /// The models' maximum context (tokens per call), 0 = unlimited. No model is called with a
+  /// longer context: a round drafts at most max_context - committed tokens (its target call
+  /// sees committed + drafted), and generation ends with FinishReason::context_limit when
+  /// the committed sequence (prompt + emitted) exceeds it, i.e. holds max_context + 1 tokens
+  /// (the last token is never fed back). A prompt longer than this is an invalid_argument.
+  std::size_t max_context = 0;
 
   /// \brief Throws std::invalid_argument naming the first bad field.
   void validate() const {
@@ -102,6 +109,9 @@ enum class FinishReason {
   length,      ///< max_new_tokens reached
   stop_token,  ///< a stop token was emitted (it is the last token)
   callback,    ///< the chunk callback returned false while generation would have continued
+  /// the next model call would exceed GenerationConfig::max_context: the prompt plus the
+  /// emitted tokens hold max_context + 1 tokens
+  context_limit,
 };
 
 /// \brief The result of one generate() call.
@@ -150,9 +160,27 @@ inline void check_prompt_vocabulary(std::span<const token_t> prompt, std::size_t
   }
 }
 
+/// A prompt the models can take: no longer than config.max_context (0 = unlimited).
+inline void validate_prompt_length(std::span<const token_t> prompt,
+                                   const GenerationConfig& config) {
+  if (config.max_context != 0 && prompt.size() > config.max_context) {
+    throw_invalid_argument("prompt has ", prompt.size(), " tokens, more than max_context = ",
+                           config.max_context,
+                           "; expected a prompt the models can take (at most max_context tokens)");
+  }
+}
+
+/// Whether the committed sequence has outgrown the models' context: the next call would exceed
+/// config.max_context.
+[[nodiscard]] inline bool context_exhausted(std::size_t committed,
+                                            const GenerationConfig& config) noexcept {
+  return config.max_context != 0 && committed > config.max_context;
+}
+
 inline void validate_request(std::span<const token_t> prompt, const GenerationConfig& config) {
   config.validate();
   validate_prompt(prompt);
+  validate_prompt_length(prompt, config);
 }
 
 /// Seconds since `start` on the steady clock.
@@ -342,8 +370,11 @@ class StrategyDecoder {
       const double target_seconds_before = stats.target_seconds;
 
       // ---- propose: drafted tokens and the exact distributions they were drawn from -------
-      DraftRequest request(context, std::min(config.draft_length, remaining - 1), params,
-                           vocab_size, stats);
+      // Budget: accepted + 1 <= remaining. Context: the target call sees committed + drafted
+      // tokens, at most max_context (committed <= max_context, or generation has ended).
+      std::size_t limit = std::min(usable_draft_length, remaining - 1);
+      if (config.max_context != 0) limit = std::min(limit, config.max_context - committed);
+      DraftRequest request(context, limit, params, vocab_size, stats);
       request.bind_policy(policy_);
       const auto proposal = proposer_.propose(request, draft_coins);
       check_prompt_once();
@@ -408,6 +439,9 @@ class StrategyDecoder {
         finished = true;
       } else if (stats.emitted == config.max_new_tokens) {
         result.finish_reason = FinishReason::length;
+        finished = true;
+      } else if (detail::context_exhausted(context.size(), config)) {
+        result.finish_reason = FinishReason::context_limit;
         finished = true;
       }
       const std::span<const token_t> chunk =
@@ -482,7 +516,8 @@ class SpeculativeDecoder
 };
 
 /// \brief Plain decoding with the target alone: one target(context, 1) call per token, the
-/// same SamplingParams and sampler as SpeculativeDecoder (one coin per token). The baseline
+/// same SamplingParams, sampler, budget and context limit as SpeculativeDecoder (one coin per
+/// token). The baseline
 /// against which a speedup is measured. config.draft_length is ignored (not validated).
 template <class Target>
 class AutoregressiveDecoder {
@@ -517,6 +552,7 @@ class AutoregressiveDecoder {
     // draft_length is meaningless here; validate the rest exactly as the speculative decoder.
     config.sampling.validate();
     detail::validate_prompt(prompt);
+    detail::validate_prompt_length(prompt, config);
     const auto start = std::chrono::steady_clock::now();
     const SamplingParams& params = config.sampling;
     const std::size_t reserve = std::min(config.max_new_tokens, detail::kMaxReservedTokens);
@@ -587,6 +623,9 @@ class AutoregressiveDecoder {
         finished = true;
       } else if (stats.emitted == config.max_new_tokens) {
         result.finish_reason = FinishReason::length;
+        finished = true;
+      } else if (detail::context_exhausted(context_.size(), config)) {
+        result.finish_reason = FinishReason::context_limit;
         finished = true;
       }
       if (!on_chunk(std::span<const token_t>(result.tokens).subspan(stats.emitted - 1)) &&
