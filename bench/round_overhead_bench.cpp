@@ -250,19 +250,28 @@ void BM_ExpSumPass(benchmark::State& state) {
 // ---- one speculative round, through the real decoder ---------------------------------------
 
 /// Args: V, K, temperature (0 or 1), top_p on (0.9) / off, logprobs on / off, verifier (0 =
-/// token-level, 1 = block).
-void BM_Round(benchmark::State& state) {
+/// token-level, 1 = block, 2 = token-level chosen at compile time: StrategyDecoder with
+/// TokenVerifier instead of SpeculativeDecoder's run-time ConfiguredVerifier).
+template <bool kCompileTimeVerifier>
+void run_round_benchmark(benchmark::State& state) {
   const auto V = static_cast<std::size_t>(state.range(0));
   const auto K = static_cast<std::size_t>(state.range(1));
   const bool greedy = state.range(2) == 0;
   const bool top_p = state.range(3) != 0;
   const bool logprobs = state.range(4) != 0;
-  const bool block = state.range(5) != 0;
+  const bool block = state.range(5) == 1;
   const Pool& pool = pool_for(V);
 
   PoolDraft draft{&pool};
   PoolTarget target{&pool};
-  specdec::SpeculativeDecoder decoder(draft, target);
+  auto decoder = [&] {
+    if constexpr (kCompileTimeVerifier) {
+      return specdec::StrategyDecoder(target, specdec::ModelProposer(draft),
+                                      specdec::StaticDraftLength{}, specdec::TokenVerifier{});
+    } else {
+      return specdec::SpeculativeDecoder(draft, target);
+    }
+  }();
   specdec::GenerationConfig config;
   config.draft_length = K;
   config.max_new_tokens = kBudget;
@@ -385,7 +394,15 @@ void BM_Round(benchmark::State& state) {
   state.counters["allocs_gen"] =
       static_cast<double>(total_allocs) / static_cast<double>(generates);
   state.SetLabel(std::string(greedy ? "greedy" : (top_p ? "T=1 top_p=0.9" : "T=1")) +
-                 (block ? " block" : ""));
+                 (block ? " block" : "") + (kCompileTimeVerifier ? " compile-time" : ""));
+}
+
+void BM_Round(benchmark::State& state) {
+  if (state.range(5) == 2) {
+    run_round_benchmark<true>(state);
+  } else {
+    run_round_benchmark<false>(state);
+  }
 }
 
 void round_args(benchmark::internal::Benchmark* b) {
@@ -399,6 +416,8 @@ void round_args(benchmark::internal::Benchmark* b) {
           if (T == 0 && top_p == 0) b->Args({V, K, T, top_p, 0, 0});
           // Block verification (sampled rounds): every target row plus a residual-mass pass.
           if (T == 1 && V != 151936) b->Args({V, K, T, top_p, 1, 1});
+          // The built-in verifier chosen at compile time, against the run-time choice.
+          if (T == 1 && top_p == 0 && V != 151936) b->Args({V, K, T, top_p, 1, 2});
         }
       }
     }

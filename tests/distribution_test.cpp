@@ -38,9 +38,14 @@
 #include "specdec/rng.hpp"
 #include "specdec/sampling.hpp"
 #include "specdec/testing.hpp"
+
+#include "restated_token_verifier.hpp"
 #include "specdec/verify.hpp"
 
 namespace {
+
+using specdec_test::Mutation;
+using specdec_test::RestatedTokenVerifier;
 
 using specdec::SamplingParams;
 using specdec::token_t;
@@ -621,73 +626,9 @@ TEST(DistributionPowerTest, KernelLoopReproducesTheDecoder) {
   }
 }
 
-// ---- power check: StrategyDecoder with a verifier restated here, with bugs injected ----------
+// ---- power check: StrategyDecoder with the restated verifier, with bugs injected --------------
+// (RestatedTokenVerifier and its mutants: tests/restated_token_verifier.hpp)
 
-enum class Mutation {
-  none,             // the rule, from acceptance_probability / residual_distribution (control)
-  scalar_residual,  // seed bug 1: residual max(0, p(y) - q(x)) with the drafted token's scalar q(x)
-  wrong_bonus_row,  // seed bug 2 (as a wrong-row mistake): bonus from the last drafted token's row
-};
-
-// A law given by explicit weights (sum `total` > 0), sampled by inverse CDF.
-template <class Scalar>
-struct WeightVectorLaw {
-  std::vector<Scalar> weights;
-  Scalar total;
-
-  [[nodiscard]] std::size_t vocab_size() const noexcept { return weights.size(); }
-  [[nodiscard]] token_t sample(double coin) const {
-    return specdec::sample_from_weights(std::span<const Scalar>(weights), total, coin);
-  }
-  [[nodiscard]] double mass(token_t token) const noexcept {
-    return static_cast<double>(weights[static_cast<std::size_t>(token)]);
-  }
-};
-
-template <class Scalar>
-WeightVectorLaw<Scalar> law_of(const specdec::TokenDistribution<Scalar>& p) {
-  WeightVectorLaw<Scalar> law{std::vector<Scalar>(p.vocab_size()), Scalar(0)};
-  for (std::size_t y = 0; y < law.weights.size(); ++y) {
-    law.total += law.weights[y] = p.probability(static_cast<token_t>(y));
-  }
-  return law;
-}
-
-// Token-level verification written out from the math (sampled proposals), with one injected
-// bug per Mutation: a Verifier for StrategyDecoder (float) and for the harness (double).
-struct RestatedTokenVerifier {
-  Mutation mutation = Mutation::none;
-
-  template <class Scalar, class Coins>
-  specdec::VerifyResult verify(const specdec::Proposal<Scalar>& proposal,
-                               specdec::TargetRows<Scalar>& target, Coins& coins) const {
-    const std::size_t n = proposal.size();
-    const std::size_t vocab = target.vocab_size();
-    for (std::size_t j = 0; j < n; ++j) {
-      const specdec::TokenDistribution<Scalar>& p = target.distribution(j);
-      const token_t x = proposal.tokens[j];
-      const Scalar q_x = proposal.q(j, x);
-      if (coins.accept(j, static_cast<double>(specdec::acceptance_probability(p.probability(x), q_x)))) {
-        continue;
-      }
-      WeightVectorLaw<Scalar> residual{std::vector<Scalar>(vocab), Scalar(0)};
-      if (mutation == Mutation::scalar_residual) {
-        for (std::size_t y = 0; y < vocab; ++y) {
-          residual.total += residual.weights[y] =
-              std::max(Scalar(0), p.probability(static_cast<token_t>(y)) - q_x);
-        }
-      } else {
-        residual.total = static_cast<Scalar>(specdec::residual_distribution(
-            p, proposal.q_weights.row(j), proposal.q_normalizers[j],
-            std::span<Scalar>(residual.weights)));
-      }
-      if (!(residual.total > 0)) residual = law_of(p);  // documented fallback: p itself
-      return {j, coins.draw(residual), false};
-    }
-    const std::size_t bonus_row = mutation == Mutation::wrong_bonus_row && n > 0 ? n - 1 : n;
-    return {n, coins.draw(law_of(target.distribution(bonus_row))), true};
-  }
-};
 
 // The power-check case: well-matched draft, T = 1, K = 2, three tokens.
 constexpr std::size_t kPowerDraftLength = 2;

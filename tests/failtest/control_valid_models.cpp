@@ -34,6 +34,20 @@ struct RowMajorTarget {
 static_assert(specdec::DraftModel<SpanDraft> && specdec::DraftModel<EigenDraft>);
 static_assert(specdec::TargetModel<FlatTarget> && specdec::TargetModel<RowMajorTarget>);
 
+// Valid user strategies, shaped like the strategy failtests' broken ones.
+struct EmptyProposer {
+  template <class Coins>
+  specdec::Proposal<float> propose(specdec::DraftRequest&, Coins&) {
+    return {};
+  }
+};
+struct TwoTokenPolicy {
+  bool draft_more(const specdec::DraftState& state) const { return state.drafted < 2; }
+  void observe(const specdec::RoundReport&) {}
+};
+static_assert(specdec::Proposer<EmptyProposer> && specdec::DraftLengthPolicy<TwoTokenPolicy>);
+static_assert(specdec::Verifier<specdec::TokenVerifier> && specdec::Verifier<specdec::BlockVerifier>);
+
 int main() {
   SpanDraft span_draft;
   EigenDraft eigen_draft;
@@ -44,7 +58,13 @@ int main() {
   specdec::SpeculativeDecoder<SpanDraft, FlatTarget> a(span_draft, flat_target);
   specdec::SpeculativeDecoder<EigenDraft, RowMajorTarget> b(eigen_draft, row_major_target);
   specdec::AutoregressiveDecoder<RowMajorTarget> c(row_major_target);
+  specdec::StrategyDecoder d(flat_target, EmptyProposer{}, TwoTokenPolicy{},
+                             specdec::BlockVerifier{});
+  specdec::StrategyDecoder e(flat_target, specdec::ModelProposer(span_draft), TwoTokenPolicy{},
+                             specdec::TokenVerifier{});
   return static_cast<int>(a.generate(prompt, config).tokens.size() +
                           b.generate(prompt, config).tokens.size() +
-                          c.generate(prompt, config).tokens.size());
+                          c.generate(prompt, config).tokens.size() +
+                          d.generate(prompt, config).tokens.size() +
+                          e.generate(prompt, config).tokens.size());
 }
