@@ -706,9 +706,9 @@ TEST(ContextLimit, SpeculativeDecoderNeverExceedsIt) {
        {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
     for (const float temperature : {1.0f, 0.0f}) {
       for (const std::size_t max_context : {std::size_t{3}, std::size_t{4}, std::size_t{20}}) {
-        SCOPED_TRACE(::testing::Message() << "T = " << temperature << ", max_context = "
-                                          << max_context << ", block = "
-                                          << (verifier == specdec::VerifierKind::block));
+        SCOPED_TRACE(::testing::Message()
+                     << "T = " << temperature << ", max_context = " << max_context
+                     << ", block = " << (verifier == specdec::VerifierKind::block));
         LimitedDraft draft;
         LimitedTarget target;
         draft.limit = target.limit = max_context;
@@ -735,10 +735,10 @@ TEST(ContextLimit, SpeculativeDecoderNeverExceedsIt) {
           specdec::SpeculativeDecoder free(free_draft, free_target);
           config.max_context = 0;
           const auto unlimited = free.generate(prompt, config);
-          EXPECT_EQ(result.tokens, std::vector<token_t>(unlimited.tokens.begin(),
-                                                        unlimited.tokens.begin() +
-                                                            static_cast<std::ptrdiff_t>(
-                                                                result.tokens.size())));
+          EXPECT_EQ(result.tokens,
+                    std::vector<token_t>(unlimited.tokens.begin(),
+                                         unlimited.tokens.begin() +
+                                             static_cast<std::ptrdiff_t>(result.tokens.size())));
         }
       }
     }
@@ -764,8 +764,8 @@ TEST(ContextLimit, AutoregressiveDecoderNeverExceedsIt) {
     specdec::AutoregressiveDecoder free(free_target);
     config.max_context = 0;
     const auto unlimited = free.generate(prompt, config);  // one coin per token: same prefix
-    EXPECT_EQ(result.tokens, std::vector<token_t>(unlimited.tokens.begin(),
-                                                  unlimited.tokens.begin() + 18));
+    EXPECT_EQ(result.tokens,
+              std::vector<token_t>(unlimited.tokens.begin(), unlimited.tokens.begin() + 18));
   }
 }
 

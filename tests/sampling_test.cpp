@@ -537,8 +537,8 @@ TEST(SamplingTest, TemperatureBoundary) {
     EXPECT_EQ(specdec::sample_from_weights<float>(weights, block_sums, 0.999), 2);
   }
   const std::vector<float> logits{-1.0f, 0.5f, 1.0f, -0.25f};
-  for (const float t : {std::nextafter(kMin, 0.0f), 1e-35f, 1e-40f,
-                        std::numeric_limits<float>::denorm_min()}) {
+  for (const float t :
+       {std::nextafter(kMin, 0.0f), 1e-35f, 1e-40f, std::numeric_limits<float>::denorm_min()}) {
     SCOPED_TRACE(t);
     specdec::SamplingParams params;
     params.temperature = t;
@@ -592,10 +592,12 @@ TEST(SamplingTest, ProcessLogitsValidatesItsParams) {
       return specdec::process_logits<float>(
           logits, params, scratch, specdec::BlockSumBuffers<float>{block_sums, references});
     });
-    names_field(
-        [&] { return specdec::process_logits<float>(logits, params, scratch, weights, block_sums); });
+    names_field([&] {
+      return specdec::process_logits<float>(logits, params, scratch, weights, block_sums);
+    });
     names_field([&] { return specdec::process_logits<float>(logits, params, scratch, weights); });
-    names_field([&] { return specdec::filter_threshold<float>(logits, 1.0f, 1.0f, params, scratch); });
+    names_field(
+        [&] { return specdec::filter_threshold<float>(logits, 1.0f, 1.0f, params, scratch); });
   }
 }
 

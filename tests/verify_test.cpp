@@ -7,10 +7,10 @@
 #include <cmath>
 #include <functional>
 #include <initializer_list>
-#include <stdexcept>
-#include <string>
 #include <random>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace {
@@ -259,9 +259,8 @@ TEST(VerifyTest, OutOfRangeTokensAndVocabularyMismatchesThrow) {
               coins, 0.0, std::span<double>(f.scratch));
         },
         {"verify_stochastic", token, "[0, 6)"}));
-    EXPECT_TRUE(rejects_token(
-        [&] { (void)specdec::verify_greedy(f.drafted, f.target_rows()); },
-        {"verify_greedy", token, "[0, 6)"}));
+    EXPECT_TRUE(rejects_token([&] { (void)specdec::verify_greedy(f.drafted, f.target_rows()); },
+                              {"verify_greedy", token, "[0, 6)"}));
     const auto p = specdec::process_logits(f.target_rows().row(0), f.params, f.scratch_values);
     EXPECT_TRUE(rejects_token([&] { (void)specdec::acceptance_probability(p, p, bad); },
                               {"acceptance_probability", token, "[0, 6)"}));
@@ -303,10 +302,10 @@ TEST(VerifyTest, OutOfRangeTokensAndVocabularyMismatchesThrow) {
                    p5, std::span<const double>(f.draft_weights).first(6), f.normalizers[0],
                    std::span<double>(out)),
                std::invalid_argument);
-  EXPECT_THROW((void)specdec::sample_residual<double>(
-                   p5, std::span<const double>(f.draft_weights).first(6), f.normalizers[0], 0.5,
-                   std::span<double>(out)),
-               std::invalid_argument);
+  EXPECT_THROW(
+      (void)specdec::sample_residual<double>(p5, std::span<const double>(f.draft_weights).first(6),
+                                             f.normalizers[0], 0.5, std::span<double>(out)),
+      std::invalid_argument);
 }
 
 }  // namespace

@@ -164,8 +164,8 @@ inline void check_prompt_vocabulary(std::span<const token_t> prompt, std::size_t
 inline void validate_prompt_length(std::span<const token_t> prompt,
                                    const GenerationConfig& config) {
   if (config.max_context != 0 && prompt.size() > config.max_context) {
-    throw_invalid_argument("prompt has ", prompt.size(), " tokens, more than max_context = ",
-                           config.max_context,
+    throw_invalid_argument("prompt has ", prompt.size(),
+                           " tokens, more than max_context = ", config.max_context,
                            "; expected a prompt the models can take (at most max_context tokens)");
   }
 }
@@ -404,8 +404,8 @@ class StrategyDecoder {
         const VerificationCoins coins(std::span<const double>(acceptance_coins_.data(), n),
                                       rng.uniform01());
         // An error from the final draw (bonus or correction) names the row it samples.
-        verdict = target.naming_rows_in_errors(
-            [&] { return verifier_.verify(proposal, target, coins); });
+        verdict =
+            target.naming_rows_in_errors([&] { return verifier_.verify(proposal, target, coins); });
         check_verdict(verdict, n, vocab_size);
       }
 

@@ -134,8 +134,8 @@ class TargetRows {
     } catch (const std::domain_error& error) {
       if (row_error_named_ || last_row_ >= size()) throw;
       detail::throw_domain_error_for_row(error, "target model row ", last_row_, " of ", size(),
-                                         " (position ", committed_ + last_row_,
-                                         ", context length ", committed_ + last_row_, ")");
+                                         " (position ", committed_ + last_row_, ", context length ",
+                                         committed_ + last_row_, ")");
     }
   }
 

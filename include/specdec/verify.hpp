@@ -60,12 +60,13 @@ inline void check_token(token_t token, std::size_t vocab_size, const char* what,
                         const char* role = "token", std::size_t position = SIZE_MAX) {
   if (token >= 0 && static_cast<std::size_t>(token) < vocab_size) return;
   if (position == SIZE_MAX) {
-    throw_invalid_argument(what, ": ", role, " ", token, " is out of range; expected a token id in [0, ",
-                           vocab_size, ") (V = ", vocab_size, ")");
+    throw_invalid_argument(what, ": ", role, " ", token,
+                           " is out of range; expected a token id in [0, ", vocab_size,
+                           ") (V = ", vocab_size, ")");
   }
   throw_invalid_argument(what, ": ", role, " ", token, " at position ", position,
-                         " is out of range; expected a token id in [0, ", vocab_size, ") (V = ",
-                         vocab_size, ")");
+                         " is out of range; expected a token id in [0, ", vocab_size,
+                         ") (V = ", vocab_size, ")");
 }
 
 /// Checks every drafted token against V once per call (O(K)): the kernels index rows with them
@@ -280,8 +281,7 @@ requires std::invocable<TargetDistributionAt&, std::size_t> &&
   detail::check_drafted_tokens(drafted, draft_weights.vocab_size(), "verify_stochastic");
   for (std::size_t j = 0; j < draft_length; ++j) {
     const TokenDistribution<Scalar> p = target_distribution_at(j);
-    detail::check_same_vocabulary(p.vocab_size(), draft_weights.vocab_size(),
-                                  "verify_stochastic");
+    detail::check_same_vocabulary(p.vocab_size(), draft_weights.vocab_size(), "verify_stochastic");
     const token_t x = drafted[j];
     const std::span<const Scalar> q_weights = draft_weights.row(j);
     const Scalar q_x = q_weights[static_cast<std::size_t>(x)] / draft_normalizers[j];
