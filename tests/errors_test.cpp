@@ -910,13 +910,22 @@ TEST_P(ConfigErrors, ValidateNamesTheField) {
 }
 
 // The smallest usable temperature works through both decoders: with logits this far apart it
-// is a point mass at the argmax, so the tokens are greedy decoding's.
+// is a point mass at the argmax, so the tokens are greedy decoding's. The processor moves each
+// row's max to 0 (exactly: the logits are multiples of 2^-22 in [-2, 2)), so the exponents
+// are x / T on every build; with FMA exponents a max of 2 at T = 1e-30 is reported as a
+// temperature too small for the logits (sampling_test TemperatureBoundary).
 TEST(InputErrors, SmallestTemperatureSamplesTheArgmax) {
+  const auto max_to_zero = [](std::span<const token_t>, std::span<float> logits) {
+    const float max = *std::max_element(logits.begin(), logits.end());
+    for (float& x : logits) x -= max;
+  };
   SpeculativeScenario<> s;
   s.config.sampling.temperature = specdec::SamplingParams::kMinTemperature;
+  s.config.sampling.logits_processor = max_to_zero;
   const specdec::GenerationResult tiny = s.decoder.generate(s.prompt, s.config);
   AutoregressiveScenario<> a;
   a.config.sampling.temperature = specdec::SamplingParams::kMinTemperature;
+  a.config.sampling.logits_processor = max_to_zero;
   const specdec::GenerationResult tiny_plain = a.decoder.generate(a.prompt, a.config);
   a.config.sampling.temperature = 0.0f;
   const specdec::GenerationResult greedy = a.decoder.generate(a.prompt, a.config);

@@ -522,7 +522,8 @@ TEST(SamplingTest, TemperatureBoundary) {
   std::vector<float> block_sums(specdec::weight_block_count(4));
   for (const float scale : {1.0f, 1e8f}) {
     SCOPED_TRACE(scale);
-    const std::vector<float> logits{-1.0f * scale, 0.5f * scale, 1.0f * scale, -0.25f * scale};
+    // Max logit 0: the exponents are x / T exactly, on every build (see below for others).
+    const std::vector<float> logits{-1.0f * scale, -0.5f * scale, 0.0f, -0.25f * scale};
     specdec::SamplingParams params;
     params.temperature = kMin;
     EXPECT_NO_THROW(params.validate());
@@ -535,6 +536,28 @@ TEST(SamplingTest, TemperatureBoundary) {
     const auto q = specdec::process_logits<float>(logits, params, scratch, weights, block_sums);
     EXPECT_TRUE(std::isfinite(q.normalizer));
     EXPECT_EQ(specdec::sample_from_weights<float>(weights, block_sums, 0.999), 2);
+  }
+  // Max logit 1.3: with FMA exponents (native builds) the rounding of max / T = 1.3e30 is a factor
+  // that underflows, and that is reported as a temperature too small for the logits, naming
+  // both; without FMA the row is a point mass at the argmax.
+  {
+    const std::vector<float> logits{-1.0f, 0.5f, 1.3f, -0.25f};
+    specdec::SamplingParams params;
+    params.temperature = kMin;
+    for (const bool store : {false, true}) {
+      try {
+        const auto p =
+            store ? specdec::process_logits<float>(logits, params, scratch, weights, block_sums)
+                  : specdec::process_logits<float>(logits, params, scratch);
+        EXPECT_FALSE(specdec::detail::kExponentByFma);
+        EXPECT_EQ(p.probability(2), 1.0f);
+      } catch (const std::domain_error& error) {
+        EXPECT_TRUE(specdec::detail::kExponentByFma);
+        const std::string message = error.what();
+        EXPECT_NE(message.find("temperature = 1e-30 is too small"), std::string::npos) << message;
+        EXPECT_NE(message.find("max logit = 1.3"), std::string::npos) << message;
+      }
+    }
   }
   const std::vector<float> logits{-1.0f, 0.5f, 1.0f, -0.25f};
   for (const float t :

@@ -168,6 +168,25 @@ inline void check_params_for_sampling(const SamplingParams& params) {
   }
 }
 
+/// The processed row's weights must be representable: Z finite and > 0 (the max token alone
+/// gives Z >= 1 in exact arithmetic). With FMA hardware each exponent carries the rounding of
+/// max / T (detail::scaled_exponent), a common factor exp(delta) with |delta| up to
+/// ~|max| / T * 6e-8 that cancels in every probability but under- or overflows when
+/// |max logit| / T exceeds ~4e8: a temperature too small for logits that large. Checked once
+/// per row (O(1)), so the error names the temperature instead of failing in a later draw.
+template <class Scalar>
+TokenDistribution<Scalar> check_normalizer(const TokenDistribution<Scalar>& dist,
+                                           const SamplingParams& params) {
+  if (!(dist.normalizer > Scalar(0)) || !std::isfinite(dist.normalizer)) {
+    throw_domain_error("temperature = ", params.temperature,
+                       " is too small for this row's logits (max logit = ", dist.max_logit,
+                       ", normalizer = ", dist.normalizer,
+                       "); expected |max logit| / temperature below ~4e8 (use a larger "
+                       "temperature, or 0 for greedy)");
+  }
+  return dist;
+}
+
 /// Smallest logit among the highest-probability tokens whose mass reaches `target_mass`:
 /// the top-p boundary. `logits[0, n)` are the candidates (unsorted) and `weights[0, n)` their
 /// unnormalised weights; both arrays are permuted together. `mass_above` is the mass of the
@@ -536,7 +555,7 @@ template <class Scalar>
     dist.normalizer = static_cast<Scalar>(row.sum);
     dist.block_sums = recorded.sums;
     dist.block_references = recorded.references;
-    return dist;
+    return check_normalizer(dist, params);
   }
   dist.max_logit = scan_max(logits).value;  // throws on NaN / +inf / all -inf
   const FilterResult<Scalar> filtered =
@@ -554,7 +573,7 @@ template <class Scalar>
     dist.normalizer =
         static_cast<Scalar>(exp_sum(logits, dist.max_logit, dist.inv_temperature, dist.threshold));
   }
-  return dist;
+  return check_normalizer(dist, params);
 }
 
 }  // namespace detail
@@ -627,7 +646,7 @@ template <class Scalar>
         online_store_weights(logits, dist.inv_temperature, weights, sums, references);
     dist.max_logit = row.reference;  // shared by every stored weight, not necessarily the max
     dist.normalizer = static_cast<Scalar>(row.sum);
-    return dist;
+    return check_normalizer(dist, params);
   }
   dist.max_logit = scan_max(logits).value;  // throws on NaN / +inf / all -inf
   const FilterResult<Scalar> filtered =
@@ -643,7 +662,7 @@ template <class Scalar>
     dist.normalizer = static_cast<Scalar>(store_weights(
         logits, dist.max_logit, dist.inv_temperature, dist.threshold, weights, block_sums));
   }
-  return dist;
+  return check_normalizer(dist, params);
 }
 
 }  // namespace detail
