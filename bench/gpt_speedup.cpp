@@ -1,12 +1,12 @@
 // gpt_speedup: end-to-end speedup of speculative decoding over plain decoding for the example GPT
-// pair (models/kjv-{draft,target}.spdc), swept over K = 1..k_max and a list of temperatures, on
-// the held-out prompts of models/prompts.txt. A plain program, not Google Benchmark: a data point
-// is a whole generation, and what matters is its ratio to a plain run made under the same
-// conditions, in the same process.
+// pair (models/kjv-{draft,target}.spdc), swept over K = k_min..k_max (default 1..8) and a list of
+// temperatures, on the held-out prompts of models/prompts.txt. A plain program, not Google
+// Benchmark: a data point is a whole generation, and what matters is its ratio to a plain run made
+// under the same conditions, in the same process.
 //
-//   gpt_speedup [--prompts N] [--tokens N] [--k-max K] [--temperatures 0,1] [--seed N]
-//               [--shared-baseline] [--out results.json] [--prompts-file F] [--target F]
-//               [--draft F]
+//   gpt_speedup [--prompts N] [--tokens N] [--k-max K] [--k-min K] [--temperatures 0,1]
+//               [--seed N] [--shared-baseline] [--out results.json] [--prompts-file F]
+//               [--target F] [--draft F]
 //
 // Honest ratios on a noisy machine: every speculative run is paired with a plain run of the same
 // prompt, temperature and seed made right next to it, and the order of the two alternates with K
@@ -60,6 +60,7 @@ struct Options {
   std::size_t prompts = 0;  // 0 = every prompt in the file
   std::size_t tokens = 200;
   std::size_t k_max = 8;
+  std::size_t k_min = 1;  // every run is seeded alike: a K's figures do not depend on k_min
   std::vector<float> temperatures{0.0f, 1.0f};
   std::uint64_t seed = 1234;
   bool shared_baseline = false;
@@ -112,6 +113,7 @@ Options parse_args(int argc, char** argv) {
     if (flag == "--prompts") o.prompts = parse_number<std::size_t>(flag, value());
     else if (flag == "--tokens") o.tokens = parse_number<std::size_t>(flag, value());
     else if (flag == "--k-max") o.k_max = parse_number<std::size_t>(flag, value());
+    else if (flag == "--k-min") o.k_min = parse_number<std::size_t>(flag, value());
     else if (flag == "--temperatures") o.temperatures = parse_temperatures(flag, value());
     else if (flag == "--seed") o.seed = parse_number<std::uint64_t>(flag, value());
     else if (flag == "--shared-baseline") o.shared_baseline = true;
@@ -125,6 +127,9 @@ Options parse_args(int argc, char** argv) {
   }
   if (o.tokens == 0 || o.k_max == 0 || o.temperatures.empty()) {
     throw UsageError("--tokens, --k-max and --temperatures must be non-empty / >= 1");
+  }
+  if (o.k_min == 0 || o.k_min > o.k_max) {
+    throw UsageError("--k-min must be in 1..--k-max");
   }
   return o;
 }
@@ -273,10 +278,11 @@ void write_results(const std::string& json_path, const Options& o, std::size_t p
   if (!json || !tsv) throw std::runtime_error("cannot write " + json_path + " / .tsv");
   char line[1024];
   std::snprintf(line, sizeof line,
-                "{\n  \"config\": {\"prompts\": %zu, \"tokens\": %zu, \"k_max\": %zu, \"seed\": "
-                "%llu, \"baseline\": \"%s\", \"target\": \"%s\", \"draft\": \"%s\", "
+                "{\n  \"config\": {\"prompts\": %zu, \"tokens\": %zu, \"k_min\": %zu, "
+                "\"k_max\": %zu, \"seed\": %llu, \"baseline\": \"%s\", \"target\": \"%s\", "
+                "\"draft\": \"%s\", "
                 "\"load_average_start\": \"%s\", \"load_average_end\": \"%s\"},\n  \"rows\": [",
-                prompt_count, o.tokens, o.k_max, static_cast<unsigned long long>(o.seed),
+                prompt_count, o.tokens, o.k_min, o.k_max, static_cast<unsigned long long>(o.seed),
                 o.shared_baseline ? "shared" : "paired", o.target.c_str(), o.draft.c_str(),
                 load_start.c_str(), load_end.c_str());
   json << line;
@@ -368,14 +374,15 @@ int run(const Options& o) {
   run_speculative(prompts[0]);
 
   const std::string load_start = load_average();
-  std::fprintf(stderr, "gpt_speedup: %zu prompts x %zu tokens, K = 1..%zu, %s baseline; load %s\n",
-               prompts.size(), o.tokens, o.k_max, o.shared_baseline ? "shared" : "paired",
+  std::fprintf(stderr,
+               "gpt_speedup: %zu prompts x %zu tokens, K = %zu..%zu, %s baseline; load %s\n",
+               prompts.size(), o.tokens, o.k_min, o.k_max, o.shared_baseline ? "shared" : "paired",
                load_start.c_str());
   std::vector<Cell> cells;
   for (const float temperature : o.temperatures) {
     config.sampling.temperature = temperature;
     const std::size_t first = cells.size();
-    for (std::size_t k = 1; k <= o.k_max; ++k) {
+    for (std::size_t k = o.k_min; k <= o.k_max; ++k) {
       Cell& cell = cells.emplace_back();
       cell.draft_length = k;
       cell.temperature = temperature;
@@ -385,7 +392,7 @@ int run(const Options& o) {
                    prompts.size());
       TimedRun shared;
       if (o.shared_baseline) shared = run_plain(prompts[p]);
-      for (std::size_t k = 1; k <= o.k_max; ++k) {
+      for (std::size_t k = o.k_min; k <= o.k_max; ++k) {
         config.draft_length = k;
         TimedRun plain_run, speculative_run;
         if (o.shared_baseline) {
@@ -397,7 +404,7 @@ int run(const Options& o) {
           speculative_run = run_speculative(prompts[p]);
           plain_run = run_plain(prompts[p]);
         }
-        cells[first + k - 1].add(o.shared_baseline ? shared : plain_run, speculative_run);
+        cells[first + k - o.k_min].add(o.shared_baseline ? shared : plain_run, speculative_run);
       }
     }
   }
@@ -424,11 +431,12 @@ int run(const Options& o) {
 }  // namespace
 
 constexpr const char* kUsage =
-    "usage: gpt_speedup [--prompts N] [--tokens N] [--k-max K] [--temperatures 0,1] [--seed N]\n"
-    "                   [--shared-baseline] [--out FILE.json] [--prompts-file F] [--target F]\n"
-    "                   [--draft F]\n"
-    "Defaults: every prompt of models/prompts.txt, 200 tokens, K = 1..8, T = 0,1, seed 1234,\n"
-    "paired baseline (a plain run next to every speculative run), no files written.\n";
+    "usage: gpt_speedup [--prompts N] [--tokens N] [--k-max K] [--k-min K] [--temperatures 0,1]\n"
+    "                   [--seed N] [--shared-baseline] [--out FILE.json] [--prompts-file F]\n"
+    "                   [--target F] [--draft F]\n"
+    "Defaults: every prompt of models/prompts.txt, 200 tokens, K = 1..8 (--k-min 1), T = 0,1,\n"
+    "seed 1234, paired baseline (a plain run next to every speculative run),\n"
+    "no files written. Every run is seeded alike, so a K's figures do not depend on --k-min.\n";
 
 int main(int argc, char** argv) {
   try {

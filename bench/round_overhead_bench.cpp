@@ -363,9 +363,10 @@ void run_round_benchmark(benchmark::State& state) {
   const double round_cpu_s =
       std::max(0.0, total_cpu_seconds / static_cast<double>(rounds) -
                         probe_wall * static_cast<double>(window_rounds) / static_cast<double>(rounds));
-  // Target rows processed: accepted + 1 = emitted per round for token-level (lazy), every row
-  // (drafted + 1) for block verification.
-  const double target_rows = block ? static_cast<double>(drafted + rounds)
+  // Target rows processed: accepted + 1 = emitted per round for token-level (lazy); for block
+  // verification rows 0..n-1 always and row n when the whole block is kept (rounds without a
+  // rejection). Block's residual-mass passes are extra work, not rows.
+  const double target_rows = block ? static_cast<double>(drafted + rounds - rejecting_rounds)
                                    : static_cast<double>(emitted);
   const double rows = (static_cast<double>(drafted) + target_rows) / static_cast<double>(rounds);
   state.counters["round_us"] = round_s * 1e6;

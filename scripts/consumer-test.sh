@@ -12,8 +12,14 @@
 #     be picked up instead), build, run;
 #  3. tests/consumer/add_subdirectory: add_subdirectory(<repo root>), build, run.
 # Both consumers compile with -Wall -Wextra -Werror and run a greedy generation whose tokens
-# they check. Exits non-zero on the first failure. Uses the build dir's C++ compiler.
-# Environment: JOBS (default 2) parallel build jobs; KEEP_WORK=1 keeps the temporary dir.
+# they check. They use the build dir's C++ compiler. Then
+#  4. tests/consumer/warnings: a user program (speculative and plain decoding, greedy and
+#     sampled with top-p / top-k / min-p) compiled with -O2 -Wall -Wextra -Wpedantic -Werror in
+#     four modes: GCC and Clang, each portable and with -march=native; built and run in each.
+#     All four run; the step fails if any of them does, naming it.
+# Exits non-zero on the first failing step.
+# Environment: JOBS (default 2) parallel build jobs; KEEP_WORK=1 keeps the temporary dir;
+# SPECDEC_GCC / SPECDEC_CLANG (default g++ / clang++) the compilers of step 4.
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -67,5 +73,29 @@ cmake -S "$root/tests/consumer/add_subdirectory" -B "$work/add_subdirectory" "${
   "-DSPECDEC_SOURCE_DIR=$root"
 cmake --build "$work/add_subdirectory" -j "$jobs"
 "$work/add_subdirectory/consumer" || fail "add_subdirectory consumer"
+
+gcc="${SPECDEC_GCC:-g++}"
+clang="${SPECDEC_CLANG:-clang++}"
+step "warnings: a user program with -Wall -Wextra -Wpedantic -Werror ($gcc, $clang)"
+failed=()
+for mode in "gcc portable" "gcc native" "clang portable" "clang native"; do
+  read -r family arch <<<"$mode"
+  compiler="$gcc"
+  [ "$family" = clang ] && compiler="$clang"
+  native=OFF
+  [ "$arch" = native ] && native=ON
+  command -v "$compiler" >/dev/null || fail "$compiler not found (scripts/install-deps.sh installs it)"
+  dir="$work/warnings-$family-$arch"
+  printf -- '-- %s, %s\n' "$compiler" "$arch"
+  if cmake -S "$root/tests/consumer/warnings" -B "$dir" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+       "-DCMAKE_CXX_COMPILER=$compiler" "-DSPECDEC_SOURCE_DIR=$root" \
+       "-DSPECDEC_CONSUMER_NATIVE=$native" >/dev/null &&
+     cmake --build "$dir" -j "$jobs" && "$dir/user"; then
+    :
+  else
+    failed+=("$family $arch")
+  fi
+done
+((${#failed[@]} == 0)) || fail "warnings consumer: ${failed[*]}"
 
 step "passed"

@@ -2,7 +2,8 @@
 # Installs what specdec needs to build, test and run its demo on Debian/Ubuntu.
 # Idempotent: packages already present are skipped, so it is cheap to run every time.
 set -euo pipefail
-packages=(cmake g++ make libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev)
+# clang: scripts/consumer-test.sh also compiles a user program with Clang.
+packages=(cmake g++ clang make libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

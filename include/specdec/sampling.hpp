@@ -31,6 +31,7 @@
 
 #include "specdec/detail/error.hpp"
 #include "specdec/detail/row_kernels.hpp"
+#include "specdec/detail/simd_warnings.hpp"
 #include "specdec/softmax.hpp"
 #include "specdec/types.hpp"
 
@@ -248,6 +249,9 @@ bool nucleus_boundary(Scalar* logits, Scalar* weights, std::size_t n, double mas
   return false;
 }
 
+// Eigen's AVX-512 maxCoeff is inlined into kth_largest (see detail/simd_warnings.hpp).
+SPECDEC_BEGIN_SIMD_KERNELS
+
 /// The k-th largest logit (1 <= k < V), by std::nth_element on a scratch copy.
 ///
 /// For small k the copy is shrunk first: the k-th largest of the maxima of 64-value groups is a
@@ -293,6 +297,8 @@ template <class Scalar>
   std::nth_element(candidates, candidates + (k - 1), candidates + count, std::greater<Scalar>());
   return candidates[k - 1];
 }
+
+SPECDEC_END_SIMD_KERNELS
 
 /// Result of the top-p search: the boundary logit and the mass of the tokens at or above it.
 template <class Scalar>
