@@ -449,8 +449,10 @@ struct ExpectedStats {
 // K_eff = min(K, remaining - 1), accepted = min(right, K_eff), one correction or bonus token.
 ExpectedStats simulate(std::size_t k, std::size_t budget, std::size_t right) {
   ExpectedStats s;
-  s.drafted_at.assign(k, 0);
-  s.accepted_at.assign(k, 0);
+  // One entry per position a round can use: min(K, budget - 1).
+  const std::size_t usable = budget == 0 ? 0 : std::min(k, budget - 1);
+  s.drafted_at.assign(usable, 0);
+  s.accepted_at.assign(usable, 0);
   while (s.emitted < budget) {
     const std::size_t round_length = std::min(k, budget - s.emitted - 1);
     const std::size_t accepted = std::min(right, round_length);

@@ -629,6 +629,176 @@ TEST_P(ModelOutputErrors, AutoregressiveTargetRowAllNegativeInfinity) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The verifier's final draw (bonus or correction) names its target row
+// ---------------------------------------------------------------------------------------------
+
+// Token-level-shaped test double whose bonus draw fails the way a sample from a row without
+// any kept token does ("cannot sample: every weight is 0"), while `broken`. Accepts every
+// drafted token (not lossless: only the error path matters here).
+struct BonusDrawFailingVerifier {
+  bool broken = true;
+
+  template <class Scalar, class Coins>
+  specdec::VerifyResult verify(const specdec::Proposal<Scalar>& proposal,
+                               specdec::TargetRows<Scalar>& target, Coins& coins) const {
+    const std::size_t n = proposal.size();
+    for (std::size_t j = 0; j < n; ++j) (void)target.distribution(j);
+    specdec::TokenDistribution<Scalar> bonus = target.distribution(n);
+    if (broken) bonus.threshold = std::numeric_limits<Scalar>::infinity();  // nothing kept
+    return {n, coins.draw(specdec::DistributionLaw<Scalar>{bonus, target.scratch()}), true};
+  }
+};
+
+TEST(FinalDrawErrors, BonusDrawNamesTheTargetRow) {
+  using Decoder = specdec::StrategyDecoder<SpanTarget, specdec::ModelProposer<ScriptedDraft>,
+                                           specdec::StaticDraftLength, BonusDrawFailingVerifier>;
+  ScriptedDraft draft;
+  SpanTarget target;
+  Decoder decoder(target, specdec::ModelProposer<ScriptedDraft>(draft));
+  const std::vector<token_t> prompt = {1, 2, 3};
+  // K = 4 after a 3-token prompt: the bonus row is row 4 of 5, at position 7.
+  EXPECT_TRUE(throws_with_message<std::domain_error>(
+      [&] { (void)decoder.generate(prompt, valid_config()); },
+      {"specdec: target model row 4 of 5 (position 7, context length 7): cannot sample: every "
+       "weight is 0"}));
+  // Usable afterwards: the same decoder, repaired, matches a fresh one.
+  decoder.verifier().broken = false;
+  ScriptedDraft fresh_draft;
+  SpanTarget fresh_target;
+  Decoder fresh(fresh_target, specdec::ModelProposer<ScriptedDraft>(fresh_draft));
+  fresh.verifier().broken = false;
+  EXPECT_TRUE(same_output(decoder.generate(prompt, valid_config()),
+                          fresh.generate(prompt, valid_config())));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The models' context limit (GenerationConfig::max_context)
+// ---------------------------------------------------------------------------------------------
+
+// Models that throw if called with a context longer than `limit`, and record the longest.
+struct ContextLimitExceeded : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+struct LimitedDraft : ScriptedDraft {
+  std::size_t limit = SIZE_MAX;
+  std::size_t longest = 0;
+  std::span<const float> operator()(std::span<const token_t> context) {
+    if (context.size() > limit) throw ContextLimitExceeded("draft called past its context limit");
+    longest = std::max(longest, context.size());
+    return ScriptedDraft::operator()(context);
+  }
+};
+
+struct LimitedTarget : SpanTarget {
+  std::size_t limit = SIZE_MAX;
+  std::size_t longest = 0;
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    if (context.size() > limit) throw ContextLimitExceeded("target called past its context limit");
+    longest = std::max(longest, context.size());
+    return SpanTarget::operator()(context, n);
+  }
+};
+
+TEST(ContextLimit, SpeculativeDecoderNeverExceedsIt) {
+  const std::vector<token_t> prompt = {1, 2, 3};
+  for (const specdec::VerifierKind verifier :
+       {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
+    for (const float temperature : {1.0f, 0.0f}) {
+      for (const std::size_t max_context : {std::size_t{3}, std::size_t{4}, std::size_t{20}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "T = " << temperature << ", max_context = " << max_context
+                     << ", block = " << (verifier == specdec::VerifierKind::block));
+        LimitedDraft draft;
+        LimitedTarget target;
+        draft.limit = target.limit = max_context;
+        specdec::SpeculativeDecoder decoder(draft, target);
+        specdec::GenerationConfig config = valid_config();
+        config.sampling.temperature = temperature;
+        config.verifier = verifier;
+        config.max_new_tokens = 100;
+        config.max_context = max_context;
+        std::vector<token_t> streamed;
+        const specdec::GenerationResult result =
+            decoder.generate(prompt, config, [&](std::span<const token_t> chunk) {
+              streamed.insert(streamed.end(), chunk.begin(), chunk.end());
+              return true;
+            });
+        EXPECT_EQ(result.finish_reason, specdec::FinishReason::context_limit);
+        EXPECT_EQ(result.tokens.size(), max_context + 1 - prompt.size());
+        EXPECT_EQ(streamed, result.tokens);
+        EXPECT_EQ(target.longest, max_context);  // the limit is used, not just respected
+        EXPECT_LT(draft.longest, max_context);
+        if (temperature == 0.0f) {  // greedy: the unlimited output, cut
+          ScriptedDraft free_draft;
+          SpanTarget free_target;
+          specdec::SpeculativeDecoder free(free_draft, free_target);
+          config.max_context = 0;
+          const auto unlimited = free.generate(prompt, config);
+          EXPECT_EQ(result.tokens,
+                    std::vector<token_t>(unlimited.tokens.begin(),
+                                         unlimited.tokens.begin() +
+                                             static_cast<std::ptrdiff_t>(result.tokens.size())));
+        }
+      }
+    }
+  }
+}
+
+TEST(ContextLimit, AutoregressiveDecoderNeverExceedsIt) {
+  const std::vector<token_t> prompt = {1, 2, 3};
+  for (const float temperature : {1.0f, 0.0f}) {
+    SCOPED_TRACE(temperature);
+    LimitedTarget target;
+    target.limit = 20;
+    specdec::AutoregressiveDecoder decoder(target);
+    specdec::GenerationConfig config = valid_config();
+    config.sampling.temperature = temperature;
+    config.max_new_tokens = 100;
+    config.max_context = 20;
+    const specdec::GenerationResult result = decoder.generate(prompt, config);
+    EXPECT_EQ(result.finish_reason, specdec::FinishReason::context_limit);
+    ASSERT_EQ(result.tokens.size(), 18u);
+    EXPECT_EQ(target.longest, 20u);
+    SpanTarget free_target;
+    specdec::AutoregressiveDecoder free(free_target);
+    config.max_context = 0;
+    const auto unlimited = free.generate(prompt, config);  // one coin per token: same prefix
+    EXPECT_EQ(result.tokens,
+              std::vector<token_t>(unlimited.tokens.begin(), unlimited.tokens.begin() + 18));
+  }
+}
+
+TEST(ContextLimit, TheBudgetTakesPrecedence) {
+  const std::vector<token_t> prompt = {1, 2, 3};
+  LimitedDraft draft;
+  LimitedTarget target;
+  draft.limit = target.limit = 20;
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  specdec::GenerationConfig config = valid_config();
+  config.max_context = 20;
+  config.max_new_tokens = 18;  // ends exactly where the context does
+  EXPECT_EQ(decoder.generate(prompt, config).finish_reason, specdec::FinishReason::length);
+  EXPECT_EQ(plain.generate(prompt, config).finish_reason, specdec::FinishReason::length);
+  config.max_new_tokens = 17;
+  EXPECT_EQ(decoder.generate(prompt, config).tokens.size(), 17u);
+}
+
+TEST(ContextLimit, PromptLongerThanTheLimit) {
+  SpeculativeScenario<> s;
+  s.config.max_context = 2;  // the prompt has 3 tokens
+  EXPECT_TRUE(s.fails_with<std::invalid_argument>({"prompt", "3 tokens", "max_context = 2"}));
+  EXPECT_EQ(s.draft.faults.calls + s.target.faults.calls, 0u);
+  EXPECT_TRUE(s.recovers());
+  AutoregressiveScenario<> a;
+  a.config.max_context = 2;
+  EXPECT_TRUE(a.fails_with<std::invalid_argument>({"prompt", "3 tokens", "max_context = 2"}));
+  EXPECT_EQ(a.target.faults.calls, 0u);
+  EXPECT_TRUE(a.recovers());
+}
+
+// ---------------------------------------------------------------------------------------------
 // Bad configuration and caller input: rejected up front, before any model call
 // ---------------------------------------------------------------------------------------------
 
@@ -646,12 +816,25 @@ const BadConfig kBadConfigs[] = {
      [](auto& c) { c.draft_length = 0; },
      {"draft_length", "0", "expected"},
      false},
+    {"DraftLengthAboveBound",
+     [](auto& c) {
+       c.draft_length = 5000;
+       c.max_new_tokens = 10000;
+     },
+     {"draft_length", "5000", "4096"},
+     false},
     {"TemperatureNegative",
      [](auto& c) { c.sampling.temperature = -0.5f; },
      {"temperature", "-0.5", "expected"}},
     {"TemperatureNaN",
      [](auto& c) { c.sampling.temperature = kNaN; },
      {"temperature", "nan", "expected"}},
+    {"TemperatureBelowMinimum",
+     [](auto& c) { c.sampling.temperature = 1e-35f; },
+     {"temperature", "1e-35", "1e-30"}},
+    {"TemperatureReciprocalOverflows",
+     [](auto& c) { c.sampling.temperature = 1e-40f; },
+     {"temperature", "e-41", "1e-30"}},
     {"TopPZero", [](auto& c) { c.sampling.top_p = 0.0f; }, {"top_p", "0", "expected"}},
     {"TopPNegative", [](auto& c) { c.sampling.top_p = -0.1f; }, {"top_p", "-0.1", "expected"}},
     {"TopPAboveOne", [](auto& c) { c.sampling.top_p = 1.5f; }, {"top_p", "1.5", "expected"}},
@@ -723,6 +906,94 @@ TEST_P(ConfigErrors, ValidateNamesTheField) {
   if (GetParam().applies_to_autoregressive) {  // a SamplingParams field
     EXPECT_TRUE(throws_with_message<std::invalid_argument>([&] { config.sampling.validate(); },
                                                            {keys[0], keys[1], keys[2]}));
+  }
+}
+
+// The smallest usable temperature works through both decoders: with logits this far apart it
+// is a point mass at the argmax, so the tokens are greedy decoding's. The processor moves each
+// row's max to 0 (exactly: the logits are multiples of 2^-22 in [-2, 2)), so the exponents
+// are x / T on every build; with FMA exponents a max of 2 at T = 1e-30 is reported as a
+// temperature too small for the logits (sampling_test TemperatureBoundary).
+TEST(InputErrors, SmallestTemperatureSamplesTheArgmax) {
+  const auto max_to_zero = [](std::span<const token_t>, std::span<float> logits) {
+    const float max = *std::max_element(logits.begin(), logits.end());
+    for (float& x : logits) x -= max;
+  };
+  SpeculativeScenario<> s;
+  s.config.sampling.temperature = specdec::SamplingParams::kMinTemperature;
+  s.config.sampling.logits_processor = max_to_zero;
+  const specdec::GenerationResult tiny = s.decoder.generate(s.prompt, s.config);
+  AutoregressiveScenario<> a;
+  a.config.sampling.temperature = specdec::SamplingParams::kMinTemperature;
+  a.config.sampling.logits_processor = max_to_zero;
+  const specdec::GenerationResult tiny_plain = a.decoder.generate(a.prompt, a.config);
+  a.config.sampling.temperature = 0.0f;
+  const specdec::GenerationResult greedy = a.decoder.generate(a.prompt, a.config);
+  EXPECT_EQ(tiny.tokens, greedy.tokens);
+  EXPECT_EQ(tiny_plain.tokens, greedy.tokens);
+  EXPECT_TRUE(s.recovers());
+}
+
+// Buffers are sized by the draft length a round can use, min(K, max_new_tokens - 1), not by K:
+// a huge K with a small budget costs O(budget) (K = 1e9 used to reserve K-sized statistics,
+// coins and context: gigabytes, or std::bad_alloc).
+TEST(InputErrors, HugeDraftLengthWithASmallBudgetIsSizedByTheBudget) {
+  for (const std::size_t k : {std::size_t{1000}, std::size_t{1000000000}, SIZE_MAX}) {
+    SCOPED_TRACE(k);
+    SpeculativeScenario<> s;
+    s.config.draft_length = k;
+    s.config.max_new_tokens = 4;
+    const specdec::GenerationResult result = s.decoder.generate(s.prompt, s.config);
+    EXPECT_EQ(result.tokens.size(), 4u);
+    EXPECT_EQ(result.stats.drafted_at.size(), 3u);
+    EXPECT_EQ(result.stats.accepted_at.size(), 3u);
+    EXPECT_TRUE(s.recovers());
+  }
+  // The bound applies to the usable length: K = 5000 with a budget of 100 drafts at most 99.
+  SpeculativeScenario<> s;
+  s.config.draft_length = 5000;
+  s.config.max_new_tokens = 100;
+  EXPECT_NO_THROW(s.config.validate());
+  EXPECT_EQ(s.decoder.generate(s.prompt, s.config).stats.drafted_at.size(), 99u);
+  s.config.draft_length = specdec::GenerationConfig::kMaxDraftLength;
+  s.config.max_new_tokens = SIZE_MAX;
+  EXPECT_NO_THROW(s.config.validate());
+  s.config.draft_length += 1;
+  EXPECT_THROW(s.config.validate(), std::invalid_argument);
+}
+
+// Prompt token ids: negative ones are rejected before any model call; ids >= V as soon as V is
+// known (the first model call), once per generate().
+TEST(InputErrors, NegativePromptToken) {
+  SpeculativeScenario<> s;
+  s.prompt = {1, -1, 3};
+  EXPECT_TRUE(s.fails_with<std::invalid_argument>({"prompt token -1 at index 1", "expected"}));
+  EXPECT_EQ(s.draft.faults.calls + s.target.faults.calls, 0u);
+  EXPECT_TRUE(s.recovers());
+  AutoregressiveScenario<> a;
+  a.prompt = {-7, 1, 3};
+  EXPECT_TRUE(a.fails_with<std::invalid_argument>({"prompt token -7 at index 0", "expected"}));
+  EXPECT_EQ(a.target.faults.calls, 0u);
+  EXPECT_TRUE(a.recovers());
+}
+
+TEST(InputErrors, PromptTokenNotInTheVocabulary) {
+  for (const float temperature : {1.0f, 0.0f}) {
+    SCOPED_TRACE(temperature);
+    SpeculativeScenario<> s;
+    s.config.sampling.temperature = temperature;
+    s.prompt = {1, 2, 16, 3};
+    EXPECT_TRUE(
+        s.fails_with<std::invalid_argument>({"prompt token 16 at index 2", "[0, 16)", "V = 16"}));
+    EXPECT_EQ(s.target.faults.calls, 0u);  // caught after the first draft call
+    EXPECT_TRUE(s.recovers());
+    AutoregressiveScenario<> a;
+    a.config.sampling.temperature = temperature;
+    a.prompt = {1000, 2};
+    EXPECT_TRUE(
+        a.fails_with<std::invalid_argument>({"prompt token 1000 at index 0", "[0, 16)", "V = 16"}));
+    EXPECT_EQ(a.target.faults.calls, 1u);
+    EXPECT_TRUE(a.recovers());
   }
 }
 

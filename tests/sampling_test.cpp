@@ -511,6 +511,119 @@ TEST(SamplingTest, BadRowsThrowDomainError) {
   EXPECT_THROW((void)specdec::process_logits<float>(fine, params, scratch), std::invalid_argument);
 }
 
+// The smallest usable temperature: at T = kMinTemperature the row still normalises (a point
+// mass at the argmax for well-separated logits up to 1e8 in magnitude); below it validate() and
+// process_logits reject T by name instead of failing later on weights that overflowed to NaN.
+TEST(SamplingTest, TemperatureBoundary) {
+  constexpr float kMin = specdec::SamplingParams::kMinTemperature;
+  EXPECT_EQ(kMin, 1e-30f);
+  std::vector<float> scratch;
+  std::vector<float> weights(4);
+  std::vector<float> block_sums(specdec::weight_block_count(4));
+  for (const float scale : {1.0f, 1e8f}) {
+    SCOPED_TRACE(scale);
+    // Max logit 0: the exponents are x / T exactly, on every build (see below for others).
+    const std::vector<float> logits{-1.0f * scale, -0.5f * scale, 0.0f, -0.25f * scale};
+    specdec::SamplingParams params;
+    params.temperature = kMin;
+    EXPECT_NO_THROW(params.validate());
+    const auto p = specdec::process_logits<float>(logits, params, scratch);
+    EXPECT_TRUE(std::isfinite(p.normalizer));
+    EXPECT_EQ(p.probability(2), 1.0f);
+    EXPECT_EQ(p.probability(1), 0.0f);
+    std::vector<float> sample_scratch(4);
+    EXPECT_EQ(specdec::sample(p, 0.999, std::span<float>(sample_scratch)), 2);
+    const auto q = specdec::process_logits<float>(logits, params, scratch, weights, block_sums);
+    EXPECT_TRUE(std::isfinite(q.normalizer));
+    EXPECT_EQ(specdec::sample_from_weights<float>(weights, block_sums, 0.999), 2);
+  }
+  // Max logit 1.3: with FMA exponents (native builds) the rounding of max / T = 1.3e30 is a factor
+  // that underflows, and that is reported as a temperature too small for the logits, naming
+  // both; without FMA the row is a point mass at the argmax.
+  {
+    const std::vector<float> logits{-1.0f, 0.5f, 1.3f, -0.25f};
+    specdec::SamplingParams params;
+    params.temperature = kMin;
+    for (const bool store : {false, true}) {
+      try {
+        const auto p =
+            store ? specdec::process_logits<float>(logits, params, scratch, weights, block_sums)
+                  : specdec::process_logits<float>(logits, params, scratch);
+        EXPECT_FALSE(specdec::detail::kExponentByFma);
+        EXPECT_EQ(p.probability(2), 1.0f);
+      } catch (const std::domain_error& error) {
+        EXPECT_TRUE(specdec::detail::kExponentByFma);
+        const std::string message = error.what();
+        EXPECT_NE(message.find("temperature = 1e-30 is too small"), std::string::npos) << message;
+        EXPECT_NE(message.find("max logit = 1.3"), std::string::npos) << message;
+      }
+    }
+  }
+  const std::vector<float> logits{-1.0f, 0.5f, 1.0f, -0.25f};
+  for (const float t :
+       {std::nextafter(kMin, 0.0f), 1e-35f, 1e-40f, std::numeric_limits<float>::denorm_min()}) {
+    SCOPED_TRACE(t);
+    specdec::SamplingParams params;
+    params.temperature = t;
+    expect_invalid(params, "temperature");
+    try {
+      params.validate();
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("1e-30"), std::string::npos) << error.what();
+    }
+    EXPECT_THROW((void)specdec::process_logits<float>(logits, params, scratch),
+                 std::invalid_argument);
+    EXPECT_THROW((void)specdec::process_logits<float>(logits, params, scratch, weights, block_sums),
+                 std::invalid_argument);
+  }
+}
+
+// process_logits is public: called directly, it validates its params as generate() does
+// (min_p = 2.75 used to return a normalizer of 0).
+TEST(SamplingTest, ProcessLogitsValidatesItsParams) {
+  const std::vector<float> logits{-1.0f, 0.5f, 1.0f, -0.25f};
+  std::vector<float> scratch;
+  std::vector<float> weights(4);
+  std::vector<float> block_sums(specdec::weight_block_count(4));
+  std::vector<float> references(specdec::weight_block_count(4));
+  struct Bad {
+    const char* field;
+    void (*apply)(specdec::SamplingParams&);
+  };
+  const Bad bad_params[] = {
+      {"min_p = 2.75", [](specdec::SamplingParams& p) { p.min_p = 2.75f; }},
+      {"top_p = 1.5", [](specdec::SamplingParams& p) { p.top_p = 1.5f; }},
+      {"top_k = -3", [](specdec::SamplingParams& p) { p.top_k = -3; }},
+      {"temperature = -1", [](specdec::SamplingParams& p) { p.temperature = -1.0f; }},
+  };
+  for (const Bad& bad : bad_params) {
+    SCOPED_TRACE(bad.field);
+    specdec::SamplingParams params;
+    bad.apply(params);
+    auto names_field = [&](auto&& call) {
+      try {
+        (void)call();
+        ADD_FAILURE() << "no exception";
+      } catch (const std::invalid_argument& error) {
+        const std::string message = error.what();
+        EXPECT_EQ(message.rfind("specdec: ", 0), 0u) << message;
+        EXPECT_NE(message.find(bad.field), std::string::npos) << message;
+      }
+    };
+    names_field([&] { return specdec::process_logits<float>(logits, params, scratch); });
+    names_field([&] {
+      return specdec::process_logits<float>(
+          logits, params, scratch, specdec::BlockSumBuffers<float>{block_sums, references});
+    });
+    names_field([&] {
+      return specdec::process_logits<float>(logits, params, scratch, weights, block_sums);
+    });
+    names_field([&] { return specdec::process_logits<float>(logits, params, scratch, weights); });
+    names_field(
+        [&] { return specdec::filter_threshold<float>(logits, 1.0f, 1.0f, params, scratch); });
+  }
+}
+
 TEST(SamplingTest, LogitsProcessorIsZeroCopyWhenAbsent) {
   specdec::SamplingParams params;
   const std::vector<float> logits{1.0f, 2.0f, 3.0f};

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 namespace {
 
@@ -73,6 +74,67 @@ TEST(StatsTest, AlphaHatIsUnbiasedByTruncatedRounds) {
   stats.accepted = 8;
   stats.rejecting_rounds = 1;
   EXPECT_DOUBLE_EQ(stats.alpha_hat(), 8.0 / 9.0);
+}
+
+// Merged statistics sum every counter and time, and per-position counts elementwise (growing
+// to the longer), so the derived figures of the merge are those of the pooled runs.
+TEST(StatsTest, MergedStatsPoolTheRuns) {
+  specdec::DecodeStats a = example_stats();
+  a.drafted_at = {10, 10, 10, 10};
+  a.accepted_at = {9, 8, 7, 6};
+  a.total_seconds = 1.5;
+  a.library_seconds = 0.1;
+  specdec::DecodeStats b;
+  b.rounds = 5;
+  b.drafted = 10;
+  b.accepted = 2;
+  b.emitted = 7;
+  b.rejecting_rounds = 5;
+  b.draft_calls = 10;
+  b.target_calls = 5;
+  b.draft_seconds = 0.3;
+  b.target_seconds = 0.2;
+  b.total_seconds = 0.6;
+  b.library_seconds = 0.1;
+  b.drafted_at = {5, 5};
+  b.accepted_at = {2, 0};
+
+  const specdec::DecodeStats sum = a + b;
+  EXPECT_EQ(sum.rounds, 15u);
+  EXPECT_EQ(sum.drafted, 50u);
+  EXPECT_EQ(sum.accepted, 32u);
+  EXPECT_EQ(sum.emitted, 47u);
+  EXPECT_EQ(sum.rejecting_rounds, 11u);
+  EXPECT_EQ(sum.draft_calls, 50u);
+  EXPECT_EQ(sum.target_calls, 15u);
+  EXPECT_DOUBLE_EQ(sum.draft_seconds, 0.7);
+  EXPECT_DOUBLE_EQ(sum.target_seconds, 1.2);
+  EXPECT_DOUBLE_EQ(sum.total_seconds, 2.1);
+  EXPECT_DOUBLE_EQ(sum.library_seconds, 0.2);
+  EXPECT_EQ(sum.drafted_at, (std::vector<std::size_t>{15, 15, 10, 10}));
+  EXPECT_EQ(sum.accepted_at, (std::vector<std::size_t>{11, 8, 7, 6}));
+  // Derived figures of the pooled counters.
+  EXPECT_DOUBLE_EQ(sum.acceptance_rate(), 32.0 / 50.0);
+  EXPECT_DOUBLE_EQ(sum.alpha_hat(), 32.0 / 43.0);
+  EXPECT_DOUBLE_EQ(sum.tokens_per_round(), 47.0 / 15.0);
+  EXPECT_DOUBLE_EQ(sum.cost_ratio(), (0.7 / 50.0) / (1.2 / 15.0));
+  EXPECT_DOUBLE_EQ(sum.predicted_speedup(4),
+                   specdec::predicted_speedup(32.0 / 43.0, 4, (0.7 / 50.0) / (1.2 / 15.0)));
+
+  // Order does not matter; the shorter side grows; += is +.
+  const specdec::DecodeStats other_order = b + a;
+  EXPECT_EQ(other_order.drafted_at, sum.drafted_at);
+  EXPECT_EQ(other_order.accepted_at, sum.accepted_at);
+  specdec::DecodeStats accumulated;
+  accumulated += a;
+  accumulated += b;
+  EXPECT_EQ(accumulated.rounds, sum.rounds);
+  EXPECT_EQ(accumulated.drafted_at, sum.drafted_at);
+  EXPECT_DOUBLE_EQ(accumulated.alpha_hat(), sum.alpha_hat());
+  // Adding empty stats changes nothing.
+  const specdec::DecodeStats same = a + specdec::DecodeStats{};
+  EXPECT_EQ(same.drafted_at, a.drafted_at);
+  EXPECT_DOUBLE_EQ(same.alpha_hat(), a.alpha_hat());
 }
 
 }  // namespace

@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <initializer_list>
 #include <random>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace {
@@ -204,6 +208,103 @@ TEST(VerifyTest, WrongShapesThrowInvalidArgument) {
   const std::vector<token_t> three{0, 0, 0};
   EXPECT_THROW(
       (void)specdec::verify_greedy(three, specdec::LogitsRows<double>(two_rows, Fixture::kVocab)),
+      std::invalid_argument);
+}
+
+// The public functions that take token ids check them once per call (O(K)), and check that
+// the target rows' vocabulary is the draft weights': out-of-range ids used to be read out of
+// bounds.
+::testing::AssertionResult rejects_token(const std::function<void()>& call,
+                                         std::initializer_list<std::string> keys) {
+  try {
+    call();
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    if (message.rfind("specdec: ", 0) != 0) {
+      return ::testing::AssertionFailure() << "no \"specdec: \" prefix: " << message;
+    }
+    for (const std::string& key : keys) {
+      if (message.find(key) == std::string::npos) {
+        return ::testing::AssertionFailure() << "\"" << message << "\" lacks \"" << key << "\"";
+      }
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& error) {
+    return ::testing::AssertionFailure() << "threw something else: " << error.what();
+  }
+  return ::testing::AssertionFailure() << "no exception";
+}
+
+TEST(VerifyTest, OutOfRangeTokensAndVocabularyMismatchesThrow) {
+  for (const token_t bad : {token_t{6}, token_t{-1}, token_t{1000000}}) {
+    SCOPED_TRACE(bad);
+    Fixture f(3, 4);
+    f.drafted[1] = bad;
+    const std::vector<double> coins(3, 0.0);
+    const std::string token = "token " + std::to_string(bad);
+    EXPECT_TRUE(rejects_token(
+        [&] {
+          (void)specdec::verify_stochastic<double>(f.drafted, f.weights_rows(), f.normalizers,
+                                                   f.target_rows(), f.params, coins, 0.0,
+                                                   std::span<double>(f.scratch), f.scratch_values);
+        },
+        {"verify_stochastic", token, "[0, 6)"}));
+    EXPECT_TRUE(rejects_token(
+        [&] {
+          (void)specdec::verify_stochastic<double>(
+              f.drafted, f.weights_rows(), f.normalizers,
+              [&](std::size_t j) {
+                return specdec::process_logits(f.target_rows().row(j), f.params, f.scratch_values);
+              },
+              coins, 0.0, std::span<double>(f.scratch));
+        },
+        {"verify_stochastic", token, "[0, 6)"}));
+    EXPECT_TRUE(rejects_token([&] { (void)specdec::verify_greedy(f.drafted, f.target_rows()); },
+                              {"verify_greedy", token, "[0, 6)"}));
+    const auto p = specdec::process_logits(f.target_rows().row(0), f.params, f.scratch_values);
+    EXPECT_TRUE(rejects_token([&] { (void)specdec::acceptance_probability(p, p, bad); },
+                              {"acceptance_probability", token, "[0, 6)"}));
+  }
+
+  // Target rows of V = 5 against draft weights of V = 6.
+  Fixture f(2, 5);
+  f.drafted = {5, 5};  // valid for the draft's V = 6, out of range for the target's
+  const std::vector<double> coins(2, 0.0);
+  std::vector<double> narrow;
+  for (std::size_t j = 0; j < 3; ++j) {
+    for (std::size_t v = 0; v < 5; ++v) narrow.push_back(f.target_logits[j * 6 + v]);
+  }
+  const specdec::LogitsRows<double> narrow_rows(narrow, 5);
+  EXPECT_TRUE(rejects_token(
+      [&] {
+        (void)specdec::verify_stochastic<double>(f.drafted, f.weights_rows(), f.normalizers,
+                                                 narrow_rows, f.params, coins, 0.0,
+                                                 std::span<double>(f.scratch), f.scratch_values);
+      },
+      {"verify_stochastic", "5", "6"}));
+  EXPECT_TRUE(rejects_token(
+      [&] {
+        (void)specdec::verify_stochastic<double>(
+            f.drafted, f.weights_rows(), f.normalizers,
+            [&](std::size_t j) {
+              return specdec::process_logits(narrow_rows.row(j), f.params, f.scratch_values);
+            },
+            coins, 0.0, std::span<double>(f.scratch));
+      },
+      {"verify_stochastic", "5", "6"}));
+  const auto p5 = specdec::process_logits(narrow_rows.row(0), f.params, f.scratch_values);
+  const auto p6 = specdec::process_logits(f.target_rows().row(0), f.params, f.scratch_values);
+  EXPECT_TRUE(rejects_token([&] { (void)specdec::acceptance_probability(p5, p6, 0); },
+                            {"acceptance_probability", "5", "6"}));
+  // The residual functions take no token, and already check q's size against p's V.
+  std::vector<double> out(5);
+  EXPECT_THROW((void)specdec::residual_distribution<double>(
+                   p5, std::span<const double>(f.draft_weights).first(6), f.normalizers[0],
+                   std::span<double>(out)),
+               std::invalid_argument);
+  EXPECT_THROW(
+      (void)specdec::sample_residual<double>(p5, std::span<const double>(f.draft_weights).first(6),
+                                             f.normalizers[0], 0.5, std::span<double>(out)),
       std::invalid_argument);
 }
 

@@ -62,6 +62,13 @@ struct CacheUpdate {
 /// update() assumes the model then computes every new token, so afterwards the cache holds
 /// exactly `context`. If the model throws mid-way, call clear() (or the next update() will
 /// trust tokens that were never computed).
+///
+/// The cache lives as long as the model, not one generate() call: a cached model shared by two
+/// decoders (or called by two generate() calls) reuses whatever prefix the previous call left,
+/// e.g. the prompt. That is correct prefix caching, and the output is the same, but it biases a
+/// speedup measurement: the second decoder does not pay for the prompt. To start fresh (before
+/// each measured run, or for an unrelated prompt), call clear() and truncate the model's KV
+/// cache to 0 with it; update() then plans the whole context as new.
 class ContextCache {
  public:
   ContextCache() = default;
@@ -79,7 +86,9 @@ class ContextCache {
     return plan;
   }
 
-  /// \brief Forgets everything (e.g. a new, unrelated prompt, or after a failed forward).
+  /// \brief Forgets everything: the next update() recomputes the whole context. Use it to start
+  /// fresh (a speedup measurement, a new unrelated prompt) or after a failed forward; the model
+  /// truncates its own KV cache to 0 at the same time.
   void clear() noexcept { tokens_.clear(); }
 
   /// \brief The tokens whose keys/values the model holds, in position order.

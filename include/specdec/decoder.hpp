@@ -4,8 +4,9 @@
 /// AutoregressiveDecoder (one target call per token: the baseline).
 ///
 /// A speculative round (StrategyDecoder::run reads as this list):
-///   propose: the Proposer drafts n <= limit = min(K, remaining budget - 1) tokens, asking the
-///            DraftLengthPolicy before each, and reports the distribution each was drawn from
+///   propose: the Proposer drafts n <= limit = min(K, remaining budget - 1, max_context -
+///            committed) tokens, asking the DraftLengthPolicy before each, and reports the
+///            distribution each was drawn from
 ///   target:  one call target(committed + drafted, n + 1)
 ///   verify:  the Verifier keeps a prefix of a tokens and draws the next token (greedy: argmax
 ///            matching); a + 1 <= remaining, so the budget is exact
@@ -57,13 +58,28 @@ enum class VerifierKind {
 
 /// \brief Everything one generate() call needs besides the prompt.
 struct GenerationConfig {
-  std::size_t draft_length = 4;      ///< K >= 1 (AutoregressiveDecoder ignores it)
+  /// The largest draft length a round may use: min(draft_length, max_new_tokens - 1) must not
+  /// exceed it. A round holds one row of V draft weights per drafted token (K V floats: 4096
+  /// rows of a 32k vocabulary are 512 MB), and acceptance falls geometrically with the
+  /// position, so nothing useful lies beyond; a larger value is almost surely a mistake.
+  static constexpr std::size_t kMaxDraftLength = 4096;
+
+  /// K >= 1, the most tokens drafted per round; a round drafts at most min(K, max_new_tokens -
+  /// 1) (the budget), and that must be <= kMaxDraftLength. Buffers are sized by that usable
+  /// length, so a huge K with a small budget costs O(budget). AutoregressiveDecoder ignores it.
+  std::size_t draft_length = 4;
   std::size_t max_new_tokens = 128;  ///< hard budget, never exceeded; 0 returns no tokens
   std::vector<token_t> stop_tokens;  ///< generation ends after emitting one (it is included)
   SamplingParams sampling;           ///< temperature, top_k, top_p, min_p, logits_processor
   std::uint64_t seed = 0;            ///< same seed, same models => same tokens
   bool logprobs = true;              ///< compute the target log-prob of each emitted token
   VerifierKind verifier = VerifierKind::token;  ///< SpeculativeDecoder's verifier (T > 0)
+  /// The models' maximum context (tokens per call), 0 = unlimited. No model is called with a
+  /// longer context: a round drafts at most max_context - committed tokens (its target call
+  /// sees committed + drafted), and generation ends with FinishReason::context_limit when
+  /// the committed sequence (prompt + emitted) exceeds it, i.e. holds max_context + 1 tokens
+  /// (the last token is never fed back). A prompt longer than this is an invalid_argument.
+  std::size_t max_context = 0;
 
   /// \brief Throws std::invalid_argument naming the first bad field.
   void validate() const {
@@ -71,7 +87,20 @@ struct GenerationConfig {
       detail::throw_invalid_argument(
           "draft_length = 0; expected K >= 1 (tokens drafted per round)");
     }
+    if (usable_draft_length() > kMaxDraftLength) {
+      detail::throw_invalid_argument(
+          "draft_length = ", draft_length, " with max_new_tokens = ", max_new_tokens,
+          " lets a round draft ", usable_draft_length(),
+          " tokens; expected min(K, max_new_tokens - 1) <= ", kMaxDraftLength,
+          " (GenerationConfig::kMaxDraftLength)");
+    }
     sampling.validate();
+  }
+
+  /// \brief min(draft_length, max_new_tokens - 1): the most tokens a round can draft (a round
+  /// emits accepted + 1 tokens within the budget). 0 when max_new_tokens is 0.
+  [[nodiscard]] std::size_t usable_draft_length() const noexcept {
+    return max_new_tokens == 0 ? 0 : std::min(draft_length, max_new_tokens - 1);
   }
 };
 
@@ -80,6 +109,9 @@ enum class FinishReason {
   length,      ///< max_new_tokens reached
   stop_token,  ///< a stop token was emitted (it is the last token)
   callback,    ///< the chunk callback returned false while generation would have continued
+  /// the next model call would exceed GenerationConfig::max_context: the prompt plus the
+  /// emitted tokens hold max_context + 1 tokens
+  context_limit,
 };
 
 /// \brief The result of one generate() call.
@@ -108,11 +140,47 @@ inline void validate_prompt(std::span<const token_t> prompt) {
     throw_invalid_argument("prompt is empty; expected at least one token (e.g. BOS) for the "
                            "models to condition on");
   }
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0) {
+      throw_invalid_argument("prompt token ", prompt[i], " at index ", i,
+                             " is negative; expected a token id in [0, V)");
+    }
+  }
+}
+
+/// The prompt against the vocabulary size, once per generate(), as soon as the first model call
+/// has established V (negative ids were rejected up front by validate_prompt).
+inline void check_prompt_vocabulary(std::span<const token_t> prompt, std::size_t vocab_size) {
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (static_cast<std::size_t>(prompt[i]) >= vocab_size) {
+      throw_invalid_argument("prompt token ", prompt[i], " at index ", i,
+                             " is out of range; expected a token id in [0, ", vocab_size,
+                             ") (V = ", vocab_size, ", the models' vocabulary size)");
+    }
+  }
+}
+
+/// A prompt the models can take: no longer than config.max_context (0 = unlimited).
+inline void validate_prompt_length(std::span<const token_t> prompt,
+                                   const GenerationConfig& config) {
+  if (config.max_context != 0 && prompt.size() > config.max_context) {
+    throw_invalid_argument("prompt has ", prompt.size(),
+                           " tokens, more than max_context = ", config.max_context,
+                           "; expected a prompt the models can take (at most max_context tokens)");
+  }
+}
+
+/// Whether the committed sequence has outgrown the models' context: the next call would exceed
+/// config.max_context.
+[[nodiscard]] inline bool context_exhausted(std::size_t committed,
+                                            const GenerationConfig& config) noexcept {
+  return config.max_context != 0 && committed > config.max_context;
 }
 
 inline void validate_request(std::span<const token_t> prompt, const GenerationConfig& config) {
   config.validate();
   validate_prompt(prompt);
+  validate_prompt_length(prompt, config);
 }
 
 /// Seconds since `start` on the steady clock.
@@ -227,7 +295,8 @@ class StrategyDecoder {
         verifier_(std::move(verifier)) {}
 
   /// \brief Generates up to config.max_new_tokens tokens after `prompt`.
-  /// \throws std::invalid_argument for a bad config or an empty prompt; std::domain_error for
+  /// \throws std::invalid_argument for a bad config, an empty prompt or a prompt token outside
+  /// [0, V) (negative ids before any model call, ids >= V after the first); std::domain_error for
   /// bad model output; anything a model or strategy throws, unchanged.
   GenerationResult generate(std::span<const token_t> prompt, const GenerationConfig& config) {
     return generate(prompt, config, [](std::span<const token_t>) { return true; });
@@ -274,17 +343,24 @@ class StrategyDecoder {
     result.tokens.reserve(reserve);
     if (config.logprobs) result.logprobs.reserve(reserve);
     DecodeStats& stats = result.stats;
-    stats.drafted_at.assign(config.draft_length, 0);
-    stats.accepted_at.assign(config.draft_length, 0);
+    const std::size_t usable_draft_length = config.usable_draft_length();
+    stats.drafted_at.assign(usable_draft_length, 0);
+    stats.accepted_at.assign(usable_draft_length, 0);
 
     Rng rng(config.seed);
     DraftCoins draft_coins(rng);
     std::vector<token_t>& context = context_;
     context.clear();
-    context.reserve(prompt.size() + reserve + config.draft_length + 1);
+    context.reserve(prompt.size() + reserve + usable_draft_length + 1);
     context.assign(prompt.begin(), prompt.end());
-    detail::ensure_size(acceptance_coins_, config.draft_length);
+    detail::ensure_size(acceptance_coins_, usable_draft_length);
     std::size_t vocab_size = 0;  // learned from the first model call of this generate()
+    bool prompt_checked = false;  // against vocab_size, once it is known
+    auto check_prompt_once = [&] {
+      if (prompt_checked || vocab_size == 0) return;
+      detail::check_prompt_vocabulary(prompt, vocab_size);
+      prompt_checked = true;
+    };
 
     bool finished = config.max_new_tokens == 0;
     while (!finished) {
@@ -294,10 +370,14 @@ class StrategyDecoder {
       const double target_seconds_before = stats.target_seconds;
 
       // ---- propose: drafted tokens and the exact distributions they were drawn from -------
-      DraftRequest request(context, std::min(config.draft_length, remaining - 1), params,
-                           vocab_size, stats);
+      // Budget: accepted + 1 <= remaining. Context: the target call sees committed + drafted
+      // tokens, at most max_context (committed <= max_context, or generation has ended).
+      std::size_t limit = std::min(usable_draft_length, remaining - 1);
+      if (config.max_context != 0) limit = std::min(limit, config.max_context - committed);
+      DraftRequest request(context, limit, params, vocab_size, stats);
       request.bind_policy(policy_);
       const auto proposal = proposer_.propose(request, draft_coins);
+      check_prompt_once();
       const std::size_t n = proposal.size();
       context.resize(committed);
       context.insert(context.end(), proposal.tokens.begin(), proposal.tokens.end());
@@ -309,6 +389,7 @@ class StrategyDecoder {
       ++stats.target_calls;
       const LogitsRows<float> rows = detail::as_target_rows(target_result, n + 1);
       check_target_vocab(vocab_size, rows.vocab_size(), n);
+      check_prompt_once();
       detail::check_proposal(proposal, request.limit, vocab_size);
       TargetRows<float> target(rows, context, committed, params, config.logprobs,
                                target_buffers_);
@@ -322,7 +403,9 @@ class StrategyDecoder {
         for (std::size_t i = 0; i < n; ++i) acceptance_coins_[i] = rng.uniform01();
         const VerificationCoins coins(std::span<const double>(acceptance_coins_.data(), n),
                                       rng.uniform01());
-        verdict = verifier_.verify(proposal, target, coins);
+        // An error from the final draw (bonus or correction) names the row it samples.
+        verdict =
+            target.naming_rows_in_errors([&] { return verifier_.verify(proposal, target, coins); });
         check_verdict(verdict, n, vocab_size);
       }
 
@@ -356,6 +439,9 @@ class StrategyDecoder {
         finished = true;
       } else if (stats.emitted == config.max_new_tokens) {
         result.finish_reason = FinishReason::length;
+        finished = true;
+      } else if (detail::context_exhausted(context.size(), config)) {
+        result.finish_reason = FinishReason::context_limit;
         finished = true;
       }
       const std::span<const token_t> chunk =
@@ -395,7 +481,7 @@ class StrategyDecoder {
   Policy policy_;
   Verifier verifier_;
   std::vector<token_t> context_;          // (prompt + budget + K) committed + speculative
-  std::vector<double> acceptance_coins_;  // (K)
+  std::vector<double> acceptance_coins_;  // (K) usable draft length
   TargetRowBuffers<float> target_buffers_;
 };
 
@@ -430,7 +516,8 @@ class SpeculativeDecoder
 };
 
 /// \brief Plain decoding with the target alone: one target(context, 1) call per token, the
-/// same SamplingParams and sampler as SpeculativeDecoder (one coin per token). The baseline
+/// same SamplingParams, sampler, budget and context limit as SpeculativeDecoder (one coin per
+/// token). The baseline
 /// against which a speedup is measured. config.draft_length is ignored (not validated).
 template <class Target>
 class AutoregressiveDecoder {
@@ -465,6 +552,7 @@ class AutoregressiveDecoder {
     // draft_length is meaningless here; validate the rest exactly as the speculative decoder.
     config.sampling.validate();
     detail::validate_prompt(prompt);
+    detail::validate_prompt_length(prompt, config);
     const auto start = std::chrono::steady_clock::now();
     const SamplingParams& params = config.sampling;
     const std::size_t reserve = std::min(config.max_new_tokens, detail::kMaxReservedTokens);
@@ -487,7 +575,9 @@ class AutoregressiveDecoder {
       });
       ++stats.target_calls;
       const LogitsRows<float> rows = detail::as_target_rows(target_result, 1);
+      const bool first_call = vocab_size == 0;
       detail::check_vocab_size(vocab_size, rows.vocab_size(), "target model");
+      if (first_call) detail::check_prompt_vocabulary(prompt, vocab_size);
       const std::span<const float> logits =
           apply_logits_processor(params, context_, rows.row(0), processed_);
 
@@ -533,6 +623,9 @@ class AutoregressiveDecoder {
         finished = true;
       } else if (stats.emitted == config.max_new_tokens) {
         result.finish_reason = FinishReason::length;
+        finished = true;
+      } else if (detail::context_exhausted(context_.size(), config)) {
+        result.finish_reason = FinishReason::context_limit;
         finished = true;
       }
       if (!on_chunk(std::span<const token_t>(result.tokens).subspan(stats.emitted - 1)) &&

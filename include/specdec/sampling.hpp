@@ -19,6 +19,7 @@
 /// target's p is what keeps speculative sampling exact *for the processed target distribution*.
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstddef>
 #include <functional>
@@ -38,7 +39,7 @@ namespace specdec {
 
 /// \brief How to turn logits into a distribution. Validated by validate() at generate() start.
 struct SamplingParams {
-  float temperature = 1.0f;  ///< >= 0 and finite; 0 = greedy
+  float temperature = 1.0f;  ///< 0 (greedy) or finite and >= kMinTemperature (1e-30)
   int top_k = 0;             ///< >= 0; 0 = off (also off when >= V)
   float top_p = 1.0f;        ///< in (0, 1]; 1 = off
   float min_p = 0.0f;        ///< in [0, 1); 0 = off
@@ -48,6 +49,15 @@ struct SamplingParams {
   /// the context preceding that row's position. Without it no logits are copied.
   std::function<void(std::span<const token_t> context, std::span<float> logits)> logits_processor;
 
+  /// The smallest positive temperature: T must be 0 (greedy) or at least this. Sampling divides
+  /// logits by T, and the kernels form (x - max) / T and x / T - max / T (the FMA form of
+  /// detail::scaled_exponent); for logits up to 1e8 in magnitude those stay below 2e8 / T, which
+  /// is finite in float (< 3.4e38) exactly when T > 5.9e-31. 1e-30 keeps that margin and 1 / T
+  /// = 1e30 finite; below ~2.9e-39, 1 / T itself overflows to inf. At this temperature any two
+  /// logits further apart than ~1e-28 already give a point mass at the argmax, so nothing is
+  /// lost: use T = 0 for argmax decoding.
+  static constexpr float kMinTemperature = 1e-30f;
+
   /// \brief True for temperature 0 (argmax decoding).
   [[nodiscard]] bool greedy() const noexcept { return temperature == 0.0f; }
 
@@ -56,6 +66,12 @@ struct SamplingParams {
     if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
       detail::throw_invalid_argument("temperature = ", temperature,
                                      "; expected a finite value >= 0 (0 = greedy)");
+    }
+    if (temperature > 0.0f && temperature < kMinTemperature) {
+      detail::throw_invalid_argument(
+          "temperature = ", temperature, "; expected 0 (greedy) or >= ", kMinTemperature,
+          " (SamplingParams::kMinTemperature: below it (max - x) / T overflows for logits up to "
+          "1e8)");
     }
     if (top_k < 0) {
       detail::throw_invalid_argument("top_k = ", top_k, "; expected >= 0 (0 = off)");
@@ -92,8 +108,13 @@ struct TokenDistribution {
   std::span<const Scalar> block_references{};  ///< see block_sums
 
   [[nodiscard]] std::size_t vocab_size() const noexcept { return logits.size(); }
-  /// \brief Whether the filters keep `token` (requires 0 <= token < V).
+  /// \brief Whether the filters keep `token`.
+  ///
+  /// Precondition of kept(), weight(), probability() and log_probability(): 0 <= token < V.
+  /// Unchecked (they run per token in verification's hot loop; an assert in debug builds):
+  /// the public functions that take token ids from callers (verify.hpp) check them once.
   [[nodiscard]] bool kept(token_t token) const noexcept {
+    assert(token >= 0 && static_cast<std::size_t>(token) < logits.size());
     return logits[static_cast<std::size_t>(token)] >= threshold;
   }
   /// \brief Unnormalised weight exp((logit - max_logit) / T), 0 for filtered tokens.
@@ -101,11 +122,12 @@ struct TokenDistribution {
     if (!kept(token)) return Scalar(0);
     return std::exp(exponent(token));
   }
-  /// \brief p(token); 0 for filtered tokens.
+  /// \brief p(token); 0 for filtered tokens. Requires 0 <= token < V (see kept()).
   [[nodiscard]] Scalar probability(token_t token) const noexcept {
     return weight(token) / normalizer;
   }
   /// \brief log p(token) without forming p (exact for tiny p); -inf for filtered tokens.
+  /// Requires 0 <= token < V (see kept()).
   [[nodiscard]] Scalar log_probability(token_t token) const noexcept {
     if (!kept(token)) return -std::numeric_limits<Scalar>::infinity();
     return exponent(token) - std::log(normalizer);
@@ -136,11 +158,34 @@ void grow_to(std::vector<Scalar>& buffer, std::size_t size) {
          params.top_p < 1.0f || params.min_p > 0.0f;
 }
 
-inline void check_temperature_for_sampling(const SamplingParams& params) {
+/// The check at every public entry that samples (process_logits): the params are validated
+/// (a few comparisons per row: a caller may not have gone through generate()) and T must be
+/// positive.
+inline void check_params_for_sampling(const SamplingParams& params) {
+  params.validate();
   if (!(params.temperature > 0.0f)) {
     throw_invalid_argument("process_logits: temperature = ", params.temperature,
                            "; expected > 0 (temperature 0 is greedy: use argmax)");
   }
+}
+
+/// The processed row's weights must be representable: Z finite and > 0 (the max token alone
+/// gives Z >= 1 in exact arithmetic). With FMA hardware each exponent carries the rounding of
+/// max / T (detail::scaled_exponent), a common factor exp(delta) with |delta| up to
+/// ~|max| / T * 6e-8 that cancels in every probability but under- or overflows when
+/// |max logit| / T exceeds ~4e8: a temperature too small for logits that large. Checked once
+/// per row (O(1)), so the error names the temperature instead of failing in a later draw.
+template <class Scalar>
+TokenDistribution<Scalar> check_normalizer(const TokenDistribution<Scalar>& dist,
+                                           const SamplingParams& params) {
+  if (!(dist.normalizer > Scalar(0)) || !std::isfinite(dist.normalizer)) {
+    throw_domain_error("temperature = ", params.temperature,
+                       " is too small for this row's logits (max logit = ", dist.max_logit,
+                       ", normalizer = ", dist.normalizer,
+                       "); expected |max logit| / temperature below ~4e8 (use a larger "
+                       "temperature, or 0 for greedy)");
+  }
+  return dist;
 }
 
 /// Smallest logit among the highest-probability tokens whose mass reaches `target_mass`:
@@ -476,6 +521,7 @@ template <class Scalar>
 [[nodiscard]] Scalar filter_threshold(std::span<const Scalar> logits, Scalar max_logit,
                                       Scalar inv_temperature, const SamplingParams& params,
                                       std::vector<Scalar>& scratch) {
+  params.validate();
   return detail::apply_filters(logits, max_logit, inv_temperature, params, std::span<Scalar>(),
                                scratch)
       .threshold;
@@ -504,7 +550,7 @@ template <class Scalar>
                                                            const SamplingParams& params,
                                                            std::vector<Scalar>& filter_scratch,
                                                            BlockSumBuffers<Scalar> recorded) {
-  check_temperature_for_sampling(params);
+  check_params_for_sampling(params);
   TokenDistribution<Scalar> dist;
   dist.logits = logits;
   dist.inv_temperature = Scalar(1) / static_cast<Scalar>(params.temperature);
@@ -515,7 +561,7 @@ template <class Scalar>
     dist.normalizer = static_cast<Scalar>(row.sum);
     dist.block_sums = recorded.sums;
     dist.block_references = recorded.references;
-    return dist;
+    return check_normalizer(dist, params);
   }
   dist.max_logit = scan_max(logits).value;  // throws on NaN / +inf / all -inf
   const FilterResult<Scalar> filtered =
@@ -533,7 +579,7 @@ template <class Scalar>
     dist.normalizer =
         static_cast<Scalar>(exp_sum(logits, dist.max_logit, dist.inv_temperature, dist.threshold));
   }
-  return dist;
+  return check_normalizer(dist, params);
 }
 
 }  // namespace detail
@@ -545,8 +591,9 @@ template <class Scalar>
 /// thresholds, then one exp-sum pass. Either way max_logit is the row's max and p(x) for any x
 /// then costs one scalar exp. The logits_processor is *not* applied here (it is float-only and
 /// needs the context): see apply_logits_processor.
-/// \throws std::invalid_argument if params.temperature is 0 (greedy has no distribution: use
-/// argmax); std::domain_error for NaN / +inf / all -inf logits.
+/// \throws std::invalid_argument for params that fail SamplingParams::validate() and for
+/// temperature 0 (greedy has no distribution: use argmax); std::domain_error for NaN / +inf /
+/// all -inf logits.
 template <class Scalar>
 [[nodiscard]] TokenDistribution<Scalar> process_logits(std::span<const Scalar> logits,
                                                        const SamplingParams& params,
@@ -581,7 +628,7 @@ template <class Scalar>
 [[nodiscard]] TokenDistribution<Scalar> process_logits_storing_weights(
     std::span<const Scalar> logits, const SamplingParams& params,
     std::vector<Scalar>& filter_scratch, std::span<Scalar> weights, std::span<Scalar> block_sums) {
-  check_temperature_for_sampling(params);
+  check_params_for_sampling(params);
   const std::size_t vocab_size = logits.size();
   const std::size_t blocks = block_count(vocab_size);
   if (weights.size() != vocab_size) {
@@ -605,7 +652,7 @@ template <class Scalar>
         online_store_weights(logits, dist.inv_temperature, weights, sums, references);
     dist.max_logit = row.reference;  // shared by every stored weight, not necessarily the max
     dist.normalizer = static_cast<Scalar>(row.sum);
-    return dist;
+    return check_normalizer(dist, params);
   }
   dist.max_logit = scan_max(logits).value;  // throws on NaN / +inf / all -inf
   const FilterResult<Scalar> filtered =
@@ -621,7 +668,7 @@ template <class Scalar>
     dist.normalizer = static_cast<Scalar>(store_weights(
         logits, dist.max_logit, dist.inv_temperature, dist.threshold, weights, block_sums));
   }
-  return dist;
+  return check_normalizer(dist, params);
 }
 
 }  // namespace detail

@@ -52,7 +52,9 @@ struct DecodeStats {
   std::size_t rejecting_rounds = 0;      ///< rounds that ended in a rejection (accepted < K_eff)
   std::size_t draft_calls = 0;           ///< calls of the draft model
   std::size_t target_calls = 0;          ///< calls of the target model
-  std::vector<std::size_t> drafted_at;   ///< [k]: rounds that drafted a token at position k
+  /// [k]: rounds that drafted a token at position k; one entry per position a round could use,
+  /// min(draft_length, max_new_tokens - 1)
+  std::vector<std::size_t> drafted_at;
   std::vector<std::size_t> accepted_at;  ///< [k]: rounds whose position-k draft was accepted
 
   double draft_seconds = 0;    ///< wall time inside draft model calls
@@ -100,6 +102,40 @@ struct DecodeStats {
   [[nodiscard]] double predicted_speedup(std::size_t draft_length,
                                          double verify_cost_ratio) const noexcept {
     return specdec::predicted_speedup(alpha_hat(), draft_length, cost_ratio(), verify_cost_ratio);
+  }
+
+  /// \brief Pools `other` into these statistics (e.g. over many prompts): every counter and
+  /// every time is summed, drafted_at / accepted_at elementwise (the shorter grows to the
+  /// longer, with zeros). Every derived figure is a ratio of sums, so those of the merge are
+  /// the pooled ones (alpha_hat of all rounds together, not an average of alpha_hats).
+  DecodeStats& operator+=(const DecodeStats& other) {
+    rounds += other.rounds;
+    drafted += other.drafted;
+    accepted += other.accepted;
+    emitted += other.emitted;
+    rejecting_rounds += other.rejecting_rounds;
+    draft_calls += other.draft_calls;
+    target_calls += other.target_calls;
+    add_elementwise(drafted_at, other.drafted_at);
+    add_elementwise(accepted_at, other.accepted_at);
+    draft_seconds += other.draft_seconds;
+    target_seconds += other.target_seconds;
+    total_seconds += other.total_seconds;
+    library_seconds += other.library_seconds;
+    return *this;
+  }
+
+  /// \brief The pooled statistics of two runs (see operator+=).
+  [[nodiscard]] friend DecodeStats operator+(DecodeStats left, const DecodeStats& right) {
+    left += right;
+    return left;
+  }
+
+ private:
+  static void add_elementwise(std::vector<std::size_t>& into,
+                              const std::vector<std::size_t>& from) {
+    if (into.size() < from.size()) into.resize(from.size(), 0);
+    for (std::size_t k = 0; k < from.size(); ++k) into[k] += from[k];
   }
 };
 

@@ -7,12 +7,15 @@
 /// rejection, block verification reads every row. Each processed row keeps its own logits
 /// processor output and block sums, so a verifier may come back to any earlier row (block
 /// verification samples its residual at the row where it stops). Errors from the library's
-/// processing name the row: "target model row 2 of 5 (position 19, context length 19): ...".
+/// processing name the row: "target model row 2 of 5 (position 19, context length 19): ...";
+/// so do errors from a verifier's draws from those rows (the correction or bonus token) when
+/// the decoder runs the verifier through naming_rows_in_errors().
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -119,6 +122,23 @@ class TargetRows {
     std::fill_n(buffers.done.begin(), rows.rows(), std::uint8_t{0});
   }
 
+  /// \brief Runs `verify` (a verifier's pass over these rows) and re-throws a std::domain_error
+  /// that does not name a row yet with the row the verifier last asked for named first: the
+  /// row a failing draw samples from (the bonus row, or the row of the correction), e.g.
+  /// "specdec: target model row 4 of 5 (position 7, context length 7): cannot sample: ...".
+  /// Errors from processing a row already name it and pass unchanged, as does anything else.
+  template <class Verify>
+  decltype(auto) naming_rows_in_errors(Verify&& verify) {
+    try {
+      return verify();
+    } catch (const std::domain_error& error) {
+      if (row_error_named_ || last_row_ >= size()) throw;
+      detail::throw_domain_error_for_row(error, "target model row ", last_row_, " of ", size(),
+                                         " (position ", committed_ + last_row_, ", context length ",
+                                         committed_ + last_row_, ")");
+    }
+  }
+
   /// \brief Number of rows (drafted tokens + 1).
   [[nodiscard]] std::size_t size() const noexcept { return rows_.rows(); }
   [[nodiscard]] std::size_t vocab_size() const noexcept { return rows_.vocab_size(); }
@@ -127,6 +147,7 @@ class TargetRows {
   /// temperature and filters applied; one pass over the row the first time, cached after.
   const TokenDistribution<Scalar>& distribution(std::size_t j) {
     check_row_index(j);
+    last_row_ = j;
     if (buffers_->done[j] == 0) {
       const std::span<const Scalar> row = processed_row(j);
       const std::size_t blocks = weight_block_count(vocab_size());
@@ -145,6 +166,7 @@ class TargetRows {
   /// log-softmax at T = 1 at it when log-probs are on (same pass).
   token_t argmax(std::size_t j) {
     check_row_index(j);
+    last_row_ = j;
     if (buffers_->done[j] == 0) {
       const std::span<const Scalar> row = processed_row(j);
       on_row(j, [&] {
@@ -195,8 +217,13 @@ class TargetRows {
 
   template <class Kernel>
   decltype(auto) on_row(std::size_t j, Kernel&& kernel) {
-    return detail::on_model_row(kernel, "target model row ", j, " of ", size(), " (position ",
-                                committed_ + j, ", context length ", committed_ + j, ")");
+    try {
+      return detail::on_model_row(kernel, "target model row ", j, " of ", size(), " (position ",
+                                  committed_ + j, ", context length ", committed_ + j, ")");
+    } catch (const std::domain_error&) {
+      row_error_named_ = true;  // naming_rows_in_errors must not name the row twice
+      throw;
+    }
   }
 
   LogitsRows<Scalar> rows_;
@@ -205,6 +232,8 @@ class TargetRows {
   const SamplingParams* params_;
   bool greedy_logprobs_;
   TargetRowBuffers<Scalar>* buffers_;
+  std::size_t last_row_ = static_cast<std::size_t>(-1);  // the row last asked for (none yet)
+  bool row_error_named_ = false;  // a row-processing error (already naming its row) was thrown
 };
 
 }  // namespace specdec

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <type_traits>
@@ -52,11 +53,50 @@ template <class Scalar>
   return p_x >= q_x ? Scalar(1) : p_x / q_x;
 }
 
+namespace detail {
+
+/// Throws std::invalid_argument unless `token` is a token id of a vocabulary of `vocab_size`.
+inline void check_token(token_t token, std::size_t vocab_size, const char* what,
+                        const char* role = "token", std::size_t position = SIZE_MAX) {
+  if (token >= 0 && static_cast<std::size_t>(token) < vocab_size) return;
+  if (position == SIZE_MAX) {
+    throw_invalid_argument(what, ": ", role, " ", token,
+                           " is out of range; expected a token id in [0, ", vocab_size,
+                           ") (V = ", vocab_size, ")");
+  }
+  throw_invalid_argument(what, ": ", role, " ", token, " at position ", position,
+                         " is out of range; expected a token id in [0, ", vocab_size,
+                         ") (V = ", vocab_size, ")");
+}
+
+/// Checks every drafted token against V once per call (O(K)): the kernels index rows with them
+/// unchecked.
+inline void check_drafted_tokens(std::span<const token_t> drafted, std::size_t vocab_size,
+                                 const char* what) {
+  for (std::size_t j = 0; j < drafted.size(); ++j) {
+    check_token(drafted[j], vocab_size, what, "drafted token", j);
+  }
+}
+
+/// Throws std::invalid_argument unless the target rows' vocabulary is the draft's.
+inline void check_same_vocabulary(std::size_t target_vocab_size, std::size_t draft_vocab_size,
+                                  const char* what) {
+  if (target_vocab_size != draft_vocab_size) {
+    throw_invalid_argument(what, ": target rows have V = ", target_vocab_size,
+                           " tokens and the draft weights V = ", draft_vocab_size,
+                           "; expected one vocabulary");
+  }
+}
+
+}  // namespace detail
+
 /// \brief min(1, p(x) / q(x)) for two processed distributions.
+/// \throws std::invalid_argument unless p and q share V and 0 <= x < V.
 template <class Scalar>
 [[nodiscard]] Scalar acceptance_probability(const TokenDistribution<Scalar>& p,
-                                            const TokenDistribution<Scalar>& q,
-                                            token_t x) noexcept {
+                                            const TokenDistribution<Scalar>& q, token_t x) {
+  detail::check_same_vocabulary(p.vocab_size(), q.vocab_size(), "acceptance_probability");
+  detail::check_token(x, p.vocab_size(), "acceptance_probability");
   return acceptance_probability(p.probability(x), q.probability(x));
 }
 
@@ -218,6 +258,8 @@ template <class Scalar>
 /// \param acceptance_coins at least K coins in [0, 1); x_j is accepted iff coin_j < min(1, p/q)
 /// \param final_coin one coin for the residual (rejection) or bonus (full acceptance) sample
 /// \param scratch V values for residual or bonus weights
+/// \throws std::invalid_argument for mismatched sizes, a drafted token outside [0, V) (V of
+/// the draft weights; checked once per call, O(K)), or a target row of another V.
 template <class Scalar, class TargetDistributionAt>
 requires std::invocable<TargetDistributionAt&, std::size_t> &&
     std::convertible_to<std::invoke_result_t<TargetDistributionAt&, std::size_t>,
@@ -236,8 +278,10 @@ requires std::invocable<TargetDistributionAt&, std::size_t> &&
         " weight rows, ", draft_normalizers.size(), " normalizers and ", acceptance_coins.size(),
         " acceptance coins; expected one row, one normalizer and one coin per drafted token");
   }
+  detail::check_drafted_tokens(drafted, draft_weights.vocab_size(), "verify_stochastic");
   for (std::size_t j = 0; j < draft_length; ++j) {
     const TokenDistribution<Scalar> p = target_distribution_at(j);
+    detail::check_same_vocabulary(p.vocab_size(), draft_weights.vocab_size(), "verify_stochastic");
     const token_t x = drafted[j];
     const std::span<const Scalar> q_weights = draft_weights.row(j);
     const Scalar q_x = q_weights[static_cast<std::size_t>(x)] / draft_normalizers[j];
@@ -262,6 +306,10 @@ template <class Scalar>
     detail::throw_invalid_argument("verify_stochastic: ", target_logits.rows(), " target rows for ",
                                    drafted.size(),
                                    " drafted tokens; expected K + 1 = ", drafted.size() + 1);
+  }
+  if (!drafted.empty()) {
+    detail::check_same_vocabulary(target_logits.vocab_size(), draft_weights.vocab_size(),
+                                  "verify_stochastic");
   }
   return verify_stochastic(
       drafted, draft_weights, draft_normalizers,
@@ -296,6 +344,7 @@ template <class Scalar>
                                    drafted.size(),
                                    " drafted tokens; expected K + 1 = ", drafted.size() + 1);
   }
+  detail::check_drafted_tokens(drafted, target_logits.vocab_size(), "verify_greedy");
   return verify_greedy(drafted, [&](std::size_t j) { return argmax(target_logits.row(j)); });
 }
 
