@@ -185,23 +185,41 @@ struct BusyTarget {
   }
 };
 
+/// The models and decoders of one benchmark, from its args: alpha (percent), c (percent), K.
+/// Not movable: the decoders hold references to the models next to them.
+struct SyntheticRun {
+  explicit SyntheticRun(const benchmark::State& state)
+      : tables(tables_for(static_cast<int>(state.range(0)))),
+        c(static_cast<double>(state.range(1)) / 100.0),
+        K(static_cast<std::size_t>(state.range(2))),
+        draft{&tables, c * target_cost_seconds()},
+        target{&tables, target_cost_seconds()} {
+    config.draft_length = K;
+    config.max_new_tokens = budget();
+    config.sampling.temperature = 1.0f;
+  }
+  SyntheticRun(const SyntheticRun&) = delete;
+  SyntheticRun& operator=(const SyntheticRun&) = delete;
+
+  const Tables& tables;
+  double c;
+  std::size_t K;
+  BusyDraft draft;
+  BusyTarget target;
+  specdec::SpeculativeDecoder<BusyDraft, BusyTarget> speculative{draft, target};
+  specdec::AutoregressiveDecoder<BusyTarget> autoregressive{target};
+  specdec::GenerationConfig config;
+};
+
 /// Args: alpha (percent), c (percent), K.
 void BM_Speedup(benchmark::State& state) {
-  const int alpha_percent = static_cast<int>(state.range(0));
-  const double c = static_cast<double>(state.range(1)) / 100.0;
-  const auto K = static_cast<std::size_t>(state.range(2));
-  const Tables& tables = tables_for(alpha_percent);
-  const double target_cost = target_cost_seconds();
-
-  BusyDraft draft{&tables, c * target_cost};
-  BusyTarget target{&tables, target_cost};
-  specdec::SpeculativeDecoder speculative(draft, target);
-  specdec::AutoregressiveDecoder autoregressive(target);
-
-  specdec::GenerationConfig config;
-  config.draft_length = K;
-  config.max_new_tokens = budget();
-  config.sampling.temperature = 1.0f;
+  SyntheticRun run(state);
+  const Tables& tables = run.tables;
+  const double c = run.c;
+  const std::size_t K = run.K;
+  auto& speculative = run.speculative;
+  auto& autoregressive = run.autoregressive;
+  specdec::GenerationConfig& config = run.config;
 
   static std::uint64_t next_seed = 1;  // fresh prompts/seeds per run, shared by both decoders
   double ar_seconds = 0, spec_seconds = 0, ar_cpu = 0, spec_cpu = 0;
@@ -277,21 +295,10 @@ void BM_Speedup(benchmark::State& state) {
 /// speedup_token / speedup_block (vs the plain run), block_vs_token (tokens/s ratio, same run),
 /// and the CPU-time versions (*_cpu).
 void BM_TokenVsBlock(benchmark::State& state) {
-  const int alpha_percent = static_cast<int>(state.range(0));
-  const double c = static_cast<double>(state.range(1)) / 100.0;
-  const auto K = static_cast<std::size_t>(state.range(2));
-  const Tables& tables = tables_for(alpha_percent);
-  const double target_cost = target_cost_seconds();
-
-  BusyDraft draft{&tables, c * target_cost};
-  BusyTarget target{&tables, target_cost};
-  specdec::SpeculativeDecoder speculative(draft, target);
-  specdec::AutoregressiveDecoder autoregressive(target);
-
-  specdec::GenerationConfig config;
-  config.draft_length = K;
-  config.max_new_tokens = budget();
-  config.sampling.temperature = 1.0f;
+  SyntheticRun run(state);
+  auto& speculative = run.speculative;
+  auto& autoregressive = run.autoregressive;
+  specdec::GenerationConfig& config = run.config;
 
   static std::uint64_t next_seed = 1'000'000;
   double seconds[3] = {0, 0, 0}, cpu[3] = {0, 0, 0};
