@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -38,6 +39,7 @@
 #include "specdec/stats.hpp"
 #include "specdec/block_verifier.hpp"
 #include "specdec/coins.hpp"
+#include "specdec/configured_draft_length.hpp"
 #include "specdec/model_proposer.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/static_draft_length.hpp"
@@ -74,6 +76,9 @@ struct GenerationConfig {
   std::uint64_t seed = 0;            ///< same seed, same models => same tokens
   bool logprobs = true;              ///< compute the target log-prob of each emitted token
   VerifierKind verifier = VerifierKind::token;  ///< SpeculativeDecoder's verifier (T > 0)
+  /// SpeculativeDecoder's draft-length policy (default: draft_length tokens every round);
+  /// draft_length caps every policy.
+  DraftLengthPolicyOptions draft_length_policy{};
   /// The models' maximum context (tokens per call), 0 = unlimited. No model is called with a
   /// longer context: a round drafts at most max_context - committed tokens (its target call
   /// sees committed + drafted), and generation ends with FinishReason::context_limit when
@@ -94,6 +99,7 @@ struct GenerationConfig {
           " tokens; expected min(K, max_new_tokens - 1) <= ", kMaxDraftLength,
           " (GenerationConfig::kMaxDraftLength)");
     }
+    draft_length_policy.validate();
     sampling.validate();
   }
 
@@ -354,6 +360,7 @@ class StrategyDecoder {
     context.reserve(prompt.size() + reserve + usable_draft_length + 1);
     context.assign(prompt.begin(), prompt.end());
     detail::ensure_size(acceptance_coins_, usable_draft_length);
+    if (certain_tokens_.size() < usable_draft_length) certain_tokens_.assign(usable_draft_length, 1.0);
     std::size_t vocab_size = 0;  // learned from the first model call of this generate()
     bool prompt_checked = false;  // against vocab_size, once it is known
     auto check_prompt_once = [&] {
@@ -379,6 +386,13 @@ class StrategyDecoder {
       const auto proposal = proposer_.propose(request, draft_coins);
       check_prompt_once();
       const std::size_t n = proposal.size();
+      if constexpr (requires { policy_.prediction(); }) {
+        if (const std::optional<RoundPrediction> expected = policy_.prediction()) {
+          ++stats.predicted_rounds;
+          stats.predicted_tokens += expected->tokens;
+          stats.predicted_seconds += expected->seconds;
+        }
+      }
       context.resize(committed);
       context.insert(context.end(), proposal.tokens.begin(), proposal.tokens.end());
 
@@ -416,9 +430,14 @@ class StrategyDecoder {
       if (verdict.accepted < n) ++stats.rejecting_rounds;
       for (std::size_t k = 0; k < n; ++k) ++stats.drafted_at[k];
       for (std::size_t k = 0; k < verdict.accepted; ++k) ++stats.accepted_at[k];
+      const std::span<const double> token_probabilities =
+          proposal.token_probabilities.size() == n
+              ? proposal.token_probabilities
+              : std::span<const double>(certain_tokens_.data(), n);
       policy_.observe(RoundReport{n, verdict.accepted, request.limit,
                                   stats.draft_seconds - draft_seconds_before,
-                                  stats.target_seconds - target_seconds_before});
+                                  stats.target_seconds - target_seconds_before,
+                                  token_probabilities});
 
       const std::size_t chunk_start = result.tokens.size();
       bool stopped = false;
@@ -482,11 +501,12 @@ class StrategyDecoder {
   Verifier verifier_;
   std::vector<token_t> context_;          // (prompt + budget + K) committed + speculative
   std::vector<double> acceptance_coins_;  // (K) usable draft length
+  std::vector<double> certain_tokens_;    // (K) all 1: probabilities of a proposer that has none
   TargetRowBuffers<float> target_buffers_;
 };
 
 /// \brief Speculative decoding with a draft model and a target model: the two-model face of
-/// StrategyDecoder (ModelProposer, StaticDraftLength, ConfiguredVerifier).
+/// StrategyDecoder (ModelProposer, ConfiguredDraftLength, ConfiguredVerifier).
 ///
 /// \tparam Draft  a DraftModel: `draft(std::span<const token_t>)` -> one row of V float logits
 /// \tparam Target a TargetModel: `target(std::span<const token_t>, std::size_t n)` -> n rows
@@ -494,7 +514,8 @@ class StrategyDecoder {
 /// Holds references to both models (not owned; they must outlive the decoder).
 template <class Draft, class Target>
 class SpeculativeDecoder
-    : public StrategyDecoder<Target, ModelProposer<Draft>, StaticDraftLength, ConfiguredVerifier> {
+    : public StrategyDecoder<Target, ModelProposer<Draft>, ConfiguredDraftLength,
+                             ConfiguredVerifier> {
   static_assert(std::invocable<Draft&, std::span<const token_t>>,
                 "specdec: DraftModel must be callable as model(std::span<const specdec::token_t> "
                 "context) and return one row of V contiguous float logits");
@@ -508,7 +529,7 @@ class SpeculativeDecoder
                 "std::vector<float>, Eigen::VectorXf, ...)");
 
   using Base =
-      StrategyDecoder<Target, ModelProposer<Draft>, StaticDraftLength, ConfiguredVerifier>;
+      StrategyDecoder<Target, ModelProposer<Draft>, ConfiguredDraftLength, ConfiguredVerifier>;
 
  public:
   /// \brief Binds the two models by reference (not owned; they must outlive the decoder).

@@ -5,6 +5,7 @@
 /// SpeculativeDecoder.
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <ranges>
@@ -15,6 +16,7 @@
 #include <Eigen/Core>
 
 #include "specdec/coins.hpp"
+#include "specdec/detail/argmax.hpp"
 #include "specdec/detail/model_traits.hpp"
 #include "specdec/detail/timer.hpp"
 #include "specdec/proposal.hpp"
@@ -60,7 +62,7 @@ inline void check_vocab_size(std::size_t& vocab_size, std::size_t got, const cha
 /// \brief Drafts x_k ~ q_k from a draft model, k = 0, 1, ... while the policy agrees and the
 /// round's limit allows: q_k is the processed draft row (same logits processor, temperature and
 /// filters as the target's), x_k its inverse-CDF sample; greedy (T = 0) drafts the argmax and
-/// reports a point mass. The model is held by reference (not owned; it must outlive this).
+/// reports a point mass (and, for a policy that reads it, the argmax's softmax probability). The model is held by reference (not owned; it must outlive this).
 template <class Draft>
 class ModelProposer {
   using Row = detail::draft_result_t<Draft>;
@@ -86,6 +88,7 @@ class ModelProposer {
     }
     if (request.vocab_size != 0) size_buffers(request.vocab_size, limit);
 
+    const bool wants_confidence = greedy && request.reads_token_probabilities();
     std::size_t drafted = 0;
     while (drafted < limit &&
            request.draft_more(DraftState{drafted, limit,
@@ -103,7 +106,15 @@ class ModelProposer {
       const std::size_t position = context.size();
       const token_t token = detail::on_model_row(
           [&]() -> token_t {
-            if (greedy) return argmax(logits);
+            if (wants_confidence) {
+              const auto [best, log_probability] = detail::argmax_and_log_probability(logits);
+              probabilities_[drafted] = std::exp(static_cast<double>(log_probability));
+              return best;
+            }
+            if (greedy) {
+              probabilities_[drafted] = 1.0;
+              return argmax(logits);
+            }
             const std::span<Scalar> weights(weights_.data() + drafted * stride_, vocab_size);
             const std::span<Scalar> block_sums(block_sums_.data(), weight_block_count(vocab_size));
             const TokenDistribution<Scalar> q =
@@ -115,7 +126,6 @@ class ModelProposer {
             return drawn;
           },
           "draft model logits for position ", position, " (context length ", position, ")");
-      if (greedy) probabilities_[drafted] = 1.0;
       tokens_[drafted] = token;
       request.context.push_back(token);
       ++drafted;
@@ -123,6 +133,7 @@ class ModelProposer {
 
     Proposal<Scalar> proposal;
     proposal.tokens = std::span<const token_t>(tokens_.data(), drafted);
+    proposal.token_probabilities = std::span<const double>(probabilities_.data(), drafted);
     if (greedy) {
       proposal.point_mass = std::span<const std::uint8_t>(point_mass_.data(), drafted);
     } else if (drafted > 0) {

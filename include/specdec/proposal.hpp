@@ -33,6 +33,10 @@ struct Proposal {
   std::span<const Scalar> q_normalizers{};  ///< sums of those rows
   /// Nonzero where node i is deterministic (q_i = point mass at tokens[i]). Empty: none is.
   std::span<const std::uint8_t> point_mass{};
+  /// The draft's confidence in node i's token, as DraftState::token_probabilities defines it;
+  /// what draft-length policies calibrate acceptance against (RoundReport). Empty: 1 for every
+  /// node (a proposer with no probabilities, such as an n-gram lookup). Not used to verify.
+  std::span<const double> token_probabilities{};
 
   [[nodiscard]] std::size_t size() const noexcept { return tokens.size(); }
   [[nodiscard]] bool empty() const noexcept { return tokens.empty(); }
@@ -58,7 +62,10 @@ struct Proposal {
 struct DraftState {
   std::size_t drafted = 0;  ///< tokens drafted so far this round
   std::size_t limit = 0;    ///< the round's hard cap (draft_length, budget); drafted < limit
-  /// q_i(x_i) for each token drafted so far this round (1 for deterministic tokens).
+  /// The draft's probability of each token drafted so far this round: q_i(x_i) for a sampled
+  /// token; for a greedy model draft (q a point mass) the probability the draft's processed
+  /// row, softmaxed at T = 1, gives its argmax (computed only for a policy that reads it, see
+  /// DraftRequest::reads_token_probabilities); 1 for tokens no model scored (n-gram lookups).
   std::span<const double> token_probabilities;
 };
 

@@ -57,6 +57,12 @@ struct DecodeStats {
   std::vector<std::size_t> drafted_at;
   std::vector<std::size_t> accepted_at;  ///< [k]: rounds whose position-k draft was accepted
 
+  /// Rounds whose draft-length policy stated what it expected (RoundPrediction), and the sums
+  /// of those expectations: compare predicted_tokens_per_second() with the measured rate.
+  std::size_t predicted_rounds = 0;
+  double predicted_tokens = 0;
+  double predicted_seconds = 0;
+
   double draft_seconds = 0;    ///< wall time inside draft model calls
   double target_seconds = 0;   ///< wall time inside target model calls
   double total_seconds = 0;    ///< wall time of the whole generate() call
@@ -81,6 +87,34 @@ struct DecodeStats {
   /// \brief tau = emitted / rounds: tokens per target call. 0 if there was no round.
   [[nodiscard]] double tokens_per_round() const noexcept {
     return rounds == 0 ? 0.0 : static_cast<double>(emitted) / static_cast<double>(rounds);
+  }
+
+  /// \brief [n]: rounds that drafted exactly n tokens, n = 0 .. drafted_at.size() ([0]: rounds
+  /// run as plain target steps). Derived from drafted_at ([k] counts rounds with more than k).
+  [[nodiscard]] std::vector<std::size_t> draft_length_histogram() const {
+    std::vector<std::size_t> histogram(drafted_at.size() + 1, 0);
+    for (std::size_t n = 0; n <= drafted_at.size(); ++n) {
+      const std::size_t at_least = n == 0 ? rounds : drafted_at[n - 1];
+      const std::size_t more = n < drafted_at.size() ? drafted_at[n] : 0;
+      histogram[n] = at_least - more;
+    }
+    return histogram;
+  }
+
+  /// \brief Rounds that drafted nothing: plain target steps (a policy's fallback).
+  [[nodiscard]] std::size_t plain_rounds() const noexcept {
+    return drafted_at.empty() ? rounds : rounds - drafted_at[0];
+  }
+
+  /// \brief emitted / total_seconds: measured tokens per second. 0 if no time was measured.
+  [[nodiscard]] double tokens_per_second() const noexcept {
+    return total_seconds > 0 ? static_cast<double>(emitted) / total_seconds : 0.0;
+  }
+
+  /// \brief predicted_tokens / predicted_seconds: the rate the policy expected (model time
+  /// only: compare with emitted / (draft_seconds + target_seconds)). 0 without predictions.
+  [[nodiscard]] double predicted_tokens_per_second() const noexcept {
+    return predicted_seconds > 0 ? predicted_tokens / predicted_seconds : 0.0;
   }
 
   /// \brief c = (draft_seconds / draft_calls) / (target_seconds / target_calls): the cost of a
@@ -116,6 +150,9 @@ struct DecodeStats {
     rejecting_rounds += other.rejecting_rounds;
     draft_calls += other.draft_calls;
     target_calls += other.target_calls;
+    predicted_rounds += other.predicted_rounds;
+    predicted_tokens += other.predicted_tokens;
+    predicted_seconds += other.predicted_seconds;
     add_elementwise(drafted_at, other.drafted_at);
     add_elementwise(accepted_at, other.accepted_at);
     draft_seconds += other.draft_seconds;

@@ -58,17 +58,30 @@ struct DraftRequest {
   /// before each token; `state.drafted < limit` is the proposer's to check first).
   [[nodiscard]] bool draft_more(const DraftState& state) const { return ask_(policy_, state); }
 
+  /// \brief Whether the policy reads DraftState::token_probabilities. A greedy model proposer
+  /// computes its argmax's softmax probability (one more pass over the row) only if so.
+  [[nodiscard]] bool reads_token_probabilities() const noexcept { return reads_probabilities_; }
+
+  /// \brief Routes draft_more() to `policy`. A policy may declare `bool
+  /// reads_token_probabilities() const` (false spares greedy proposers the softmax); without
+  /// it, it is assumed to read them.
   template <class Policy>
   void bind_policy(Policy& policy) noexcept {
     policy_ = &policy;
     ask_ = [](void* p, const DraftState& state) {
       return static_cast<bool>(static_cast<Policy*>(p)->draft_more(state));
     };
+    if constexpr (requires { policy.reads_token_probabilities(); }) {
+      reads_probabilities_ = static_cast<bool>(policy.reads_token_probabilities());
+    } else {
+      reads_probabilities_ = true;
+    }
   }
 
  private:
   void* policy_ = nullptr;
   bool (*ask_)(void*, const DraftState&) = [](void*, const DraftState&) { return true; };
+  bool reads_probabilities_ = false;
 };
 
 /// \brief What a draft-length policy learns after each round (history it may use later).
@@ -78,6 +91,17 @@ struct RoundReport {
   std::size_t limit = 0;         ///< the round's cap
   double draft_seconds = 0;      ///< wall time in the draft model this round
   double target_seconds = 0;     ///< wall time of this round's target call (drafted + 1 rows)
+  /// The drafted tokens' probabilities (DraftState::token_probabilities; `drafted` entries,
+  /// all 1 when the proposer reports none). Tokens [0, accepted) were accepted; token
+  /// `accepted`, if drafted, was rejected; the rest were never judged.
+  std::span<const double> token_probabilities{};
+};
+
+/// \brief What a policy expected of the round it just let the proposer draft (optional:
+/// `policy.prediction()` returning this is recorded in DecodeStats::predicted_*).
+struct RoundPrediction {
+  double tokens = 0;   ///< expected tokens the round emits
+  double seconds = 0;  ///< expected wall time of the round (draft + target)
 };
 
 namespace detail {

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -519,11 +520,19 @@ class EnumeratingCoins {
   std::vector<bool> read_;
 };
 
+/// \brief What a round's history records for a draft-length policy: the emitted chunk and the
+/// drafted tokens' probabilities (their count is the number drafted).
+struct RoundOutcome {
+  Sequence chunk;
+  std::vector<double> token_probabilities;
+  auto operator<=>(const RoundOutcome&) const = default;
+};
+
 /// \brief The exact law of one speculative round.
 struct RoundLaw {
   Law chunks;                    ///< emitted tokens of the round -> probability
-  /// (emitted tokens, drafted tokens) -> probability: what a policy's history would record
-  std::map<std::pair<Sequence, std::size_t>, double> outcomes;
+  /// RoundOutcome -> probability: the round as a policy's observe() would be told of it
+  std::map<RoundOutcome, double> outcomes;
   double expected_accepted = 0;  ///< E[accepted drafted tokens]
   double expected_drafted = 0;   ///< E[drafted tokens]
   std::size_t branches = 0;      ///< runs enumerated
@@ -580,7 +589,12 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
     chunk.push_back(verdict.next_token);
     const double probability = coins.probability();
     law.chunks[chunk] += probability;
-    law.outcomes[{chunk, n}] += probability;
+    std::vector<double> token_probabilities(n, 1.0);
+    if (proposal.token_probabilities.size() == n) {
+      token_probabilities.assign(proposal.token_probabilities.begin(),
+                                 proposal.token_probabilities.end());
+    }
+    law.outcomes[RoundOutcome{chunk, std::move(token_probabilities)}] += probability;
     law.expected_accepted += probability * static_cast<double>(verdict.accepted);
     law.expected_drafted += probability * static_cast<double>(n);
     ++law.branches;
@@ -696,9 +710,10 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
           const RoundLaw round = round_law(proposer, state, verifier, target, params,
                                            context_after(emitted), limit);
           for (const auto& [outcome, probability] : round.outcomes) {
-            const auto& [chunk, drafted] = outcome;
+            const Sequence& chunk = outcome.chunk;
             PolicyT next_state = state;
-            next_state.observe(RoundReport{drafted, chunk.size() - 1, limit, 0.0, 0.0});
+            next_state.observe(RoundReport{outcome.token_probabilities.size(), chunk.size() - 1,
+                                           limit, 0.0, 0.0, outcome.token_probabilities});
             Sequence longer = emitted;
             longer.insert(longer.end(), chunk.begin(), chunk.end());
             extend(longer, next_state, mass * probability);

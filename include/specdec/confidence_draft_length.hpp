@@ -1,0 +1,57 @@
+#pragma once
+/// \file
+/// \brief ConfidenceDraftLength: stop drafting after a token the draft was unsure of, as
+/// llama.cpp's speculative decoding does with `p_min` (and `n_max` = draft_length).
+
+#include <cmath>
+#include <cstddef>
+
+#include "specdec/detail/error.hpp"
+#include "specdec/proposal.hpp"
+#include "specdec/strategies.hpp"
+
+namespace specdec {
+
+/// \brief ConfidenceDraftLength's parameters.
+struct ConfidenceOptions {
+  /// Stop after a drafted token whose probability (DraftState::token_probabilities) is below
+  /// this; in [0, 1]. llama.cpp's default p_min.
+  double min_probability = 0.75;
+
+  bool operator==(const ConfidenceOptions&) const = default;
+
+  /// \brief Throws std::invalid_argument naming the bad field.
+  void validate() const {
+    if (!(min_probability >= 0.0 && min_probability <= 1.0)) {
+      detail::throw_invalid_argument("confidence min_probability = ", min_probability,
+                                     "; expected a probability in [0, 1]");
+    }
+  }
+};
+
+/// \brief Drafts until a drafted token's probability falls below min_probability (or the
+/// round's limit). The decision comes before each token, from the tokens drafted so far, so
+/// the unsure token itself is still verified (llama.cpp drops it instead; keeping it costs
+/// one verification row and is accepted sometimes). Exact: it reads draft-side facts only.
+class ConfidenceDraftLength {
+ public:
+  ConfidenceDraftLength() = default;
+  explicit ConfidenceDraftLength(const ConfidenceOptions& options) : options_(options) {
+    options_.validate();
+  }
+
+  [[nodiscard]] bool draft_more(const DraftState& state) const noexcept {
+    // A proposer that reports no probabilities (n-gram lookups) is treated as sure.
+    if (state.drafted == 0 || state.drafted > state.token_probabilities.size()) return true;
+    return state.token_probabilities[state.drafted - 1] >= options_.min_probability;
+  }
+  [[nodiscard]] static constexpr bool reads_token_probabilities() noexcept { return true; }
+  void observe(const RoundReport& /*report*/) const noexcept {}
+
+  [[nodiscard]] const ConfidenceOptions& options() const noexcept { return options_; }
+
+ private:
+  ConfidenceOptions options_{};
+};
+
+}  // namespace specdec

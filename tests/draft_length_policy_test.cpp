@@ -1,0 +1,659 @@
+// Draft-length policies (schedule, confidence stop, goodput) and what keeps them exact.
+//
+// Exact part: speculative_law (specdec/testing.hpp) follows every policy along every path of
+// its history (observe() after each enumerated round) and compares the law of the first four
+// emitted tokens with the target's: TV < 1e-12 for each policy with token-level and block
+// verification, at T = 1, T = 0.7 with top-k, and greedy. A policy that reads the target's rows
+// for the drafted tokens is exact too (the rows are a function of the tokens, which the draft
+// side may compute anything from); what breaks exactness is a proposal that depends on a drawn
+// token after the fact. Two such mutants (llama.cpp's "drop the unsure token" applied to sampled
+// drafts, and dropping a token the target dislikes) miss by >= 1e-4.
+//
+// Goodput: its decision equals the brute-force argmax of its own expected-tokens-per-second
+// formula on random estimates (including non-convex verification costs); acceptance calibrates
+// against the draft's probability; it falls back to plain steps when drafting cannot pay and
+// probes with exponential backoff.
+//
+// Decoder: greedy output is token for token the plain decoder's with every policy; a χ² test of
+// the full float decoder with the goodput and schedule policies at T = 1.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <set>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+#include "specdec/testing.hpp"
+
+namespace {
+
+using specdec::BlockVerifier;
+using specdec::ConfidenceDraftLength;
+using specdec::ConfidenceOptions;
+using specdec::ConfiguredDraftLength;
+using specdec::DraftLengthKind;
+using specdec::DraftState;
+using specdec::GenerationConfig;
+using specdec::GoodputDraftLength;
+using specdec::GoodputEstimates;
+using specdec::GoodputOptions;
+using specdec::RoundReport;
+using specdec::SamplingParams;
+using specdec::ScheduleDraftLength;
+using specdec::ScheduleOptions;
+using specdec::token_t;
+using specdec::TokenVerifier;
+using specdec::testing::Law;
+using specdec::testing::ScriptedPair;
+using specdec::testing::Sequence;
+
+constexpr double kExact = 1e-12;
+constexpr double kMutantMinError = 1e-4;
+
+GenerationConfig config_with(std::size_t draft_length) {
+  GenerationConfig config;
+  config.draft_length = draft_length;
+  return config;
+}
+
+RoundReport report(std::size_t drafted, std::size_t accepted,
+                   std::span<const double> probabilities = {}) {
+  return RoundReport{drafted, accepted, drafted, 0.0, 0.0, probabilities};
+}
+
+/// How many tokens a policy lets a proposer draft with the given probabilities (one per
+/// token) and round limit.
+template <class Policy>
+std::size_t drafted_by(Policy& policy, std::span<const double> probabilities, std::size_t limit) {
+  std::size_t n = 0;
+  while (n < limit && policy.draft_more(DraftState{n, limit, probabilities.first(n)})) ++n;
+  return n;
+}
+
+// ---- the baselines -------------------------------------------------------------------------
+
+TEST(ScheduleDraftLengthTest, GrowsByTwoAfterFullAcceptanceAndShrinksByOneAfterRejection) {
+  ScheduleDraftLength policy(ScheduleOptions{.initial_draft_length = 3});
+  policy.begin(config_with(8));
+  EXPECT_EQ(policy.current_draft_length(), 3u);
+  policy.observe(report(3, 3));
+  EXPECT_EQ(policy.current_draft_length(), 5u);
+  policy.observe(report(5, 5));
+  EXPECT_EQ(policy.current_draft_length(), 7u);
+  policy.observe(report(7, 7));
+  EXPECT_EQ(policy.current_draft_length(), 8u);  // capped by draft_length
+  policy.observe(report(8, 2));
+  EXPECT_EQ(policy.current_draft_length(), 7u);
+  // A round cut short by the budget that accepted all it drafted is no evidence for growing.
+  policy.observe(report(2, 2));
+  EXPECT_EQ(policy.current_draft_length(), 7u);
+  for (int i = 0; i < 10; ++i) policy.observe(report(1, 0));
+  EXPECT_EQ(policy.current_draft_length(), 1u);  // never below 1
+  const std::vector<double> sure(8, 1.0);
+  EXPECT_EQ(drafted_by(policy, sure, 8), 1u);
+  policy.begin(config_with(8));  // every generate() starts over
+  EXPECT_EQ(policy.current_draft_length(), 3u);
+  EXPECT_EQ(drafted_by(policy, sure, 2), 2u);  // and the round limit still rules
+}
+
+TEST(ConfidenceDraftLengthTest, StopsAfterTheFirstTokenBelowTheThreshold) {
+  ConfidenceDraftLength policy(ConfidenceOptions{.min_probability = 0.6});
+  EXPECT_EQ(drafted_by(policy, std::vector<double>{0.9, 0.7, 0.5, 0.9, 0.9}, 5), 3u);
+  EXPECT_EQ(drafted_by(policy, std::vector<double>{0.1, 0.9}, 2), 1u);  // the first is drafted
+  EXPECT_EQ(drafted_by(policy, std::vector<double>{0.9, 0.9, 0.9}, 3), 3u);
+  EXPECT_EQ(drafted_by(policy, std::vector<double>{0.6, 0.6}, 2), 2u);  // at the threshold
+  // A proposer without probabilities (n-gram lookups) counts as sure.
+  EXPECT_TRUE(policy.draft_more(DraftState{2, 4, {}}));
+}
+
+TEST(DraftLengthPolicyOptionsTest, BadParametersAreRejectedWithTheFieldName) {
+  auto message_of = [](const GenerationConfig& config) -> std::string {
+    try {
+      config.validate();
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  GenerationConfig config = config_with(4);
+  config.draft_length_policy.confidence.min_probability = 1.5;
+  EXPECT_NE(message_of(config).find("min_probability = 1.5"), std::string::npos);
+  config = config_with(4);
+  config.draft_length_policy.schedule.initial_draft_length = 0;
+  EXPECT_NE(message_of(config).find("initial_draft_length = 0"), std::string::npos);
+  config = config_with(4);
+  config.draft_length_policy.goodput.forgetting = 0.0;
+  EXPECT_NE(message_of(config).find("forgetting = 0"), std::string::npos);
+  config = config_with(4);
+  config.draft_length_policy.goodput.probe_interval = 0;
+  EXPECT_NE(message_of(config).find("probe_interval = 0"), std::string::npos);
+  config = config_with(4);
+  config.draft_length_policy.goodput.draft_token_cost = 0.1;  // without verify_row_cost
+  EXPECT_NE(message_of(config).find("both finite and >= 0"), std::string::npos);
+  config.draft_length_policy.goodput.verify_row_cost = std::numeric_limits<double>::infinity();
+  EXPECT_NE(message_of(config).find("verify_row_cost = inf"), std::string::npos);
+  config.draft_length_policy.goodput.verify_row_cost = 0.1;
+  EXPECT_EQ(message_of(config), "");
+  EXPECT_THROW(ScheduleDraftLength(ScheduleOptions{.initial_draft_length = 0}),
+               std::invalid_argument);
+  EXPECT_THROW(GoodputDraftLength(GoodputOptions{.forgetting = 2.0}), std::invalid_argument);
+}
+
+// ---- goodput: its decisions are the optimum of its own formula -----------------------------
+
+// G(m) = (1 + sum_{i<=m} P_i) / (m t_d + T_v(m + 1)), P_i = survival[i - 1] for drafted tokens
+// and survival_j a^(i - j) beyond; the argmax over m in [j, max] (ties: smallest), by brute
+// force with pow(), independently of the library's one-pass loop.
+std::size_t brute_force_best(const GoodputEstimates& e, std::size_t max_length) {
+  const std::size_t j = e.survival.size();
+  const double survival_j = j == 0 ? 1.0 : e.survival[j - 1];
+  std::size_t best = j;
+  double best_rate = -1;
+  for (std::size_t m = j; m <= max_length; ++m) {
+    double tokens = 1.0;
+    for (std::size_t i = 1; i <= m; ++i) {
+      tokens += i <= j ? e.survival[i - 1]
+                       : survival_j * std::pow(e.next_acceptance, static_cast<double>(i - j));
+    }
+    const double rate = tokens / (static_cast<double>(m) * e.draft_token_cost + e.verify_cost[m]);
+    if (rate > best_rate * (1 + 1e-12)) {
+      best_rate = rate;
+      best = m;
+    }
+  }
+  return best;
+}
+
+TEST(GoodputFormulaTest, BestDraftLengthEqualsTheBruteForceOptimum) {
+  std::mt19937_64 gen(2026);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::size_t drafted_somewhere = 0, stopped_somewhere = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::size_t max_length = 1 + gen() % 16;
+    const std::size_t j = gen() % (max_length + 1);
+    std::vector<double> survival(j);
+    double s = 1.0;
+    for (double& p : survival) p = (s *= std::pow(unit(gen), 0.3));
+    std::vector<double> verify(max_length + 1);
+    const int shape = trial % 3;  // flat, linear, non-convex (noisy steps)
+    for (std::size_t n = 1; n <= verify.size(); ++n) {
+      const double x = static_cast<double>(n - 1);
+      verify[n - 1] = shape == 0   ? 1.0
+                      : shape == 1 ? 1.0 + 0.1 * x
+                                   : 1.0 + 0.08 * x + 0.3 * unit(gen) * (n % 3 == 0);
+    }
+    const GoodputEstimates estimates{survival, unit(gen), 0.2 * unit(gen) * unit(gen), verify};
+    const std::size_t best = specdec::best_draft_length(estimates, max_length);
+    ASSERT_EQ(best, brute_force_best(estimates, max_length)) << "trial " << trial;
+    drafted_somewhere += best > j;
+    stopped_somewhere += best == j && j < max_length;
+  }
+  EXPECT_GT(drafted_somewhere, 1000u);  // both decisions occur: the comparison is not vacuous
+  EXPECT_GT(stopped_somewhere, 1000u);
+}
+
+TEST(GoodputDraftLengthTest, DecisionsEqualTheBruteForceOptimumOfItsEstimates) {
+  std::mt19937_64 gen(11);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::size_t yes = 0, no = 0;
+  for (int history = 0; history < 200; ++history) {
+    GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9,
+                                             .draft_token_cost = 0.15 * unit(gen),
+                                             .verify_row_cost = 0.2 * unit(gen)});
+    policy.begin(config_with(12));
+    const double skill = unit(gen);
+    for (int round = 0; round < 20; ++round) {  // a random history of rounds
+      std::vector<double> probabilities(1 + gen() % 12);
+      std::size_t accepted = 0;
+      for (double& p : probabilities) p = unit(gen);
+      while (accepted < probabilities.size() && unit(gen) < skill * probabilities[accepted]) {
+        ++accepted;
+      }
+      policy.observe(report(probabilities.size(), accepted, probabilities));
+    }
+    for (int decision = 0; decision < 20; ++decision) {
+      const std::size_t limit = 1 + gen() % 12;
+      const std::size_t j = gen() % limit;
+      std::vector<double> probabilities(j);
+      for (double& p : probabilities) p = unit(gen);
+      const DraftState state{j, limit, probabilities};
+      const GoodputEstimates estimates = policy.estimates_for(state);
+      const std::vector<double> verify(estimates.verify_cost.begin(), estimates.verify_cost.end());
+      const std::vector<double> survival(estimates.survival.begin(), estimates.survival.end());
+      const GoodputEstimates copy{survival, estimates.next_acceptance,
+                                  estimates.draft_token_cost, verify};
+      const bool expected = brute_force_best(copy, limit) > j;
+      ASSERT_EQ(policy.draft_more(state), expected) << "history " << history;
+      (expected ? yes : no)++;
+    }
+  }
+  EXPECT_GT(yes, 100u);
+  EXPECT_GT(no, 100u);
+}
+
+TEST(GoodputDraftLengthTest, CalibratesAcceptanceAgainstTheDraftsProbability) {
+  GoodputDraftLength policy(GoodputOptions{.forgetting = 1.0, .draft_token_cost = 0.05,
+                                           .verify_row_cost = 0.05});
+  policy.begin(config_with(8));
+  // Confident tokens (0.95) are always accepted, unsure ones (0.25) always rejected.
+  for (int round = 0; round < 50; ++round) {
+    const std::vector<double> probabilities{0.95, 0.95, 0.25, 0.95};
+    policy.observe(report(4, 2, probabilities));
+  }
+  const std::vector<double> confident{0.95};
+  const std::vector<double> unsure{0.25};
+  const GoodputEstimates after_confident = policy.estimates_for(DraftState{1, 8, confident});
+  EXPECT_GT(after_confident.survival[0], 0.95);
+  const double survival_confident = after_confident.survival[0];
+  const GoodputEstimates after_unsure = policy.estimates_for(DraftState{1, 8, unsure});
+  EXPECT_LT(after_unsure.survival[0], 0.1);
+  EXPECT_LT(after_unsure.survival[0], survival_confident);
+  // Judged tokens: 2 accepted + 1 rejected per round (the fourth was never judged).
+  EXPECT_NEAR(after_unsure.next_acceptance, 2.0 / 3.0, 0.01);
+  // So: after an unsure token, stop; after a confident one, go on.
+  EXPECT_FALSE(policy.draft_more(DraftState{1, 8, unsure}));
+  EXPECT_TRUE(policy.draft_more(DraftState{1, 8, confident}));
+}
+
+TEST(GoodputDraftLengthTest, FallsBackToPlainStepsWhenDraftingCannotPayAndProbesWithBackoff) {
+  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .probe_interval = 4,
+                                           .draft_token_cost = 0.1, .verify_row_cost = 0.1});
+  policy.begin(config_with(8));
+  const std::vector<double> none;
+  EXPECT_TRUE(policy.draft_more(DraftState{0, 8, none}));  // the prior says drafting may pay
+  const std::vector<double> half{0.5};
+  for (int round = 0; round < 10; ++round) policy.observe(report(1, 0, half));  // useless draft
+  // Now every round is a plain step, except one probe after 4, then 8, then 16 plain rounds.
+  std::vector<int> probes_at;
+  for (int round = 0; round < 40; ++round) {
+    const bool drafts = policy.draft_more(DraftState{0, 8, none});
+    if (drafts) {
+      probes_at.push_back(round);
+      EXPECT_FALSE(policy.draft_more(DraftState{1, 8, half}));  // a probe is one token
+      policy.observe(report(1, 0, half));
+    } else {
+      policy.observe(report(0, 0));
+    }
+  }
+  EXPECT_EQ(probes_at, (std::vector<int>{4, 13, 30}));
+  // A good probe restarts drafting, and the backoff resets.
+  for (int round = 0; round < 30; ++round) policy.observe(report(4, 4, std::vector<double>(4, 0.9)));
+  EXPECT_TRUE(policy.draft_more(DraftState{0, 8, none}));
+}
+
+TEST(GoodputDraftLengthTest, DraftsToTheCapWhenEveryTokenIsAcceptedAndCheapToVerify) {
+  GoodputDraftLength policy(GoodputOptions{.draft_token_cost = 0.01, .verify_row_cost = 0.0});
+  policy.begin(config_with(6));
+  for (int round = 0; round < 30; ++round) policy.observe(report(6, 6, std::vector<double>(6, 0.9)));
+  EXPECT_EQ(drafted_by(policy, std::vector<double>(6, 0.9), 6), 6u);
+  // With a costly verification row the same acceptance buys fewer tokens.
+  GoodputDraftLength costly(GoodputOptions{.draft_token_cost = 0.01, .verify_row_cost = 0.6});
+  costly.begin(config_with(6));
+  for (int round = 0; round < 30; ++round) costly.observe(report(6, 5, std::vector<double>(6, 0.9)));
+  const std::size_t fewer = drafted_by(costly, std::vector<double>(6, 0.9), 6);
+  EXPECT_GE(fewer, 1u);
+  EXPECT_LT(fewer, 6u);
+}
+
+TEST(GoodputDraftLengthTest, MeasuredCostsFollowTheRoundTimings) {
+  GoodputDraftLength policy;  // measured costs
+  policy.begin(config_with(8));
+  EXPECT_FALSE(policy.prediction().has_value());
+  // Draft 1 ms per token; target 10 ms + 1 ms per row beyond the first; rounds of 2..6 tokens.
+  for (int round = 0; round < 40; ++round) {
+    const std::size_t n = 2 + static_cast<std::size_t>(round % 5);
+    const std::vector<double> probabilities(n, 0.8);
+    policy.observe(RoundReport{n, n / 2, 8, 1e-3 * static_cast<double>(n),
+                               10e-3 + 1e-3 * static_cast<double>(n), probabilities});
+  }
+  const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 8, {}});
+  EXPECT_NEAR(estimates.draft_token_cost, 1e-3, 1e-9);
+  EXPECT_NEAR(estimates.verify_cost[0], 10e-3, 1e-6);   // n = 1: extrapolated by the line
+  EXPECT_NEAR(estimates.verify_cost[4], 14e-3, 1e-6);   // n = 5: seen
+  EXPECT_NEAR(estimates.verify_cost[8], 18e-3, 1e-6);   // n = 9: extrapolated
+  (void)policy.draft_more(DraftState{0, 8, {}});
+  ASSERT_TRUE(policy.prediction().has_value());
+  EXPECT_GT(policy.prediction()->seconds, 10e-3);
+  EXPECT_GE(policy.prediction()->tokens, 1.0);
+}
+
+// ---- exactness by enumeration --------------------------------------------------------------
+
+enum class Mode { t1, t07_top_k, greedy };
+
+SamplingParams params_for(Mode mode) {
+  SamplingParams params;
+  params.temperature = mode == Mode::greedy ? 0.0f : mode == Mode::t1 ? 1.0f : 0.7f;
+  if (mode == Mode::t07_top_k) params.top_k = 3;
+  return params;
+}
+
+ScriptedPair pair_for(Mode mode, std::uint64_t salt) {
+  ScriptedPair pair;
+  pair.target_model = {.salt = salt, .vocab = 4, .scale = 2.0};
+  pair.perturbation = {.salt = salt * 31 + 7, .vocab = 4, .scale = 2.0};
+  pair.noise = 0.9;
+  pair.params = params_for(mode);
+  return pair;
+}
+
+const Sequence kPrompt{1, 2};
+constexpr std::size_t kLength = 4;
+constexpr std::size_t kCap = 3;
+
+template <class Policy, class Verifier, class Proposer>
+double law_error(const Proposer& proposer, const Policy& policy, const Verifier& verifier,
+                 const ScriptedPair& pair) {
+  const Law law = specdec::testing::speculative_law(proposer, policy, verifier,
+                                                    pair.target<double>(), pair.params, kPrompt,
+                                                    kLength, kCap);
+  const Law want = specdec::testing::target_law(pair.target<double>(), pair.params, kPrompt, kLength);
+  return specdec::testing::total_variation(law, want);
+}
+
+/// Every policy, configured the way a user would, with its begin() called.
+std::vector<std::pair<std::string, ConfiguredDraftLength>> all_policies() {
+  std::vector<std::pair<std::string, ConfiguredDraftLength>> policies;
+  for (DraftLengthKind kind : {DraftLengthKind::fixed, DraftLengthKind::schedule,
+                               DraftLengthKind::confidence, DraftLengthKind::goodput}) {
+    GenerationConfig config = config_with(kCap);
+    config.draft_length_policy.kind = kind;
+    config.draft_length_policy.schedule.initial_draft_length = 1;
+    config.draft_length_policy.confidence.min_probability = 0.5;
+    // Fixed costs that make the goodput policy change its mind along the paths.
+    config.draft_length_policy.goodput = {.forgetting = 0.95, .probe_interval = 1,
+                                          .draft_token_cost = 0.1, .verify_row_cost = 0.2};
+    ConfiguredDraftLength policy;
+    policy.begin(config);
+    if (kind == DraftLengthKind::goodput) {
+      // A history in which confident tokens were accepted and unsure ones rejected, so the
+      // policy's decisions depend on this round's draft probabilities from the first round.
+      for (int round = 0; round < 40; ++round) {
+        const std::vector<double> probability{0.05 + 0.1 * (round % 10)};
+        policy.observe(report(1, probability[0] >= 0.5 ? 1 : 0, probability));
+      }
+    }
+    policies.emplace_back(std::to_string(static_cast<int>(kind)), policy);
+  }
+  return policies;
+}
+
+TEST(PolicyExactnessTest, EveryPolicyIsExactWithTokenAndBlockVerification) {
+  for (Mode mode : {Mode::t1, Mode::t07_top_k, Mode::greedy}) {
+    const ScriptedPair pair = pair_for(mode, 5);
+    auto draft = pair.draft<double>();
+    const specdec::ModelProposer<ScriptedPair::Draft<double>> proposer(draft);
+    for (const auto& [name, policy] : all_policies()) {
+      SCOPED_TRACE("policy " + name + " mode " + std::to_string(static_cast<int>(mode)));
+      EXPECT_LT(law_error(proposer, policy, TokenVerifier{}, pair), kExact);
+      if (mode != Mode::greedy) {
+        EXPECT_LT(law_error(proposer, policy, BlockVerifier{}, pair), kExact);
+      }
+    }
+  }
+}
+
+TEST(PolicyExactnessTest, AdaptivePoliciesReallyVaryTheDraftLength) {
+  // The enumeration above would prove little if every policy drafted the full cap.
+  const ScriptedPair pair = pair_for(Mode::t1, 5);
+  auto draft = pair.draft<double>();
+  const specdec::ModelProposer<ScriptedPair::Draft<double>> proposer(draft);
+  for (const auto& [name, policy] : all_policies()) {
+    if (name == "0") continue;  // fixed
+    const auto round = specdec::testing::round_law(proposer, policy, TokenVerifier{},
+                                                   pair.target<double>(), pair.params, kPrompt,
+                                                   kCap);
+    std::set<std::size_t> lengths;
+    for (const auto& [outcome, probability] : round.outcomes) {
+      lengths.insert(outcome.token_probabilities.size());
+    }
+    SCOPED_TRACE("policy " + name);
+    if (name == "1") {  // schedule starts at 1 and only grows after a round
+      EXPECT_EQ(lengths, (std::set<std::size_t>{1}));
+    } else {
+      EXPECT_GE(lengths.size(), 2u);
+    }
+  }
+}
+
+// A policy that computes the target's rows for the drafted tokens and drafts on only while the
+// target would have drafted the same token: its decisions use target information, but of the
+// tokens already drafted, i.e. a function of them. Such a stopping rule keeps both verifiers
+// exact (certified below); what a policy must never see is this round's verification coins,
+// which do not exist before the proposal is complete.
+const std::vector<token_t>* g_drafting_context = nullptr;
+const ScriptedPair* g_peeked_pair = nullptr;
+
+template <class Inner>
+struct ContextExposingProposer {
+  Inner inner;
+  template <class Coins>
+  specdec::Proposal<double> propose(specdec::DraftRequest& request, Coins& coins) {
+    g_drafting_context = &request.context;
+    return inner.propose(request, coins);
+  }
+};
+
+struct TargetRowPeekingPolicy {
+  int unused = 0;  // not an empty type: followed along every path
+  bool draft_more(const DraftState& state) const {
+    if (state.drafted == 0) return true;
+    const std::vector<token_t>& context = *g_drafting_context;
+    const std::vector<double> row = g_peeked_pair->target_rows(
+        std::span<const token_t>(context.data(), context.size() - 1), 1);
+    const auto best = static_cast<token_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    return context.back() == best;
+  }
+  void observe(const RoundReport& /*report*/) const {}
+};
+
+TEST(PolicyExactnessTest, APolicyReadingTargetRowsOfDraftedTokensIsStillExact) {
+  for (Mode mode : {Mode::t1, Mode::t07_top_k}) {
+    const ScriptedPair pair = pair_for(mode, 9);
+    g_peeked_pair = &pair;
+    auto draft = pair.draft<double>();
+    using Inner = specdec::ModelProposer<ScriptedPair::Draft<double>>;
+    const ContextExposingProposer<Inner> proposer{Inner(draft)};
+    EXPECT_LT(law_error(proposer, TargetRowPeekingPolicy{}, TokenVerifier{}, pair), kExact);
+    EXPECT_LT(law_error(proposer, TargetRowPeekingPolicy{}, BlockVerifier{}, pair), kExact);
+  }
+}
+
+// Mutants: the proposal depends on a drawn token's value after the draw. The proposer draws
+// x ~ q and then drops x (ends the proposal before it) when `drop` says so, reporting q as the
+// law of the tokens it kept: llama.cpp's p_min rule (drop a token the draft gave less than
+// p_min) applied to sampled drafts, and a rule that peeks at the target's p(x).
+enum class Drop { unsure_token, target_dislikes };
+
+struct DroppingProposer {
+  const ScriptedPair* pair;
+  Drop drop;
+  std::vector<token_t> tokens = std::vector<token_t>(8);
+  std::vector<double> weights = std::vector<double>(8 * 8);
+  std::vector<double> normalizers = std::vector<double>(8, 1.0);
+
+  template <class Coins>
+  specdec::Proposal<double> propose(specdec::DraftRequest& request, Coins& coins) {
+    const std::size_t vocab = pair->vocab();
+    std::vector<double> filter_scratch;
+    std::size_t n = 0;
+    while (n < request.limit && request.draft_more(DraftState{n, request.limit, {}})) {
+      const std::span<const token_t> context(request.context);
+      const std::vector<double> row = pair->draft_logits(context);
+      const specdec::TokenDistribution<double> q = specdec::process_logits(
+          std::span<const double>(row), request.params, filter_scratch);
+      std::vector<double> q_row(vocab);
+      for (std::size_t v = 0; v < vocab; ++v) q_row[v] = q.probability(static_cast<token_t>(v));
+      const token_t x = coins.draw(specdec::WeightsLaw<double>{q_row, {}});
+      bool dropped = false;
+      if (drop == Drop::unsure_token) {
+        dropped = q_row[static_cast<std::size_t>(x)] < 0.4;
+      } else {
+        std::vector<double> p_row = pair->target_rows(context, 1);
+        const specdec::TokenDistribution<double> p = specdec::process_logits(
+            std::span<const double>(p_row), request.params, filter_scratch);
+        dropped = p.probability(x) < q_row[static_cast<std::size_t>(x)];
+      }
+      if (dropped) break;
+      std::copy(q_row.begin(), q_row.end(), weights.begin() + static_cast<std::ptrdiff_t>(n * vocab));
+      tokens[n] = x;
+      request.context.push_back(x);
+      ++n;
+    }
+    specdec::Proposal<double> proposal;
+    proposal.tokens = std::span<const token_t>(tokens.data(), n);
+    proposal.q_weights = specdec::LogitsRows<double>(
+        std::span<const double>(weights.data(), n * vocab), vocab, vocab);
+    proposal.q_normalizers = std::span<const double>(normalizers.data(), n);
+    return proposal;
+  }
+};
+
+TEST(PolicyExactnessTest, DroppingADrawnTokenAfterTheFactIsCaught) {
+  for (Drop drop : {Drop::unsure_token, Drop::target_dislikes}) {
+    const ScriptedPair pair = pair_for(Mode::t1, 5);
+    const DroppingProposer proposer{&pair, drop};
+    SCOPED_TRACE(drop == Drop::unsure_token ? "unsure_token" : "target_dislikes");
+    EXPECT_GT(law_error(proposer, specdec::StaticDraftLength{}, TokenVerifier{}, pair),
+              kMutantMinError);
+    EXPECT_GT(law_error(proposer, specdec::StaticDraftLength{}, BlockVerifier{}, pair),
+              kMutantMinError);
+  }
+}
+
+// ---- the full decoder ----------------------------------------------------------------------
+
+GenerationConfig decoder_config(DraftLengthKind kind, std::size_t draft_length) {
+  GenerationConfig config = config_with(draft_length);
+  config.draft_length_policy.kind = kind;
+  return config;
+}
+
+TEST(PolicyDecoderTest, GreedyOutputIsThePlainDecodersWithEveryPolicy) {
+  for (double noise : {0.3, 1.5, 6.0}) {
+    ScriptedPair pair;
+    pair.target_model = {.salt = 21, .vocab = 32, .scale = 3.0};
+    pair.perturbation = {.salt = 22, .vocab = 32, .scale = 3.0};
+    pair.noise = noise;
+    auto draft = pair.draft<float>();
+    auto target = pair.target<float>();
+    specdec::SpeculativeDecoder decoder(draft, target);
+    specdec::AutoregressiveDecoder plain(target);
+    for (DraftLengthKind kind : {DraftLengthKind::fixed, DraftLengthKind::schedule,
+                                 DraftLengthKind::confidence, DraftLengthKind::goodput}) {
+      for (std::size_t prompt_start = 0; prompt_start < 4; ++prompt_start) {
+        GenerationConfig config = decoder_config(kind, 8);
+        config.sampling.temperature = 0.0f;
+        config.max_new_tokens = 150;
+        const std::vector<token_t> prompt{static_cast<token_t>(prompt_start), 7};
+        const auto speculative = decoder.generate(prompt, config);
+        const auto reference = plain.generate(prompt, config);
+        ASSERT_EQ(speculative.tokens, reference.tokens)
+            << "kind " << static_cast<int>(kind) << " noise " << noise;
+        ASSERT_EQ(speculative.logprobs, reference.logprobs);
+      }
+    }
+  }
+}
+
+TEST(PolicyDecoderTest, GoodputFallsBackToPlainStepsWithAnUnrelatedDraftAndDraftsWithAGoodOne) {
+  for (double noise : {0.0, 50.0}) {
+    ScriptedPair pair;
+    pair.target_model = {.salt = 3, .vocab = 32, .scale = 3.0};
+    pair.perturbation = {.salt = 4, .vocab = 32, .scale = 3.0};
+    pair.noise = noise;
+    auto draft = pair.draft<float>();
+    auto target = pair.target<float>();
+    specdec::SpeculativeDecoder decoder(draft, target);
+    GenerationConfig config = decoder_config(DraftLengthKind::goodput, 8);
+    config.draft_length_policy.goodput.draft_token_cost = 0.05;  // reproducible
+    config.draft_length_policy.goodput.verify_row_cost = 0.05;
+    config.sampling.temperature = 1.0f;
+    config.max_new_tokens = 400;
+    const auto result = decoder.generate(std::vector<token_t>{1, 2}, config);
+    const std::vector<std::size_t> histogram = result.stats.draft_length_histogram();
+    std::size_t rounds = 0;
+    for (std::size_t count : histogram) rounds += count;
+    EXPECT_EQ(rounds, result.stats.rounds);
+    EXPECT_EQ(histogram[0], result.stats.plain_rounds());
+    if (noise == 0.0) {  // identical draft: everything is accepted, draft the cap
+      EXPECT_GT(histogram[8], result.stats.rounds * 8 / 10);
+    } else {             // unrelated draft: mostly plain steps
+      EXPECT_GT(result.stats.plain_rounds(), result.stats.rounds * 8 / 10);
+    }
+    // Same seed, same tokens (fixed costs: no decision depends on a timing).
+    EXPECT_EQ(decoder.generate(std::vector<token_t>{1, 2}, config).tokens, result.tokens);
+  }
+}
+
+TEST(PolicyDecoderTest, MeasuredGoodputRecordsItsPredictions) {
+  ScriptedPair pair;
+  pair.target_model = {.salt = 3, .vocab = 32, .scale = 3.0};
+  pair.perturbation = {.salt = 4, .vocab = 32, .scale = 3.0};
+  pair.noise = 0.5;
+  auto draft = pair.draft<float>();
+  auto target = pair.target<float>();
+  specdec::SpeculativeDecoder decoder(draft, target);
+  GenerationConfig config = decoder_config(DraftLengthKind::goodput, 8);
+  config.max_new_tokens = 200;
+  const auto result = decoder.generate(std::vector<token_t>{1, 2}, config);
+  EXPECT_GT(result.stats.predicted_rounds, result.stats.rounds / 2);
+  EXPECT_GT(result.stats.predicted_tokens_per_second(), 0.0);
+  EXPECT_GE(result.stats.predicted_tokens, static_cast<double>(result.stats.predicted_rounds));
+}
+
+// χ² of the first three emitted tokens of the full float decoder against the target's law
+// (V = 6: 216 cells, 100k runs each; threshold p > 1e-4 for a correct decoder).
+TEST(PolicyDecoderTest, AdaptivePoliciesPassChiSquareAtTemperatureOne) {
+  ScriptedPair pair;
+  pair.target_model = {.salt = 13, .vocab = 6, .scale = 2.0};
+  pair.perturbation = {.salt = 14, .vocab = 6, .scale = 2.0};
+  pair.noise = 0.8;
+  pair.params.temperature = 1.0f;
+  const Law want = specdec::testing::target_law(pair.target<double>(), pair.params, kPrompt, 3);
+  std::vector<double> probabilities(216, 0.0);
+  for (const auto& [sequence, probability] : want) {
+    probabilities[static_cast<std::size_t>(sequence[0] * 36 + sequence[1] * 6 + sequence[2])] =
+        probability;
+  }
+  auto draft = pair.draft<float>();
+  auto target = pair.target<float>();
+  for (DraftLengthKind kind : {DraftLengthKind::schedule, DraftLengthKind::confidence,
+                               DraftLengthKind::goodput}) {
+    specdec::SpeculativeDecoder decoder(draft, target);
+    GenerationConfig config = decoder_config(kind, 4);
+    config.draft_length_policy.schedule.initial_draft_length = 2;
+    config.sampling = pair.params;
+    config.max_new_tokens = 3;
+    config.logprobs = false;
+    std::vector<std::uint64_t> counts(216, 0);
+    for (std::uint64_t seed = 0; seed < 100000; ++seed) {
+      config.seed = seed;
+      const auto tokens = decoder.generate(kPrompt, config).tokens;
+      ++counts[static_cast<std::size_t>(tokens[0] * 36 + tokens[1] * 6 + tokens[2])];
+    }
+    const auto fit = specdec::testing::chi_square_test(counts, probabilities);
+    EXPECT_GT(fit.p_value, 1e-4) << "kind " << static_cast<int>(kind);
+    EXPECT_EQ(fit.impossible, 0u);
+  }
+}
+
+TEST(DecodeStatsTest, DraftLengthHistogramIsDerivedFromDraftedAt) {
+  specdec::DecodeStats stats;
+  stats.rounds = 10;
+  stats.drafted_at = {7, 5, 5, 1};  // 3 plain, 2 of length 1, 0 of 2, 4 of 3, 1 of 4
+  EXPECT_EQ(stats.draft_length_histogram(), (std::vector<std::size_t>{3, 2, 0, 4, 1}));
+  EXPECT_EQ(stats.plain_rounds(), 3u);
+  specdec::DecodeStats merged = stats + stats;
+  EXPECT_EQ(merged.draft_length_histogram(), (std::vector<std::size_t>{6, 4, 0, 8, 2}));
+}
+
+}  // namespace
