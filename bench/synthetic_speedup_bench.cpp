@@ -361,6 +361,131 @@ void speedup_args(benchmark::internal::Benchmark* b) {
   }
 }
 
+
+// ---- draft-length policies -------------------------------------------------------------------
+
+/// The draft model of the policy benchmark: the calibrated table of `easy`, or of `hard` in
+/// every other segment of `segment` positions (0: always easy: stationary acceptance).
+struct SegmentedDraft {
+  const Tables* easy;
+  const Tables* hard;
+  std::size_t segment;
+  double cost;
+  std::span<const float> operator()(std::span<const token_t> context) const {
+    busy_wait(cost);
+    const bool is_hard = segment != 0 && (context.size() / segment) % 2 == 1;
+    const auto r = static_cast<std::size_t>(context.back());
+    return {(is_hard ? hard : easy)->draft.data() + r * kVocab, kVocab};
+  }
+};
+
+/// A target whose call costs cost * (1 + row_cost * (n - 1)) for n rows (row_cost 0: flat, as a
+/// memory-bound GPU forward; 0.1: CPU-like, each row adds 10 % of a one-row call).
+struct RowCostTarget {
+  const Tables* tables;
+  double cost;
+  double row_cost;
+  std::vector<float> rows = std::vector<float>((kMaxDraft + 1) * kVocab);
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    busy_wait(cost * (1.0 + row_cost * static_cast<double>(n - 1)));
+    const std::size_t L = context.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(context[L - n + i]);
+      std::copy_n(tables->target.data() + r * kVocab, kVocab, rows.data() + i * kVocab);
+    }
+    return {rows.data(), n * kVocab};
+  }
+};
+
+enum Workload : std::int64_t { kStationary = 0, kChanging = 1, kUseless = 2 };
+constexpr std::int64_t kSchedulePolicy = 9, kConfidencePolicy = 10, kGoodputPolicy = 11;
+
+/// Args: workload (0 stationary alpha = 0.8; 1 changing: alpha 0.9 and 0.1 in alternating
+/// segments of 32 positions; 2 useless draft, alpha = 0.05), row cost (percent of a one-row
+/// call per extra row: 0 flat, 10 CPU-like), policy (1..8 static K; 9 schedule; 10 confidence
+/// p_min = 0.75; 11 goodput with measured costs; adaptive policies capped at K = 8). c = 0.05.
+/// Each iteration runs plain and speculative decoding on the same prompt and seed, the order
+/// alternating. Counters: speedup (tokens/s ratio, wall), speedup_cpu (thread CPU time),
+/// tau, mean_k (drafted per round), plain_frac (rounds run as plain steps), and for goodput
+/// pred_vs_meas (the policy's predicted model-time rate / the measured one).
+void BM_DraftLengthPolicy(benchmark::State& state) {
+  const auto workload = state.range(0);
+  const double row_cost = static_cast<double>(state.range(1)) / 100.0;
+  const auto policy = state.range(2);
+  const Tables& easy = tables_for(workload == kUseless ? 5 : workload == kChanging ? 90 : 80);
+  const Tables& hard = tables_for(10);
+  const double cost = target_cost_seconds();
+  SegmentedDraft draft{&easy, &hard, workload == kChanging ? std::size_t{32} : 0, 0.05 * cost};
+  RowCostTarget target{&easy, cost, row_cost};
+  specdec::SpeculativeDecoder<SegmentedDraft, RowCostTarget> speculative(draft, target);
+  specdec::AutoregressiveDecoder<RowCostTarget> autoregressive(target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = budget();
+  config.sampling.temperature = 1.0f;
+  config.draft_length = policy <= static_cast<std::int64_t>(kMaxDraft)
+                            ? static_cast<std::size_t>(policy) : kMaxDraft;
+  config.draft_length_policy.kind = policy == kSchedulePolicy     ? specdec::DraftLengthKind::schedule
+                                    : policy == kConfidencePolicy ? specdec::DraftLengthKind::confidence
+                                    : policy == kGoodputPolicy    ? specdec::DraftLengthKind::goodput
+                                                                  : specdec::DraftLengthKind::fixed;
+
+  static std::uint64_t next_seed = 2'000'000;
+  double seconds[2] = {0, 0}, cpu[2] = {0, 0};
+  std::size_t tokens[2] = {0, 0};
+  specdec::DecodeStats sum;
+  std::int64_t iteration = 0;
+  for (auto _ : state) {
+    const std::uint64_t seed = next_seed++;
+    std::vector<token_t> prompt(kPromptLength);
+    std::mt19937_64 prompt_gen(seed);
+    for (auto& t : prompt) t = static_cast<token_t>(prompt_gen() % kVocab);
+    config.seed = seed;
+    double iteration_seconds = 0;
+    for (int step = 0; step < 2; ++step) {
+      const int which = (step + static_cast<int>(iteration % 2)) % 2;  // 0 plain, 1 speculative
+      const double c0 = thread_cpu_seconds();
+      const auto t0 = Clock::now();
+      const specdec::GenerationResult r = which == 0 ? autoregressive.generate(prompt, config)
+                                                     : speculative.generate(prompt, config);
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      cpu[which] += thread_cpu_seconds() - c0;
+      seconds[which] += s;
+      iteration_seconds += s;
+      tokens[which] += r.tokens.size();
+      if (which == 1) sum += r.stats;
+    }
+    ++iteration;
+    state.SetIterationTime(iteration_seconds);
+  }
+  auto rate = [&](int which, const double* time) {
+    return static_cast<double>(tokens[which]) / time[which];
+  };
+  state.counters["speedup"] = rate(1, seconds) / rate(0, seconds);
+  state.counters["speedup_cpu"] = rate(1, cpu) / rate(0, cpu);
+  state.counters["tau"] = sum.tokens_per_round();
+  state.counters["mean_k"] =
+      static_cast<double>(sum.drafted) / static_cast<double>(std::max<std::size_t>(sum.rounds, 1));
+  state.counters["plain_frac"] =
+      static_cast<double>(sum.plain_rounds()) / static_cast<double>(std::max<std::size_t>(sum.rounds, 1));
+  state.counters["alpha_hat"] = sum.alpha_hat();
+  if (sum.predicted_seconds > 0) {
+    const double measured = static_cast<double>(sum.emitted) / (sum.draft_seconds + sum.target_seconds);
+    state.counters["pred_vs_meas"] = sum.predicted_tokens_per_second() / measured;
+  }
+  state.SetLabel(spin_on_wall_clock() ? "wall-clock spin" : "cpu-time spin");
+}
+
+void draft_length_policy_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"workload", "row_cost", "policy"});
+  for (const std::int64_t workload : {kStationary, kChanging, kUseless}) {
+    for (const std::int64_t row_cost : {0, 10}) {
+      for (std::int64_t policy = 1; policy <= kGoodputPolicy; ++policy) {
+        b->Args({workload, row_cost, policy});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 BENCHMARK(BM_Speedup)
@@ -370,6 +495,11 @@ BENCHMARK(BM_Speedup)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TokenVsBlock)
     ->Apply(token_vs_block_args)
+    ->UseManualTime()
+    ->Iterations(iterations())
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DraftLengthPolicy)
+    ->Apply(draft_length_policy_args)
     ->UseManualTime()
     ->Iterations(iterations())
     ->Unit(benchmark::kMillisecond);

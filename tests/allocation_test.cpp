@@ -432,12 +432,14 @@ class AllocationWindows {
 template <class Target>
 AllocationWindows run_speculative(std::size_t vocab, std::size_t draft_length, Mode mode,
                                   Inject inject = Inject::nothing,
-                                  specdec::VerifierKind verifier = specdec::VerifierKind::token) {
+                                  specdec::VerifierKind verifier = specdec::VerifierKind::token,
+                                  specdec::DraftLengthKind policy = specdec::DraftLengthKind::fixed) {
   PreallocatedDraft draft(vocab);
   Target target(vocab, draft_length + 1);
   specdec::SpeculativeDecoder<PreallocatedDraft, Target> decoder(draft, target);
   specdec::GenerationConfig config = config_for(mode, draft_length, 42);
   config.verifier = verifier;
+  config.draft_length_policy.kind = policy;
   const std::vector<token_t> prompt = {1, 2, 3, 4};
   AllocationWindows windows(inject);
   const specdec::GenerationResult result = decoder.generate(
@@ -531,12 +533,24 @@ struct SpeculativeCase {
   std::size_t draft_length;
   Mode mode;
   specdec::VerifierKind verifier = specdec::VerifierKind::token;
+  specdec::DraftLengthKind policy = specdec::DraftLengthKind::fixed;
 };
+
+const char* policy_name(specdec::DraftLengthKind kind) {
+  switch (kind) {
+    case specdec::DraftLengthKind::fixed: return "";
+    case specdec::DraftLengthKind::schedule: return "_schedule";
+    case specdec::DraftLengthKind::confidence: return "_confidence";
+    case specdec::DraftLengthKind::goodput: return "_goodput";
+  }
+  return "_unknown";
+}
 
 std::string case_name(const ::testing::TestParamInfo<SpeculativeCase>& info) {
   return std::string(mode_name(info.param.mode)) + "_V" + std::to_string(info.param.vocab) + "_K" +
          std::to_string(info.param.draft_length) +
-         (info.param.verifier == specdec::VerifierKind::block ? "_block" : "");
+         (info.param.verifier == specdec::VerifierKind::block ? "_block" : "") +
+         policy_name(info.param.policy);
 }
 
 std::vector<SpeculativeCase> all_speculative_cases() {
@@ -547,6 +561,13 @@ std::vector<SpeculativeCase> all_speculative_cases() {
       for (const std::size_t k : {std::size_t{1}, std::size_t{4}, std::size_t{8}}) {
         cases.push_back({vocab, k, mode});
         if (mode != Mode::greedy) cases.push_back({vocab, k, mode, specdec::VerifierKind::block});
+      }
+      if (mode == Mode::sampling || mode == Mode::greedy || mode == Mode::top_p) {
+        for (const auto policy : {specdec::DraftLengthKind::schedule,
+                                  specdec::DraftLengthKind::confidence,
+                                  specdec::DraftLengthKind::goodput}) {
+          cases.push_back({vocab, 8, mode, specdec::VerifierKind::token, policy});
+        }
       }
     }
   }
@@ -562,7 +583,8 @@ TEST_P(SpeculativeRound, AllocatesNothingAfterTheFirstRound) {
   SKIP_IF_NOT_COUNTING();
   const SpeculativeCase& c = GetParam();
   EXPECT_TRUE(all_windows_equal(
-      run_speculative<SpanTarget>(c.vocab, c.draft_length, c.mode, Inject::nothing, c.verifier),
+      run_speculative<SpanTarget>(c.vocab, c.draft_length, c.mode, Inject::nothing, c.verifier,
+                                  c.policy),
       0));
 }
 

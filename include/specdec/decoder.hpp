@@ -363,6 +363,7 @@ class StrategyDecoder {
     if (certain_tokens_.size() < usable_draft_length) certain_tokens_.assign(usable_draft_length, 1.0);
     std::size_t vocab_size = 0;  // learned from the first model call of this generate()
     bool prompt_checked = false;  // against vocab_size, once it is known
+    bool target_buffers_sized = false;
     auto check_prompt_once = [&] {
       if (prompt_checked || vocab_size == 0) return;
       detail::check_prompt_vocabulary(prompt, vocab_size);
@@ -405,6 +406,12 @@ class StrategyDecoder {
       check_target_vocab(vocab_size, rows.vocab_size(), n);
       check_prompt_once();
       detail::check_proposal(proposal, request.limit, vocab_size);
+      if (!target_buffers_sized) {
+        // For the longest round up front: a policy may draft few tokens for many rounds first.
+        target_buffers_.reserve(usable_draft_length + 1, vocab_size,
+                                static_cast<bool>(params.logits_processor));
+        target_buffers_sized = true;
+      }
       TargetRows<float> target(rows, context, committed, params, config.logprobs,
                                target_buffers_);
 
