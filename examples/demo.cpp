@@ -33,7 +33,14 @@ starts every training verse.
   --prompt TEXT          "Book C:V text" (default "Psalms 23:1 ")
   --max-new-tokens N     tokens to generate, >= 1 (default 200); clamped so that
                          prompt + N + K + 1 <= the models' max context (384 positions)
-  -k, --draft-length K   tokens drafted per target call, >= 1 (default 4)
+  -k, --draft-length K   tokens drafted per target call, >= 1 (default 4); with an adaptive
+                         --draft-policy, the most a round may draft. "auto" = --draft-policy
+                         goodput with K = 16
+  --draft-policy P       fixed | schedule (+2 after a fully accepted round, -1 after a
+                         rejection) | confidence (stop after a token the draft gave < 0.75) |
+                         goodput (the length that maximises expected tokens/s, from measured
+                         acceptance and costs; plain steps when drafting cannot pay)
+                         (default fixed)
   --temperature T        >= 0; 0 = greedy (default 0)
   --top-k N              keep the N most likely tokens; 0 = off (default 0)
   --top-p P              nucleus sampling, in (0, 1]; 1 = off (default 1)
@@ -61,6 +68,28 @@ specdec::VerifierKind parse_verifier(std::string_view name) {
   if (name == "block") return specdec::VerifierKind::block;
   throw UsageError("--verifier expects token or block, got '" + std::string(name) + "'");
 }
+
+specdec::DraftLengthKind parse_draft_policy(std::string_view name) {
+  if (name == "fixed") return specdec::DraftLengthKind::fixed;
+  if (name == "schedule") return specdec::DraftLengthKind::schedule;
+  if (name == "confidence") return specdec::DraftLengthKind::confidence;
+  if (name == "goodput") return specdec::DraftLengthKind::goodput;
+  throw UsageError("--draft-policy expects fixed, schedule, confidence or goodput, got '" +
+                   std::string(name) + "'");
+}
+
+const char* draft_policy_name(specdec::DraftLengthKind kind) {
+  switch (kind) {
+    case specdec::DraftLengthKind::fixed: return "fixed";
+    case specdec::DraftLengthKind::schedule: return "schedule";
+    case specdec::DraftLengthKind::confidence: return "confidence";
+    case specdec::DraftLengthKind::goodput: return "goodput";
+  }
+  return "?";
+}
+
+/// The most tokens `--draft-length auto` lets a round draft (llama.cpp's n_max default).
+constexpr std::size_t kAutoDraftLengthCap = 16;
 
 struct Options {
   std::string prompt = "Psalms 23:1 ";
@@ -98,12 +127,21 @@ Options parse_args(int argc, char** argv) {
     };
     const auto size_value = [&] { return parse_number<std::size_t>(flag, value()); };
     const auto float_value = [&] { return parse_number<float>(flag, value()); };
+    const auto set_draft_length = [&](std::string_view text) {
+      if (text == "auto") {
+        config.draft_length = kAutoDraftLengthCap;
+        config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
+      } else {
+        config.draft_length = parse_number<std::size_t>(flag, text);
+      }
+    };
     // One flag per line, read as a table.
     // clang-format off
     if (flag == "-h" || flag == "--help") options.help = true;
     else if (flag == "--prompt") options.prompt = value();
     else if (flag == "--max-new-tokens") config.max_new_tokens = size_value();
-    else if (flag == "-k" || flag == "--draft-length") config.draft_length = size_value();
+    else if (flag == "-k" || flag == "--draft-length") set_draft_length(value());
+    else if (flag == "--draft-policy") config.draft_length_policy.kind = parse_draft_policy(value());
     else if (flag == "--temperature") config.sampling.temperature = float_value();
     else if (flag == "--top-k") config.sampling.top_k = parse_number<int>(flag, value());
     else if (flag == "--top-p") config.sampling.top_p = float_value();
@@ -165,19 +203,26 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
   const specdec::SamplingParams& s = config.sampling;
   const specdec::DecodeStats& stats = fast.stats;
   std::printf(
-      "{\n  \"prompt\": %s,\n  \"draft_length\": %zu,\n  \"verifier\": \"%s\",\n"
+      "{\n  \"prompt\": %s,\n  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n"
+      "  \"verifier\": \"%s\",\n"
       "  \"max_new_tokens\": %zu,\n"
       "  \"seed\": %llu,\n  \"sampling\": {\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, "
       "\"min_p\": %g},\n  \"speculative\": {\"text\": %s, \"new_tokens\": %zu, \"seconds\": %.6g, "
       "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, \"alpha_hat\": "
       "%.6g, \"tokens_per_round\": %.6g, \"cost_ratio\": %.6g, \"predicted_speedup\": %.6g}",
       json_string(options.prompt).c_str(), config.draft_length,
-      config.verifier == specdec::VerifierKind::block ? "block" : "token", config.max_new_tokens,
+      draft_policy_name(config.draft_length_policy.kind), config.verifier == specdec::VerifierKind::block ? "block" : "token", config.max_new_tokens,
       static_cast<unsigned long long>(config.seed), static_cast<double>(s.temperature), s.top_k,
       static_cast<double>(s.top_p), static_cast<double>(s.min_p),
       json_string(to_text(fast.tokens)).c_str(), stats.emitted, stats.total_seconds,
       tokens_per_second(stats), stats.rounds, stats.acceptance_rate(), stats.alpha_hat(),
       stats.tokens_per_round(), stats.cost_ratio(), stats.predicted_speedup(config.draft_length));
+  std::string histogram;
+  for (const std::size_t rounds : stats.draft_length_histogram()) {
+    histogram += (histogram.empty() ? "" : ", ") + std::to_string(rounds);
+  }
+  std::printf(",\n  \"draft_length_histogram\": [%s],\n  \"plain_rounds\": %zu",
+              histogram.c_str(), stats.plain_rounds());
   if (options.baseline) {
     const std::string text =
         options.baseline_text ? "\"text\": " + json_string(to_text(slow.tokens)) + ", " : "";
@@ -202,7 +247,10 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
     std::printf("\n--- plain decoding ---\n%s%s\n", options.prompt.c_str(),
                 to_text(slow.tokens).c_str());
   }
-  std::printf("\nspeculative (K = %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n", k,
+  const bool adaptive = options.config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
+  std::printf("\nspeculative (%s%s K %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
+              adaptive ? draft_policy_name(options.config.draft_length_policy.kind) : "",
+              adaptive ? "," : "", adaptive ? "<=" : "=", k,
               options.config.verifier == specdec::VerifierKind::block ? ", block" : "",
               stats.emitted, stats.total_seconds, tokens_per_second(stats));
   if (options.baseline) {
@@ -211,10 +259,13 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
     std::printf("measured speedup:      %.2fx\n",
                 tokens_per_second(stats) / tokens_per_second(slow.stats));
   }
-  std::printf("predicted speedup:     %.2fx  (geometric model: alpha_hat %.3f, c %.4f, "
-              "flat target cost)\n",
-              stats.predicted_speedup(k), stats.alpha_hat(), stats.cost_ratio());
-  if (options.baseline) {
+  // The geometric prediction assumes K tokens every round: for a fixed K only.
+  if (!adaptive) {
+    std::printf("predicted speedup:     %.2fx  (geometric model: alpha_hat %.3f, c %.4f, "
+                "flat target cost)\n",
+                stats.predicted_speedup(k), stats.alpha_hat(), stats.cost_ratio());
+  }
+  if (options.baseline && !adaptive) {
     // A round emits tau tokens for K draft calls and one target call that computes K + 1 rows,
     // which costs T(K+1)/T(1) one-token calls on this CPU target.
     const double verify_cost = seconds_per_target_call(stats) / seconds_per_target_call(slow.stats);
@@ -223,6 +274,23 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
   }
   std::printf("tokens per round:      %.2f  (acceptance rate %.3f)\n", stats.tokens_per_round(),
               stats.acceptance_rate());
+  if (adaptive) {
+    // The chosen draft lengths, as "length x rounds" for every length that occurred.
+    std::string chosen;
+    const std::vector<std::size_t> histogram = stats.draft_length_histogram();
+    for (std::size_t n = 0; n < histogram.size(); ++n) {
+      if (histogram[n] == 0) continue;
+      chosen += (chosen.empty() ? "" : ", ") + std::to_string(n) + ": " + std::to_string(histogram[n]);
+    }
+    std::printf("draft lengths chosen:  %s  (length: rounds; %zu plain steps)\n", chosen.c_str(),
+                stats.plain_rounds());
+    if (stats.predicted_seconds > 0) {
+      const double model_seconds = stats.draft_seconds + stats.target_seconds;
+      std::printf("policy expected:       %.1f tokens/s of model time, measured %.1f\n",
+                  stats.predicted_tokens_per_second(),
+                  static_cast<double>(stats.emitted) / model_seconds);
+    }
+  }
   if (options.baseline && options.config.sampling.greedy()) {
     std::printf("greedy outputs identical: %s\n",
                 fast.tokens == slow.tokens ? "yes" : "NO (a bug: please report it)");
