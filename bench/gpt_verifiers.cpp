@@ -22,11 +22,16 @@
 #include <specdec/specdec.hpp>
 
 #include "gpt/gpt_model.hpp"
+#include "gpt_programs.hpp"
 
 namespace {
 
 using specdec::token_t;
 using specdec::examples::GptModel;
+using specdec_bench::load_average;
+using specdec_bench::median;
+using specdec_bench::parse_list;
+using specdec_bench::read_prompts;
 
 struct Options {
   std::size_t prompts = 50;
@@ -35,24 +40,6 @@ struct Options {
   std::vector<double> temperatures{1.0, 0.7};
   std::uint64_t seed = 1234;
 };
-
-std::vector<double> parse_list(std::string_view flag, std::string_view list) {
-  std::vector<double> values;
-  while (!list.empty()) {
-    const std::size_t comma = list.find(',');
-    const std::string_view item = list.substr(0, comma);
-    double value = 0;
-    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (error != std::errc{} || end != item.data() + item.size() || item.empty()) {
-      throw std::invalid_argument(std::string(flag) + " expects numbers, got '" +
-                                  std::string(item) + "'");
-    }
-    values.push_back(value);
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
-  }
-  return values;
-}
 
 Options parse_args(int argc, char** argv) {
   Options o;
@@ -68,30 +55,6 @@ Options parse_args(int argc, char** argv) {
     else throw std::invalid_argument("unknown option '" + std::string(flag) + "'");
   }
   return o;
-}
-
-std::vector<std::vector<token_t>> read_prompts(std::size_t count) {
-  std::ifstream in(SPECDEC_MODELS_DIR "/prompts.txt", std::ios::binary);
-  std::vector<std::vector<token_t>> prompts;
-  for (std::string line; std::getline(in, line) && prompts.size() < count;) {
-    if (line.empty()) continue;
-    std::vector<token_t>& prompt = prompts.emplace_back(1, token_t{'\n'});
-    for (const unsigned char byte : line) prompt.push_back(byte);
-  }
-  return prompts;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five;
-  in >> one >> five;
-  return one + " " + five;
 }
 
 struct Cell {

@@ -160,8 +160,12 @@ std::size_t brute_force_best(const GoodputEstimates& e, std::size_t max_length) 
   for (std::size_t m = j; m <= max_length; ++m) {
     double tokens = 1.0;
     for (std::size_t i = 1; i <= m; ++i) {
+      // Beyond the drafted tokens: the first token (if none is drafted) at first_acceptance,
+      // every later one at next_acceptance.
+      const double first = j == 0 ? e.first_acceptance : e.next_acceptance;
       tokens += i <= j ? e.survival[i - 1]
-                       : survival_j * std::pow(e.next_acceptance, static_cast<double>(i - j));
+                       : survival_j * first *
+                             std::pow(e.next_acceptance, static_cast<double>(i - j - 1));
     }
     const double rate = tokens / (static_cast<double>(m) * e.draft_token_cost + e.verify_cost[m]);
     if (rate > best_rate * (1 + 1e-12)) {
@@ -190,7 +194,12 @@ TEST(GoodputFormulaTest, BestDraftLengthEqualsTheBruteForceOptimum) {
                       : shape == 1 ? 1.0 + 0.1 * x
                                    : 1.0 + 0.08 * x + 0.3 * unit(gen) * (n % 3 == 0);
     }
-    const GoodputEstimates estimates{survival, unit(gen), 0.2 * unit(gen) * unit(gen), verify};
+    GoodputEstimates estimates;
+    estimates.survival = survival;
+    estimates.next_acceptance = unit(gen);
+    estimates.first_acceptance = unit(gen);
+    estimates.draft_token_cost = 0.2 * unit(gen) * unit(gen);
+    estimates.verify_cost = verify;
     const std::size_t best = specdec::best_draft_length(estimates, max_length);
     ASSERT_EQ(best, brute_force_best(estimates, max_length)) << "trial " << trial;
     drafted_somewhere += best > j;
@@ -228,8 +237,9 @@ TEST(GoodputDraftLengthTest, DecisionsEqualTheBruteForceOptimumOfItsEstimates) {
       const GoodputEstimates estimates = policy.estimates_for(state);
       const std::vector<double> verify(estimates.verify_cost.begin(), estimates.verify_cost.end());
       const std::vector<double> survival(estimates.survival.begin(), estimates.survival.end());
-      const GoodputEstimates copy{survival, estimates.next_acceptance,
-                                  estimates.draft_token_cost, verify};
+      GoodputEstimates copy = estimates;
+      copy.survival = survival;
+      copy.verify_cost = verify;
       const bool expected = brute_force_best(copy, limit) > j;
       ASSERT_EQ(policy.draft_more(state), expected) << "history " << history;
       (expected ? yes : no)++;
@@ -256,11 +266,34 @@ TEST(GoodputDraftLengthTest, CalibratesAcceptanceAgainstTheDraftsProbability) {
   const GoodputEstimates after_unsure = policy.estimates_for(DraftState{1, 8, unsure});
   EXPECT_LT(after_unsure.survival[0], 0.1);
   EXPECT_LT(after_unsure.survival[0], survival_confident);
-  // Judged tokens: 2 accepted + 1 rejected per round (the fourth was never judged).
-  EXPECT_NEAR(after_unsure.next_acceptance, 2.0 / 3.0, 0.01);
+  // Judged tokens per round: the first (after the previous round's rejection) accepted, then
+  // one accepted and one rejected (the fourth was never judged).
+  EXPECT_NEAR(after_unsure.first_acceptance, 50.0 / 52.0 + 2.0 / 3.0 * 2.0 / 52.0, 0.01);
+  EXPECT_NEAR(after_unsure.next_acceptance, 0.5, 0.01);
   // So: after an unsure token, stop; after a confident one, go on.
   EXPECT_FALSE(policy.draft_more(DraftState{1, 8, unsure}));
   EXPECT_TRUE(policy.draft_more(DraftState{1, 8, confident}));
+}
+
+TEST(GoodputDraftLengthTest, TheFirstTokenFollowsThePreviousRoundsLastVerdict) {
+  // Text of changing difficulty: fully accepted rounds come in runs, and so do rejections.
+  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.95, .draft_token_cost = 0.05,
+                                           .verify_row_cost = 0.3});
+  policy.begin(config_with(8));
+  const std::vector<double> probabilities(8, 0.5);
+  for (int segment = 0; segment < 6; ++segment) {
+    for (int round = 0; round < 5; ++round) policy.observe(report(4, 4, probabilities));
+    for (int round = 0; round < 5; ++round) policy.observe(report(1, 0, probabilities));
+  }
+  const double after_rejection = policy.estimates_for(DraftState{0, 8, {}}).first_acceptance;
+  for (int round = 0; round < 5; ++round) policy.observe(report(4, 4, probabilities));
+  const double after_acceptance = policy.estimates_for(DraftState{0, 8, {}}).first_acceptance;
+  EXPECT_LT(after_rejection, 0.4);
+  EXPECT_GT(after_acceptance, 0.8);
+  // So a round after a fully accepted one drafts more than a round after a rejection.
+  const std::size_t long_round = drafted_by(policy, probabilities, 8);
+  policy.observe(report(1, 0, probabilities));
+  EXPECT_LT(drafted_by(policy, probabilities, 8), long_round);
 }
 
 TEST(GoodputDraftLengthTest, FallsBackToPlainStepsWhenDraftingCannotPayAndProbesWithBackoff) {

@@ -17,6 +17,8 @@
 /// is larger than j (ties: the smaller m). At j = 0 that compares speculation with a plain
 /// target step (G(0) = 1 / T_v(1)); when a plain step wins the round drafts nothing, and after
 /// probe_interval such rounds one token is drafted anyway to learn whether drafting pays again.
+/// With measured costs, every eighth drafting round stops at half its planned length, so that
+/// T_v is measured below the lengths the policy settles on, not only extrapolated there.
 ///
 /// Exact for any estimates: the decision uses draft-side facts of this round and the outcomes
 /// of earlier rounds, never this round's target rows. With measured costs the draft lengths
@@ -28,6 +30,7 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <optional>
 #include <span>
 #include <vector>
@@ -84,6 +87,9 @@ struct GoodputEstimates {
   /// P_1..P_j: survival probability of the tokens drafted so far (non-increasing, in [0, 1]).
   std::span<const double> survival;
   double next_acceptance = 0;  ///< a: acceptance probability of each token not drafted yet
+  /// The first token's acceptance probability, when nothing is drafted yet (survival empty):
+  /// it follows the previous round's last verdict, later ones follow an acceptance.
+  double first_acceptance = 0;
   double draft_token_cost = 0;  ///< t_d
   std::span<const double> verify_cost;  ///< [n - 1] = T_v(n), n = 1 .. at least max_length + 1
 };
@@ -94,7 +100,7 @@ struct GoodputEstimates {
   double tokens = 1.0, last = 1.0;
   for (const double p : estimates.survival) tokens += (last = p);
   for (std::size_t i = estimates.survival.size(); i < m; ++i) {
-    last *= estimates.next_acceptance;
+    last *= i == 0 ? estimates.first_acceptance : estimates.next_acceptance;
     tokens += last;
   }
   return tokens;
@@ -116,7 +122,7 @@ struct GoodputEstimates {
   std::size_t best = j;
   double best_rate = tokens / expected_round_cost(estimates, j);
   for (std::size_t m = j + 1; m <= max_length; ++m) {
-    last *= estimates.next_acceptance;
+    last *= m == 1 ? estimates.first_acceptance : estimates.next_acceptance;
     tokens += last;
     const double rate = tokens / expected_round_cost(estimates, m);
     if (rate > best_rate) {
@@ -129,61 +135,83 @@ struct GoodputEstimates {
 
 namespace detail {
 
-/// Acceptance as a function of the draft's probability of its token, learned from rounds:
-/// ten probability bins of decayed (accepted, judged) counts, each shrunk towards the decayed
-/// overall rate (which is shrunk towards 1/2), so a bin with little evidence borrows the mean.
+/// Acceptance learned from rounds, as decayed (accepted, judged) counts:
+///  - by the verdict on the token before: a round's first token follows the previous round's
+///    last verdict (a rejection, or an acceptance if that round kept everything), every later
+///    token follows an acceptance (it is only judged if its predecessor was accepted). Text
+///    whose difficulty changes shows up here: long runs of acceptances, then of rejections;
+///  - by the draft's probability of the token (ten bins), as a factor relative to the mean.
+/// Every estimate is shrunk towards the one above it (a bin with little evidence borrows the
+/// mean, the mean borrows 1/2), so nothing is extreme on little evidence.
 class AcceptanceCalibration {
  public:
   static constexpr std::size_t kBins = 10;
+  enum After : std::size_t { after_rejection = 0, after_acceptance = 1 };
 
   void reset() noexcept {
-    accepted_.fill(0.0);
-    judged_.fill(0.0);
-    all_accepted_ = all_judged_ = 0.0;
+    *this = AcceptanceCalibration{};
   }
 
   /// One round: tokens [0, accepted) accepted, token `accepted` (if drafted) rejected.
   void observe(std::span<const double> probabilities, std::size_t drafted, std::size_t accepted,
                double forgetting) noexcept {
-    for (std::size_t b = 0; b < kBins; ++b) {
-      accepted_[b] *= forgetting;
-      judged_[b] *= forgetting;
-    }
-    all_accepted_ *= forgetting;
-    all_judged_ *= forgetting;
+    if (drafted == 0) return;  // a plain step: no verdict, and the previous one still holds
+    for (Counts& counts : bins_) counts.decay(forgetting);
+    for (Counts& counts : after_) counts.decay(forgetting);
+    all_.decay(forgetting);
     const std::size_t judged = std::min(drafted, accepted + 1);
     for (std::size_t i = 0; i < judged; ++i) {
-      const std::size_t b = bin(i < probabilities.size() ? probabilities[i] : 1.0);
-      const double success = i < accepted ? 1.0 : 0.0;
-      accepted_[b] += success;
-      judged_[b] += 1.0;
-      all_accepted_ += success;
-      all_judged_ += 1.0;
+      const bool success = i < accepted;
+      bins_[bin(i < probabilities.size() ? probabilities[i] : 1.0)].add(success);
+      after_[i == 0 ? last_verdict_ : after_acceptance].add(success);
+      all_.add(success);
     }
+    last_verdict_ = accepted == drafted ? after_acceptance : after_rejection;
   }
 
-  /// The overall acceptance rate (the estimate for a token not drafted yet).
-  [[nodiscard]] double mean() const noexcept {
-    return (all_accepted_ + kPriorMean * kPriorWeight) / (all_judged_ + kPriorWeight);
-  }
+  /// The overall acceptance rate.
+  [[nodiscard]] double mean() const noexcept { return all_.rate(kPriorMean, kPriorWeight); }
 
-  /// Acceptance of a drafted token the draft gave `probability`.
-  [[nodiscard]] double at(double probability) const noexcept {
-    const std::size_t b = bin(probability);
-    return (accepted_[b] + mean() * kBinShrinkage) / (judged_[b] + kBinShrinkage);
+  /// Acceptance of a token not drafted yet, after the given verdict.
+  [[nodiscard]] double after(After verdict) const noexcept {
+    return after_[verdict].rate(mean(), kShrinkage);
+  }
+  /// The verdict the next round's first token follows.
+  [[nodiscard]] After first_token_follows() const noexcept { return last_verdict_; }
+
+  /// Acceptance of a drafted token the draft gave `probability`, following `verdict`.
+  [[nodiscard]] double at(double probability, After verdict) const noexcept {
+    const double by_probability = bins_[bin(probability)].rate(mean(), kShrinkage);
+    return std::clamp(after(verdict) * by_probability / mean(), 0.0, 1.0);
   }
 
  private:
-  static constexpr double kPriorMean = 0.5, kPriorWeight = 1.0, kBinShrinkage = 2.0;
+  static constexpr double kPriorMean = 0.5, kPriorWeight = 1.0, kShrinkage = 2.0;
+
+  struct Counts {
+    double accepted = 0, judged = 0;
+    void decay(double forgetting) noexcept {
+      accepted *= forgetting;
+      judged *= forgetting;
+    }
+    void add(bool success) noexcept {
+      accepted += success ? 1.0 : 0.0;
+      judged += 1.0;
+    }
+    [[nodiscard]] double rate(double prior, double weight) const noexcept {
+      return (accepted + prior * weight) / (judged + weight);
+    }
+  };
 
   static std::size_t bin(double probability) noexcept {
     if (!(probability > 0.0)) return 0;
     return std::min(kBins - 1, static_cast<std::size_t>(probability * kBins));
   }
 
-  std::array<double, kBins> accepted_{};
-  std::array<double, kBins> judged_{};
-  double all_accepted_ = 0, all_judged_ = 0;
+  std::array<Counts, kBins> bins_{};
+  std::array<Counts, 2> after_{};
+  Counts all_{};
+  After last_verdict_ = after_rejection;
 };
 
 /// Draft and verification costs, measured from round timings: t_d as a moving average of
@@ -202,19 +230,24 @@ class MeasuredCosts {
   void observe(std::size_t drafted, double draft_seconds, double target_seconds) noexcept {
     if (drafted > 0 && draft_seconds >= 0) {
       const double per_token = draft_seconds / static_cast<double>(drafted);
-      draft_token_ = draft_seen_ ? kSmoothing * draft_token_ + (1 - kSmoothing) * per_token
-                                 : per_token;
+      draft_token_ = draft_seen_ ? smoothed(draft_token_, per_token) : per_token;
       draft_seen_ = true;
     }
     const std::size_t rows = drafted + 1;
     if (rows >= mean_.size() || !(target_seconds > 0)) return;
-    mean_[rows] = weight_[rows] > 0
-                      ? kSmoothing * mean_[rows] + (1 - kSmoothing) * target_seconds
-                      : target_seconds;
+    mean_[rows] = weight_[rows] > 0 ? smoothed(mean_[rows], target_seconds) : target_seconds;
     weight_[rows] = std::min(weight_[rows] + 1.0, kMaxWeight);
   }
 
   [[nodiscard]] bool known() const noexcept { return draft_seen_; }
+
+  /// A moving average that a single outlier moves by at most 10 %: on a shared machine a call
+  /// preempted for a scheduler slice takes several times its cost, which says nothing about
+  /// the next call.
+  static double smoothed(double average, double sample) noexcept {
+    const double clipped = std::clamp(sample, 0.5 * average, 2.0 * average);
+    return kSmoothing * average + (1 - kSmoothing) * clipped;
+  }
   [[nodiscard]] double draft_token() const noexcept { return draft_token_; }
 
   /// Fills table[n - 1] = T_v(n), n = 1 .. table.size().
@@ -279,12 +312,13 @@ class GoodputDraftLength {
     probe_wait_ = options_.probe_interval;
     probing_ = false;
     predicted_ = false;
+    round_cap_ = cap_;
     refresh_costs();
   }
 
   [[nodiscard]] bool draft_more(const DraftState& state) {
     const std::size_t j = state.drafted;
-    const std::size_t max_length = std::min(state.limit, cap_);
+    const std::size_t max_length = std::min({state.limit, cap_, round_cap_});
     if (j >= max_length) return false;
     if (verify_cost_.size() < max_length + 1) reserve(max_length);  // used without begin()
     const GoodputEstimates estimates = estimates_for(state);
@@ -292,6 +326,14 @@ class GoodputDraftLength {
     if (j == 0 && planned == 0 && plain_streak_ >= probe_wait_) {
       planned = 1;  // probe: is drafting worth it again?
       probing_ = true;
+    } else if (j == 0 && planned >= 2 && ++rounds_since_exploring_ >= kExploreInterval &&
+               !options_.fixed_costs()) {
+      // Explore: a round of half the planned length measures T_v where the policy would not
+      // otherwise look. Without it, the costs of short rounds are extrapolated from long ones
+      // alone, and an optimistic extrapolation is never corrected.
+      rounds_since_exploring_ = 0;
+      planned = (planned + 1) / 2;
+      round_cap_ = planned;
     }
     last_prediction_ = RoundPrediction{expected_round_tokens(estimates, planned),
                                        expected_round_cost(estimates, planned)};
@@ -316,6 +358,7 @@ class GoodputDraftLength {
     }
     probing_ = false;
     predicted_ = false;
+    round_cap_ = cap_;
     if (!options_.fixed_costs()) {
       measured_.resize(cap_ + 1);
       measured_.observe(report.drafted, report.draft_seconds, report.target_seconds);
@@ -335,15 +378,22 @@ class GoodputDraftLength {
   /// draft_more(state) maximises; valid until the next call).
   [[nodiscard]] GoodputEstimates estimates_for(const DraftState& state) {
     const std::size_t j = state.drafted;
+    using Calibration = detail::AcceptanceCalibration;
     double survival = 1.0;
     for (std::size_t i = 0; i < j; ++i) {
       const double probability =
           i < state.token_probabilities.size() ? state.token_probabilities[i] : 1.0;
-      survival *= calibration_.at(probability);
+      survival *= calibration_.at(probability, i == 0 ? calibration_.first_token_follows()
+                                                      : Calibration::after_acceptance);
       survival_[i] = survival;
     }
-    return GoodputEstimates{std::span<const double>(survival_.data(), j), calibration_.mean(),
-                            draft_token_cost_, verify_cost_};
+    GoodputEstimates estimates;
+    estimates.survival = std::span<const double>(survival_.data(), j);
+    estimates.next_acceptance = calibration_.after(Calibration::after_acceptance);
+    estimates.first_acceptance = calibration_.after(calibration_.first_token_follows());
+    estimates.draft_token_cost = draft_token_cost_;
+    estimates.verify_cost = verify_cost_;
+    return estimates;
   }
 
   [[nodiscard]] const GoodputOptions& options() const noexcept { return options_; }
@@ -386,6 +436,9 @@ class GoodputDraftLength {
   std::size_t probe_wait_ = 16;
   bool probing_ = false;
   bool predicted_ = false;  // draft_more ran since the last observe
+  static constexpr std::size_t kExploreInterval = 8;
+  std::size_t rounds_since_exploring_ = 0;
+  std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or less in an exploring round
   RoundPrediction last_prediction_{};
 };
 
