@@ -17,6 +17,7 @@
 #include "specdec/sampling.hpp"
 #include "specdec/sampling_laws.hpp"
 #include "specdec/softmax.hpp"
+#include "specdec/speedup.hpp"
 #include "specdec/static_draft_length.hpp"
 #include "specdec/stats.hpp"
 #include "specdec/strategies.hpp"
