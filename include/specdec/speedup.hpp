@@ -373,12 +373,13 @@ inline void print_speedup_table(std::ostream& out, const SpeedupTable& table) {
                   " differ";
     text << std::left << std::setw(name_width) << row.setting.name << std::right << std::setw(3)
          << row.draft_length() << std::setw(6) << std::defaultfloat << row.temperature()
-         << std::fixed << std::setw(28) << spread.str() << std::setw(10) << row.aggregate_speedup()
-         << 'x' << std::setw(11) << std::setprecision(3) << row.speculative.alpha_hat()
-         << std::setw(7) << std::setprecision(2) << row.speculative.tokens_per_round()
-         << std::setw(8) << std::setprecision(4) << row.speculative.cost_ratio() << std::setw(13)
-         << std::setprecision(2) << row.verify_cost() << std::setw(10) << row.predicted() << 'x'
-         << "  " << identical << '\n';
+         << std::fixed << std::setprecision(2) << std::setw(28) << spread.str() << std::setw(10)
+         << row.aggregate_speedup() << 'x' << std::setw(11) << std::setprecision(3)
+         << row.speculative.alpha_hat() << std::setw(7) << std::setprecision(2)
+         << row.speculative.tokens_per_round() << std::setw(8) << std::setprecision(4)
+         << row.speculative.cost_ratio() << std::setw(13) << std::setprecision(2)
+         << row.verify_cost() << std::setw(10) << row.predicted() << 'x' << "  " << identical
+         << '\n';
   }
   out << text.str();
 }
