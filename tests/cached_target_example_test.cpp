@@ -2,14 +2,18 @@
 // "Measuring speedup on your own models" example, compiled and run. The cached target is checked
 // against an uncached reference on every call of decodes with rejections (so rolled-back
 // positions are recomputed), and a variant that returns the right number of the wrong rows (the
-// first n computed instead of the last n) is shown to fail that check.
+// first n computed instead of the last n) is shown to fail that check. The README holds verbatim
+// copies of the two marked regions; the last test fails when they drift apart.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "specdec/specdec.hpp"
@@ -177,5 +181,29 @@ TEST(MeasuringSpeedup, ReadmeSnippet) {
   EXPECT_EQ(table.greedy_mismatches(), 0u);
 }
 // --- README example ends: measuring speedup ---
+
+// The README's copies of the marked regions above, byte for byte.
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(CachedTargetExample, ReadmeHoldsTheseSnippetsVerbatim) {
+  const std::string source = file_text(SPECDEC_SOURCE_DIR "/tests/cached_target_example_test.cpp");
+  const std::string readme = file_text(SPECDEC_SOURCE_DIR "/README.md");
+  ASSERT_FALSE(source.empty());
+  ASSERT_FALSE(readme.empty());
+  for (const std::string name : {"cached target", "measuring speedup"}) {
+    const std::string begin = "// --- README example begins: " + name + " ---\n";
+    const std::string end = "// --- README example ends: " + name + " ---";
+    const std::size_t from = source.find(begin);
+    const std::size_t to = source.find(end);
+    ASSERT_NE(from, std::string::npos) << name;
+    ASSERT_NE(to, std::string::npos) << name;
+    const std::string snippet = source.substr(from + begin.size(), to - from - begin.size());
+    EXPECT_NE(readme.find("```cpp\n" + snippet + "```"), std::string::npos)
+        << "README.md no longer holds the '" << name << "' example of this file verbatim";
+  }
+}
 
 }  // namespace
