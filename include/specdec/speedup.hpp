@@ -269,67 +269,72 @@ template <class Speculative, class Plain, class Reset>
   static_assert(detail::GeneratingDecoder<Plain>,
                 "specdec: measure_speedup's plain decoder must provide GenerationResult "
                 "generate(std::span<const specdec::token_t> prompt, const GenerationConfig&)");
-  if (prompts.empty()) {
-    detail::throw_invalid_argument(
-        "measure_speedup: the prompt list is empty; expected at "
-        "least one prompt (one pair of runs per prompt and setting)");
-  }
-  if (settings.empty()) {
-    detail::throw_invalid_argument(
-        "measure_speedup: the settings list is empty; expected at "
-        "least one setting (e.g. draft_length_settings(config, Ks) "
-        "with a non-empty list of K)");
-  }
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    if (prompts[i].empty()) {
-      detail::throw_invalid_argument("measure_speedup: prompt ", i,
-                                     " is empty; expected at least one token (e.g. BOS)");
+  if constexpr (!std::is_invocable_v<Reset&> || !detail::GeneratingDecoder<Speculative> ||
+                !detail::GeneratingDecoder<Plain>) {
+    return {};  // unreachable: a static_assert above already failed
+  } else {
+    if (prompts.empty()) {
+      detail::throw_invalid_argument(
+          "measure_speedup: the prompt list is empty; expected at "
+          "least one prompt (one pair of runs per prompt and setting)");
     }
-  }
-
-  SpeedupTable table;
-  table.prompts = prompts.size();
-  table.rows.reserve(settings.size());
-  for (const SpeedupSetting& setting : settings) table.rows.emplace_back().setting = setting;
-
-  const auto run = [&](auto& decoder, std::span<const token_t> prompt,
-                       const GenerationConfig& config) {
-    reset_caches();
-    return detail::cpu_timed_generate(decoder, prompt, config);
-  };
-
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    if (options.on_prompt) options.on_prompt(i, prompts.size());
-    const std::span<const token_t> prompt(prompts[i]);
-    const bool speculative_first = i % 2 == 0;
-    if (options.shared_baseline) {
-      std::pair<GenerationResult, double> shared;
-      if (!speculative_first) shared = run(plain, prompt, settings.front().config);
-      std::vector<std::pair<GenerationResult, double>> speculative_runs;
-      speculative_runs.reserve(settings.size());
-      for (const SpeedupSetting& setting : settings) {
-        speculative_runs.push_back(run(speculative, prompt, setting.config));
+    if (settings.empty()) {
+      detail::throw_invalid_argument(
+          "measure_speedup: the settings list is empty; expected at "
+          "least one setting (e.g. draft_length_settings(config, Ks) "
+          "with a non-empty list of K)");
+    }
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      if (prompts[i].empty()) {
+        detail::throw_invalid_argument("measure_speedup: prompt ", i,
+                                       " is empty; expected at least one token (e.g. BOS)");
       }
-      if (speculative_first) shared = run(plain, prompt, settings.front().config);
+    }
+
+    SpeedupTable table;
+    table.prompts = prompts.size();
+    table.rows.reserve(settings.size());
+    for (const SpeedupSetting& setting : settings) table.rows.emplace_back().setting = setting;
+
+    const auto run = [&](auto& decoder, std::span<const token_t> prompt,
+                         const GenerationConfig& config) {
+      reset_caches();
+      return detail::cpu_timed_generate(decoder, prompt, config);
+    };
+
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      if (options.on_prompt) options.on_prompt(i, prompts.size());
+      const std::span<const token_t> prompt(prompts[i]);
+      const bool speculative_first = i % 2 == 0;
+      if (options.shared_baseline) {
+        std::pair<GenerationResult, double> shared;
+        if (!speculative_first) shared = run(plain, prompt, settings.front().config);
+        std::vector<std::pair<GenerationResult, double>> speculative_runs;
+        speculative_runs.reserve(settings.size());
+        for (const SpeedupSetting& setting : settings) {
+          speculative_runs.push_back(run(speculative, prompt, setting.config));
+        }
+        if (speculative_first) shared = run(plain, prompt, settings.front().config);
+        for (std::size_t s = 0; s < settings.size(); ++s) {
+          table.rows[s].add(shared.first, shared.second, speculative_runs[s].first,
+                            speculative_runs[s].second);
+        }
+        continue;
+      }
       for (std::size_t s = 0; s < settings.size(); ++s) {
-        table.rows[s].add(shared.first, shared.second, speculative_runs[s].first,
-                          speculative_runs[s].second);
+        const GenerationConfig& config = settings[s].config;
+        std::pair<GenerationResult, double> first =
+            speculative_first ? run(speculative, prompt, config) : run(plain, prompt, config);
+        std::pair<GenerationResult, double> second =
+            speculative_first ? run(plain, prompt, config) : run(speculative, prompt, config);
+        const auto& plain_run = speculative_first ? second : first;
+        const auto& speculative_run = speculative_first ? first : second;
+        table.rows[s].add(plain_run.first, plain_run.second, speculative_run.first,
+                          speculative_run.second);
       }
-      continue;
     }
-    for (std::size_t s = 0; s < settings.size(); ++s) {
-      const GenerationConfig& config = settings[s].config;
-      std::pair<GenerationResult, double> first =
-          speculative_first ? run(speculative, prompt, config) : run(plain, prompt, config);
-      std::pair<GenerationResult, double> second =
-          speculative_first ? run(plain, prompt, config) : run(speculative, prompt, config);
-      const auto& plain_run = speculative_first ? second : first;
-      const auto& speculative_run = speculative_first ? first : second;
-      table.rows[s].add(plain_run.first, plain_run.second, speculative_run.first,
-                        speculative_run.second);
-    }
+    return table;
   }
-  return table;
 }
 
 /// \brief As above with one setting per draft length (draft_length_settings(base, Ks)).
