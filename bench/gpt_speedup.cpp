@@ -8,12 +8,13 @@
 //               [--seed N] [--shared-baseline] [--out results.json] [--prompts-file F]
 //               [--target F] [--draft F]
 //
-// Honest ratios on a noisy machine: every speculative run is paired with a plain run of the same
-// prompt, temperature and seed made right next to it, and the order of the two alternates with K
-// (plain first for odd K), so slow drift in the background load hits both sides alike. The
-// headline is the median over prompts of the per-prompt ratio; the aggregate (total tokens /
-// total seconds, both ways) is reported next to it. With --shared-baseline plain decoding runs
-// once per (prompt, T) and is reused for every K: k_max times fewer plain runs, but pairs are
+// Honest ratios on a noisy machine: the runs are made by specdec::measure_speedup
+// (specdec/speedup.hpp). Every speculative run is paired with a plain run of the same prompt,
+// temperature and seed made right next to it, and the order of the two alternates with the prompt
+// (speculative first for even prompts), so slow drift in the background load hits both sides
+// alike. The headline is the median over prompts of the per-prompt ratio; the aggregate (total
+// tokens / total seconds, both ways) is reported next to it. With --shared-baseline plain decoding
+// runs once per (prompt, T) and is reused for every K: k_max times fewer plain runs, but pairs are
 // further apart in time. Both models' KV caches are reset before every run, so each run pays for
 // its own prompt. Times are the decoders' own (DecodeStats::total_seconds); "cpu" ratios use
 // process CPU time instead, which ignores time spent descheduled by other processes (but not
@@ -33,14 +34,13 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <specdec/specdec.hpp>
@@ -152,91 +152,6 @@ std::vector<std::vector<token_t>> read_prompts(const std::string& path, std::siz
   return prompts;
 }
 
-double quantile(std::vector<double> values, double q) {  // linear interpolation; values non-empty
-  std::sort(values.begin(), values.end());
-  const double at = q * static_cast<double>(values.size() - 1);
-  const auto below = static_cast<std::size_t>(at);
-  const std::size_t above = std::min(below + 1, values.size() - 1);
-  return values[below] + (at - static_cast<double>(below)) * (values[above] - values[below]);
-}
-
-/// Sums the counters and timings of `run` into `total` (pooled statistics over prompts).
-void accumulate(specdec::DecodeStats& total, const specdec::DecodeStats& run) {
-  total.rounds += run.rounds;
-  total.drafted += run.drafted;
-  total.accepted += run.accepted;
-  total.emitted += run.emitted;
-  total.rejecting_rounds += run.rejecting_rounds;
-  total.draft_calls += run.draft_calls;
-  total.target_calls += run.target_calls;
-  total.drafted_at.resize(std::max(total.drafted_at.size(), run.drafted_at.size()));
-  total.accepted_at.resize(total.drafted_at.size());
-  for (std::size_t k = 0; k < run.drafted_at.size(); ++k) {
-    total.drafted_at[k] += run.drafted_at[k];
-    total.accepted_at[k] += run.accepted_at[k];
-  }
-  total.draft_seconds += run.draft_seconds;
-  total.target_seconds += run.target_seconds;
-  total.total_seconds += run.total_seconds;
-  total.library_seconds += run.library_seconds;
-}
-
-/// A generation with its process CPU time.
-struct TimedRun {
-  specdec::GenerationResult result;
-  double cpu_seconds = 0;
-};
-
-template <class Decoder>
-TimedRun timed_generate(Decoder& decoder, std::span<const token_t> prompt,
-                        const specdec::GenerationConfig& config) {
-  const std::clock_t start = std::clock();
-  TimedRun run{decoder.generate(prompt, config), 0};
-  run.cpu_seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
-  return run;
-}
-
-/// Everything measured for one (K, T) over all prompts.
-struct Cell {
-  std::size_t draft_length = 0;
-  float temperature = 0;
-  std::vector<double> speedups, cpu_speedups;  // per prompt: spec tokens/s over plain tokens/s
-  specdec::DecodeStats plain, speculative;     // pooled over prompts
-  double plain_cpu = 0, speculative_cpu = 0;
-  std::size_t greedy_mismatches = 0;
-
-  void add(const TimedRun& plain_run, const TimedRun& speculative_run) {
-    const specdec::DecodeStats& p = plain_run.result.stats;
-    const specdec::DecodeStats& s = speculative_run.result.stats;
-    const auto rate = [](const specdec::DecodeStats& stats, double seconds) {
-      return static_cast<double>(stats.emitted) / seconds;
-    };
-    speedups.push_back(rate(s, s.total_seconds) / rate(p, p.total_seconds));
-    cpu_speedups.push_back(rate(s, speculative_run.cpu_seconds) / rate(p, plain_run.cpu_seconds));
-    accumulate(plain, p);
-    accumulate(speculative, s);
-    plain_cpu += plain_run.cpu_seconds;
-    speculative_cpu += speculative_run.cpu_seconds;
-    if (temperature == 0.0f && speculative_run.result.tokens != plain_run.result.tokens) {
-      ++greedy_mismatches;
-    }
-  }
-
-  /// Aggregate tokens per second: total tokens / total seconds over all prompts.
-  [[nodiscard]] double plain_rate() const {
-    return static_cast<double>(plain.emitted) / plain.total_seconds;
-  }
-  [[nodiscard]] double speculative_rate() const {
-    return static_cast<double>(speculative.emitted) / speculative.total_seconds;
-  }
-  /// T(K+1) / T(1): the cost of a verification call in plain (one-row) target calls. The
-  /// predicted speedup counts target calls, so it overestimates the measured one by about this.
-  [[nodiscard]] double verify_cost() const {
-    return (speculative.target_seconds / static_cast<double>(speculative.target_calls)) /
-           (plain.target_seconds / static_cast<double>(plain.target_calls));
-  }
-};
-
 std::string load_average() {
   std::ifstream in("/proc/loadavg");
   std::string one, five, fifteen;
@@ -244,34 +159,33 @@ std::string load_average() {
   return in ? one + " " + five + " " + fifteen : "unknown";
 }
 
-void print_table(const std::vector<Cell>& cells) {
+void print_table(const std::vector<specdec::SpeedupRow>& rows) {
   std::printf(
       "| K | T | plain tok/s | spec tok/s | speedup median [IQR] | speedup aggregate | "
       "speedup cpu median | acceptance | alpha_hat | tau | c | predicted | T(K+1)/T(1) | "
       "greedy identical |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n");
-  for (const Cell& cell : cells) {
-    const specdec::DecodeStats& s = cell.speculative;
+  for (const specdec::SpeedupRow& row : rows) {
+    const specdec::DecodeStats& s = row.speculative;
+    const specdec::Quartiles speedup = row.speedup();
     const std::string identical =
-        cell.temperature != 0.0f ? "-"
-        : cell.greedy_mismatches == 0
-            ? "yes (" + std::to_string(cell.speedups.size()) + "/" +
-                  std::to_string(cell.speedups.size()) + ")"
-            : "**NO: " + std::to_string(cell.greedy_mismatches) + " differ**";
+        !row.greedy() ? "-"
+        : row.greedy_mismatches == 0
+            ? "yes (" + std::to_string(row.pairs()) + "/" + std::to_string(row.pairs()) + ")"
+            : "**NO: " + std::to_string(row.greedy_mismatches) + " differ**";
     std::printf(
         "| %zu | %g | %.1f | %.1f | %.2fx [%.2f, %.2f] | %.2fx | %.2fx | %.3f | %.3f | "
         "%.2f | %.4f | %.2fx | %.2f | %s |\n",
-        cell.draft_length, static_cast<double>(cell.temperature), cell.plain_rate(),
-        cell.speculative_rate(), quantile(cell.speedups, 0.5), quantile(cell.speedups, 0.25),
-        quantile(cell.speedups, 0.75), cell.speculative_rate() / cell.plain_rate(),
-        quantile(cell.cpu_speedups, 0.5), s.acceptance_rate(), s.alpha_hat(), s.tokens_per_round(),
-        s.cost_ratio(), s.predicted_speedup(cell.draft_length), cell.verify_cost(),
+        row.draft_length(), static_cast<double>(row.temperature()), row.plain_tokens_per_second(),
+        row.speculative_tokens_per_second(), speedup.median, speedup.p25, speedup.p75,
+        row.aggregate_speedup(), row.cpu_speedup().median, s.acceptance_rate(), s.alpha_hat(),
+        s.tokens_per_round(), s.cost_ratio(), row.predicted_flat(), row.verify_cost(),
         identical.c_str());
   }
 }
 
 void write_results(const std::string& json_path, const Options& o, std::size_t prompt_count,
                    const std::string& load_start, const std::string& load_end,
-                   const std::vector<Cell>& cells) {
+                   const std::vector<specdec::SpeedupRow>& rows) {
   std::filesystem::path tsv_path(json_path);
   tsv_path.replace_extension(".tsv");
   std::ofstream json(json_path), tsv(tsv_path);
@@ -294,26 +208,27 @@ void write_results(const std::string& json_path, const Options& o, std::size_t p
   tsv << "k\ttemperature\tplain_tps\tspec_tps\tspeedup_median\tspeedup_p25\tspeedup_p75\t"
          "speedup_aggregate\tspeedup_cpu_median\tacceptance_rate\talpha_hat\ttau\tc\tpredicted\t"
          "verify_cost\tpredicted_corrected\tgreedy_mismatches\n";
-  for (std::size_t i = 0; i < cells.size(); ++i) {
-    const Cell& cell = cells[i];
-    const specdec::DecodeStats& s = cell.speculative;
-    const double values[] = {cell.plain_rate(),
-                             cell.speculative_rate(),
-                             quantile(cell.speedups, 0.5),
-                             quantile(cell.speedups, 0.25),
-                             quantile(cell.speedups, 0.75),
-                             cell.speculative_rate() / cell.plain_rate(),
-                             quantile(cell.cpu_speedups, 0.5),
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const specdec::SpeedupRow& row = rows[i];
+    const specdec::DecodeStats& s = row.speculative;
+    const specdec::Quartiles speedup = row.speedup();
+    const double values[] = {row.plain_tokens_per_second(),
+                             row.speculative_tokens_per_second(),
+                             speedup.median,
+                             speedup.p25,
+                             speedup.p75,
+                             row.aggregate_speedup(),
+                             row.cpu_speedup().median,
                              s.acceptance_rate(),
                              s.alpha_hat(),
                              s.tokens_per_round(),
                              s.cost_ratio(),
-                             s.predicted_speedup(cell.draft_length),
-                             cell.verify_cost(),
-                             s.predicted_speedup(cell.draft_length) / cell.verify_cost()};
-    tsv << cell.draft_length << '\t' << cell.temperature;
+                             row.predicted_flat(),
+                             row.verify_cost(),
+                             row.predicted()};
+    tsv << row.draft_length() << '\t' << row.temperature();
     for (const double value : values) tsv << '\t' << value;
-    tsv << '\t' << cell.greedy_mismatches << '\n';
+    tsv << '\t' << row.greedy_mismatches << '\n';
 
     std::snprintf(line, sizeof line,
                   "%s\n    {\"k\": %zu, \"temperature\": %g, \"plain_tokens_per_second\": %.6g, "
@@ -324,18 +239,18 @@ void write_results(const std::string& json_path, const Options& o, std::size_t p
                   "%.6g, \"verify_cost\": %.6g, \"predicted_corrected\": %.6g, "
                   "\"library_fraction\": %.6g, "
                   "\"greedy_mismatches\": %zu,",
-                  i == 0 ? "" : ",", cell.draft_length, static_cast<double>(cell.temperature),
+                  i == 0 ? "" : ",", row.draft_length(), static_cast<double>(row.temperature()),
                   values[0], values[1], values[2], values[3], values[4], values[5], values[6],
                   values[7], values[8], values[9], values[10], values[11], values[12], values[13],
-                  s.library_seconds / s.total_seconds, cell.greedy_mismatches);
+                  s.library_seconds / s.total_seconds, row.greedy_mismatches);
     json << line << "\n     \"acceptance_by_position\": [";
     for (std::size_t k = 0; k < s.drafted_at.size(); ++k) {
       json << (k ? ", " : "")
            << static_cast<double>(s.accepted_at[k]) / static_cast<double>(s.drafted_at[k]);
     }
     json << "],\n     \"speedup_per_prompt\": [";
-    for (std::size_t p = 0; p < cell.speedups.size(); ++p) {
-      json << (p ? ", " : "") << cell.speedups[p];
+    for (std::size_t p = 0; p < row.speedups.size(); ++p) {
+      json << (p ? ", " : "") << row.speedups[p];
     }
     json << "]}";
   }
@@ -361,52 +276,35 @@ int run(const Options& o) {
   specdec::GenerationConfig config;
   config.max_new_tokens = o.tokens;
   config.seed = o.seed;
-  const auto run_plain = [&](std::span<const token_t> prompt) {
-    target.reset();
-    return timed_generate(plain, prompt, config);
-  };
-  const auto run_speculative = [&](std::span<const token_t> prompt) {
+  // Every run pays for its own prompt: neither model may keep the previous run's KV cache.
+  const auto reset_caches = [&] {
     target.reset();
     draft.reset();
-    return timed_generate(speculative, prompt, config);
   };
-  run_plain(prompts[0]);  // warm-up: page in the weights, size the decoders' buffers
-  run_speculative(prompts[0]);
+  reset_caches();  // warm-up: page in the weights, size the decoders' buffers
+  (void)plain.generate(prompts[0], config);
+  reset_caches();
+  (void)speculative.generate(prompts[0], config);
 
+  std::vector<std::size_t> draft_lengths;
+  for (std::size_t k = o.k_min; k <= o.k_max; ++k) draft_lengths.push_back(k);
   const std::string load_start = load_average();
   std::fprintf(stderr,
                "gpt_speedup: %zu prompts x %zu tokens, K = %zu..%zu, %s baseline; load %s\n",
                prompts.size(), o.tokens, o.k_min, o.k_max, o.shared_baseline ? "shared" : "paired",
                load_start.c_str());
-  std::vector<Cell> cells;
+  std::vector<specdec::SpeedupRow> rows;
   for (const float temperature : o.temperatures) {
     config.sampling.temperature = temperature;
-    const std::size_t first = cells.size();
-    for (std::size_t k = o.k_min; k <= o.k_max; ++k) {
-      Cell& cell = cells.emplace_back();
-      cell.draft_length = k;
-      cell.temperature = temperature;
-    }
-    for (std::size_t p = 0; p < prompts.size(); ++p) {
+    specdec::SpeedupOptions options;
+    options.shared_baseline = o.shared_baseline;
+    options.on_prompt = [&](std::size_t p, std::size_t count) {
       std::fprintf(stderr, "  T = %g: prompt %zu/%zu\n", static_cast<double>(temperature), p + 1,
-                   prompts.size());
-      TimedRun shared;
-      if (o.shared_baseline) shared = run_plain(prompts[p]);
-      for (std::size_t k = o.k_min; k <= o.k_max; ++k) {
-        config.draft_length = k;
-        TimedRun plain_run, speculative_run;
-        if (o.shared_baseline) {
-          speculative_run = run_speculative(prompts[p]);
-        } else if (k % 2 == 1) {
-          plain_run = run_plain(prompts[p]);
-          speculative_run = run_speculative(prompts[p]);
-        } else {
-          speculative_run = run_speculative(prompts[p]);
-          plain_run = run_plain(prompts[p]);
-        }
-        cells[first + k - o.k_min].add(o.shared_baseline ? shared : plain_run, speculative_run);
-      }
-    }
+                   count);
+    };
+    specdec::SpeedupTable table = specdec::measure_speedup(speculative, plain, prompts, config,
+                                                           draft_lengths, reset_caches, options);
+    for (specdec::SpeedupRow& row : table.rows) rows.push_back(std::move(row));
   }
   const std::string load_end = load_average();
 
@@ -415,11 +313,11 @@ int run(const Options& o) {
       "%s at start, %s at end\n\n",
       prompts.size(), o.tokens, static_cast<unsigned long long>(o.seed),
       o.shared_baseline ? "shared" : "paired", load_start.c_str(), load_end.c_str());
-  print_table(cells);
-  if (!o.out.empty()) write_results(o.out, o, prompts.size(), load_start, load_end, cells);
+  print_table(rows);
+  if (!o.out.empty()) write_results(o.out, o, prompts.size(), load_start, load_end, rows);
 
   std::size_t mismatches = 0;
-  for (const Cell& cell : cells) mismatches += cell.greedy_mismatches;
+  for (const specdec::SpeedupRow& row : rows) mismatches += row.greedy_mismatches;
   if (mismatches > 0) {
     std::fprintf(stderr, "gpt_speedup: %zu greedy speculative outputs differ from plain decoding\n",
                  mismatches);

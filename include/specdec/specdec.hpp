@@ -21,6 +21,7 @@
 #include "specdec/sampling_laws.hpp"
 #include "specdec/schedule_draft_length.hpp"
 #include "specdec/softmax.hpp"
+#include "specdec/speedup.hpp"
 #include "specdec/static_draft_length.hpp"
 #include "specdec/stats.hpp"
 #include "specdec/strategies.hpp"

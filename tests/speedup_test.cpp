@@ -1,0 +1,372 @@
+// measure_speedup / SpeedupRow / print_speedup_table (speedup.hpp): run order and cache resets
+// as recorded by the models themselves, greedy identity (including a decoder that breaks it),
+// pooled statistics against DecodeStats summed by hand, the summary statistics on known inputs,
+// and input validation.
+#include "specdec/speedup.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "specdec/decoder.hpp"
+#include "specdec/testing.hpp"
+
+namespace {
+
+using specdec::GenerationConfig;
+using specdec::GenerationResult;
+using specdec::SpeedupRow;
+using specdec::token_t;
+
+// The scripted pair (V = 5) with every model call recorded in one shared log: 'd' for a draft
+// call, 't' for a target call, 'r' for a cache reset. A run is speculative iff it calls the draft.
+struct RecordedPair {
+  specdec::testing::ScriptedPair pair;
+  std::string log;
+
+  struct Draft {
+    RecordedPair* owner;
+    std::vector<float> operator()(std::span<const token_t> context) {
+      owner->log += 'd';
+      return owner->pair.draft<float>()(context);
+    }
+  };
+  struct Target {
+    RecordedPair* owner;
+    std::vector<float> operator()(std::span<const token_t> context, std::size_t n) {
+      owner->log += 't';
+      return owner->pair.target<float>()(context, n);
+    }
+  };
+};
+
+// The runs in the log, in order: 'S' (called the draft) or 'P' (target only), each preceded by
+// its reset; 'x' marks a run without a reset before it, or a reset without a run after it.
+std::string runs_of(const std::string& log) {
+  std::string runs;
+  bool reset = false;
+  bool in_run = false;
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    if (log[i] == 'r') {
+      if (reset) runs += 'x';  // two resets in a row: a reset with no run
+      reset = true;
+      in_run = false;
+      continue;
+    }
+    if (!in_run) {
+      if (!reset) runs += 'x';
+      const std::size_t end = log.find('r', i);
+      runs += log.substr(i, end - i).find('d') != std::string::npos ? 'S' : 'P';
+      in_run = true;
+      reset = false;
+    }
+  }
+  if (reset) runs += 'x';
+  return runs;
+}
+
+std::vector<std::vector<token_t>> prompts_for_test(std::size_t count) {
+  std::vector<std::vector<token_t>> prompts;
+  for (std::size_t i = 0; i < count; ++i) {
+    prompts.push_back({static_cast<token_t>(i % 5), static_cast<token_t>((i * 3 + 1) % 5)});
+  }
+  return prompts;
+}
+
+GenerationConfig config_for_test(float temperature) {
+  GenerationConfig config;
+  config.max_new_tokens = 24;
+  config.seed = 7;
+  config.sampling.temperature = temperature;
+  return config;
+}
+
+TEST(SpeedupTest, AlternatesTheOrderPerPromptAndResetsBeforeEveryRun) {
+  RecordedPair models;
+  RecordedPair::Draft draft{&models};
+  RecordedPair::Target target{&models};
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  const auto prompts = prompts_for_test(3);
+  const std::vector<std::size_t> draft_lengths{1, 3};
+
+  const auto table = specdec::measure_speedup(speculative, plain, prompts, config_for_test(0.0f),
+                                              draft_lengths, [&] { models.log += 'r'; });
+
+  // Prompt 0 (even): speculative first; prompt 1 (odd): plain first; prompt 2: speculative.
+  EXPECT_EQ(runs_of(models.log),
+            "SPSP"
+            "PSPS"
+            "SPSP");
+  EXPECT_EQ(table.prompts, 3u);
+  ASSERT_EQ(table.rows.size(), 2u);
+  EXPECT_EQ(table.rows[0].setting.name, "K=1");
+  EXPECT_EQ(table.rows[1].draft_length(), 3u);
+  EXPECT_EQ(table.rows[0].pairs(), 3u);
+}
+
+TEST(SpeedupTest, SharedBaselineRunsPlainOncePerPromptOnAlternatingSides) {
+  RecordedPair models;
+  RecordedPair::Draft draft{&models};
+  RecordedPair::Target target{&models};
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  const auto prompts = prompts_for_test(2);
+  const std::vector<std::size_t> draft_lengths{1, 2, 4};
+  specdec::SpeedupOptions options;
+  options.shared_baseline = true;
+  std::vector<std::size_t> progress;
+  options.on_prompt = [&](std::size_t i, std::size_t count) {
+    EXPECT_EQ(count, 2u);
+    progress.push_back(i);
+  };
+
+  const auto table = specdec::measure_speedup(
+      speculative, plain, prompts, config_for_test(0.0f), draft_lengths, [&] { models.log += 'r'; },
+      options);
+
+  EXPECT_EQ(runs_of(models.log),
+            "SSSP"
+            "PSSS");
+  EXPECT_EQ(progress, (std::vector<std::size_t>{0, 1}));
+  for (const SpeedupRow& row : table.rows) {
+    EXPECT_EQ(row.pairs(), 2u);
+    EXPECT_EQ(row.greedy_mismatches, 0u);
+  }
+  // The one plain run per prompt is pooled into every row.
+  EXPECT_EQ(table.rows[0].plain.emitted, table.rows[2].plain.emitted);
+  EXPECT_EQ(table.rows[0].plain.target_calls, table.rows[2].plain.target_calls);
+}
+
+// A "speculative" decoder whose output differs from plain decoding: the last token is changed.
+template <class Decoder>
+struct TamperingDecoder {
+  Decoder* decoder;
+  GenerationResult generate(std::span<const token_t> prompt, const GenerationConfig& config) {
+    GenerationResult result = decoder->generate(prompt, config);
+    if (!result.tokens.empty()) result.tokens.back() = (result.tokens.back() + 1) % 5;
+    return result;
+  }
+};
+
+TEST(SpeedupTest, GreedyIdentityHoldsForTheRealDecoderAndFailsForATamperedOne) {
+  specdec::testing::ScriptedPair pair;
+  auto draft = pair.draft<float>();
+  auto target = pair.target<float>();
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  TamperingDecoder<decltype(speculative)> tampered{&speculative};
+  const auto prompts = prompts_for_test(4);
+  const std::vector<std::size_t> draft_lengths{1, 2, 5};
+  const auto no_caches = [] {};
+
+  const auto good = specdec::measure_speedup(speculative, plain, prompts, config_for_test(0.0f),
+                                             draft_lengths, no_caches);
+  EXPECT_EQ(good.greedy_mismatches(), 0u);
+  for (const SpeedupRow& row : good.rows) EXPECT_TRUE(row.greedy());
+
+  const auto bad = specdec::measure_speedup(tampered, plain, prompts, config_for_test(0.0f),
+                                            draft_lengths, no_caches);
+  for (const SpeedupRow& row : bad.rows) EXPECT_EQ(row.greedy_mismatches, 4u);
+  EXPECT_EQ(bad.greedy_mismatches(), 12u);
+
+  // Sampled settings are not expected to match, so nothing is counted there.
+  const auto sampled = specdec::measure_speedup(tampered, plain, prompts, config_for_test(1.0f),
+                                                draft_lengths, no_caches);
+  EXPECT_EQ(sampled.greedy_mismatches(), 0u);
+  EXPECT_FALSE(sampled.rows[0].greedy());
+}
+
+TEST(SpeedupTest, PooledStatisticsEqualDecodeStatsSummedByHand) {
+  specdec::testing::ScriptedPair pair;
+  auto draft = pair.draft<float>();
+  auto target = pair.target<float>();
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  const auto prompts = prompts_for_test(5);
+  const GenerationConfig config = config_for_test(1.0f);  // sampled: rejections happen
+  const std::vector<std::size_t> draft_lengths{2, 4};
+
+  const auto table =
+      specdec::measure_speedup(speculative, plain, prompts, config, draft_lengths, [] {});
+
+  for (std::size_t s = 0; s < draft_lengths.size(); ++s) {
+    GenerationConfig by_hand_config = config;
+    by_hand_config.draft_length = draft_lengths[s];
+    specdec::DecodeStats speculative_sum, plain_sum;
+    for (const auto& prompt : prompts) {
+      speculative_sum += speculative.generate(prompt, by_hand_config).stats;
+      plain_sum += plain.generate(prompt, by_hand_config).stats;
+    }
+    const SpeedupRow& row = table.rows[s];
+    EXPECT_GT(row.speculative.rejecting_rounds, 0u);
+    EXPECT_EQ(row.speculative.accepted, speculative_sum.accepted);
+    EXPECT_EQ(row.speculative.rejecting_rounds, speculative_sum.rejecting_rounds);
+    EXPECT_EQ(row.speculative.rounds, speculative_sum.rounds);
+    EXPECT_EQ(row.speculative.emitted, speculative_sum.emitted);
+    EXPECT_EQ(row.speculative.drafted_at, speculative_sum.drafted_at);
+    EXPECT_EQ(row.plain.target_calls, plain_sum.target_calls);
+    EXPECT_EQ(row.plain.emitted, plain_sum.emitted);
+    EXPECT_DOUBLE_EQ(row.speculative.alpha_hat(), speculative_sum.alpha_hat());
+    EXPECT_DOUBLE_EQ(row.speculative.tokens_per_round(), speculative_sum.tokens_per_round());
+  }
+}
+
+TEST(SpeedupTest, QuartilesInterpolateBetweenOrderStatistics) {
+  const std::vector<double> four{4.0, 1.0, 3.0, 2.0};
+  const specdec::Quartiles q = specdec::quartiles(four);
+  EXPECT_DOUBLE_EQ(q.p25, 1.75);
+  EXPECT_DOUBLE_EQ(q.median, 2.5);
+  EXPECT_DOUBLE_EQ(q.p75, 3.25);
+  const std::vector<double> three{3.0, 1.0, 2.0};
+  EXPECT_DOUBLE_EQ(specdec::quartiles(three).median, 2.0);
+  EXPECT_DOUBLE_EQ(specdec::quartiles(three).p25, 1.5);
+  const std::vector<double> one{1.7};
+  EXPECT_DOUBLE_EQ(specdec::quartiles(one).p25, 1.7);
+  EXPECT_DOUBLE_EQ(specdec::quartiles(one).p75, 1.7);
+  EXPECT_DOUBLE_EQ(specdec::quartiles({}).median, 0.0);
+}
+
+GenerationResult fabricated(std::size_t tokens, double seconds, std::size_t target_calls,
+                            double target_seconds) {
+  GenerationResult result;
+  result.tokens.assign(tokens, 1);
+  result.stats.emitted = tokens;
+  result.stats.rounds = target_calls;
+  result.stats.total_seconds = seconds;
+  result.stats.target_calls = target_calls;
+  result.stats.target_seconds = target_seconds;
+  return result;
+}
+
+TEST(SpeedupTest, RowStatisticsOnKnownInputs) {
+  SpeedupRow row;
+  row.setting.config.draft_length = 3;
+  row.setting.config.sampling.temperature = 1.0f;
+  // Four pairs of 100 tokens each: plain 1 s every time, speculative 1, 1/2, 1/3, 1/4 s, so the
+  // per-pair speedups are 1, 2, 3, 4; CPU times make them 2 each.
+  const double speculative_seconds[] = {1.0, 0.5, 1.0 / 3.0, 0.25};
+  for (const double seconds : speculative_seconds) {
+    row.add(fabricated(100, 1.0, 100, 0.8), 1.0, fabricated(100, seconds, 25, 0.1), 0.5);
+  }
+  EXPECT_EQ(row.pairs(), 4u);
+  EXPECT_DOUBLE_EQ(row.speedup().median, 2.5);
+  EXPECT_DOUBLE_EQ(row.speedup().p25, 1.75);
+  EXPECT_DOUBLE_EQ(row.speedup().p75, 3.25);
+  EXPECT_DOUBLE_EQ(row.cpu_speedup().median, 2.0);
+  // Aggregate: total plain time / total speculative time (same tokens on both sides).
+  const double speculative_total = 1.0 + 0.5 + 1.0 / 3.0 + 0.25;
+  EXPECT_DOUBLE_EQ(row.aggregate_speedup(), 4.0 / speculative_total);
+  EXPECT_DOUBLE_EQ(row.plain_tokens_per_second(), 100.0);
+  // T(K+1)/T(1): (0.4 s / 100 calls) / (3.2 s / 400 calls) = 0.004 / 0.008.
+  EXPECT_DOUBLE_EQ(row.verify_cost(), 0.5);
+  EXPECT_DOUBLE_EQ(row.predicted(), row.speculative.predicted_speedup(3, 0.5));
+  EXPECT_FALSE(row.greedy());
+  EXPECT_EQ(row.greedy_mismatches, 0u);
+
+  // Unequal token counts: the ratio is of token rates, not of times.
+  EXPECT_DOUBLE_EQ(specdec::speedup_ratio(100, 2.0, 50, 0.5), 2.0);
+  EXPECT_DOUBLE_EQ(specdec::speedup_ratio(100, 0.0, 50, 0.5), 0.0);
+}
+
+TEST(SpeedupTest, GreedyRowCountsDifferingOutputs) {
+  SpeedupRow row;
+  row.setting.config.sampling.temperature = 0.0f;
+  GenerationResult plain = fabricated(4, 1.0, 4, 1.0);
+  GenerationResult same = plain;
+  GenerationResult different = plain;
+  different.tokens[2] = 3;
+  row.add(plain, 1.0, same, 1.0);
+  row.add(plain, 1.0, different, 1.0);
+  EXPECT_TRUE(row.greedy());
+  EXPECT_EQ(row.greedy_mismatches, 1u);
+}
+
+// The message of the std::invalid_argument `call` throws ("" if it throws nothing).
+template <class Call>
+std::string invalid_argument_message(Call&& call) {
+  try {
+    call();
+  } catch (const std::invalid_argument& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(SpeedupTest, RejectsEmptyInputsWithMessagesThatSayWhatWasExpected) {
+  specdec::testing::ScriptedPair pair;
+  auto draft = pair.draft<float>();
+  auto target = pair.target<float>();
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  const auto prompts = prompts_for_test(2);
+  const std::vector<std::vector<token_t>> no_prompts;
+  const std::vector<std::size_t> ks{1, 2};
+  const std::vector<std::size_t> no_ks;
+  const std::vector<specdec::SpeedupSetting> no_settings;
+  const GenerationConfig config = config_for_test(0.0f);
+  int resets = 0;
+  const auto reset = [&] { ++resets; };
+
+  EXPECT_EQ(invalid_argument_message([&] {
+              (void)specdec::measure_speedup(speculative, plain, no_prompts, config, ks, reset);
+            }),
+            "specdec: measure_speedup: the prompt list is empty; expected at least one prompt (one "
+            "pair of runs per prompt and setting)");
+  EXPECT_EQ(invalid_argument_message([&] {
+              (void)specdec::measure_speedup(speculative, plain, prompts, config, no_ks, reset);
+            }),
+            "specdec: draft_length_settings: the list of draft lengths is empty; expected at least "
+            "one K >= 1");
+  EXPECT_NE(invalid_argument_message([&] {
+              (void)specdec::measure_speedup(speculative, plain, prompts, no_settings, reset);
+            }).find("the settings list is empty; expected at least one setting"),
+            std::string::npos);
+  const std::vector<std::size_t> zero_k{2, 0};
+  EXPECT_EQ(invalid_argument_message([&] { (void)specdec::draft_length_settings(config, zero_k); }),
+            "specdec: draft_length_settings: draft length 0 at index 1; expected K >= 1 (tokens "
+            "drafted per round)");
+  const std::vector<std::vector<token_t>> with_empty{{1, 2}, {}};
+  EXPECT_EQ(invalid_argument_message([&] {
+              (void)specdec::measure_speedup(speculative, plain, with_empty, config, ks, reset);
+            }),
+            "specdec: measure_speedup: prompt 1 is empty; expected at least one token (e.g. BOS)");
+  EXPECT_EQ(resets, 0);  // validation happens before any run
+}
+
+TEST(SpeedupTest, PrintsOneLinePerSettingWithGreedyIdentity) {
+  specdec::SpeedupTable table;
+  table.prompts = 2;
+  table.rows.reserve(3);  // `good` is copied below: no reallocation
+  SpeedupRow& good = table.rows.emplace_back();
+  good.setting.name = "K=2";
+  good.setting.config.draft_length = 2;
+  good.setting.config.sampling.temperature = 0.0f;
+  good.add(fabricated(10, 1.0, 10, 1.0), 1.0, fabricated(10, 0.5, 4, 0.6), 0.5);
+  good.add(fabricated(10, 1.0, 10, 1.0), 1.0, fabricated(10, 0.5, 4, 0.6), 0.5);
+  SpeedupRow& bad = table.rows.emplace_back(good);
+  bad.setting.name = "broken";
+  bad.greedy_mismatches = 1;
+  SpeedupRow& sampled = table.rows.emplace_back(good);
+  sampled.setting.name = "sampled";
+  sampled.setting.config.sampling.temperature = 1.0f;
+
+  std::ostringstream out;
+  specdec::print_speedup_table(out, table);
+  const std::string text = out.str();
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u) << text;
+  EXPECT_NE(lines[0].find("speedup median [p25, p75]"), std::string::npos) << text;
+  EXPECT_NE(lines[1].find("2.00x [2.00, 2.00]"), std::string::npos) << text;
+  EXPECT_NE(lines[1].find("yes (2/2)"), std::string::npos) << text;
+  EXPECT_NE(lines[2].find("NO: 1/2 differ"), std::string::npos) << text;
+  EXPECT_EQ(lines[3].substr(lines[3].size() - 1), "-") << text;
+}
+
+}  // namespace
