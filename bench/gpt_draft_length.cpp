@@ -4,18 +4,19 @@
 //   gpt_draft_length [--prompts N] [--tokens N] [--ks 1,2,...] [--cap K] [--temperatures 0,1]
 //                    [--seed N]
 //
-// For every (prompt, T): one plain run, then one speculative run per policy — static K for each
-// K in --ks, and the schedule, confidence (p_min 0.75) and goodput policies capped at --cap —
-// in an order rotated by one per prompt (so no policy always runs first), each with fresh KV
-// caches, all with the same seed. One decoder serves every run, so the goodput policy's measured
-// costs carry over from prompt to prompt as they would in an application; its acceptance
-// estimates start over at every generate().
+// For every T, specdec::measure_speedup over the prompts with one setting per policy — static K
+// for each K in --ks, and the schedule, confidence (p_min 0.75) and goodput policies capped at
+// --cap — and one plain run per prompt shared by all of them (before or after them, alternating),
+// each run with fresh KV caches, all with the same seed. One decoder serves every run, so the
+// goodput policy's measured costs carry over from prompt to prompt as they would in an
+// application; its acceptance estimates start over at every generate().
 // Per (T, policy): speedup over the plain run (median over prompts, and aggregate: total plain
 // seconds / total speculative seconds), tokens per round, mean drafted per round, the fraction
 // of rounds run as plain steps, and (T = 0) whether every output equals the plain one.
 // Output: a markdown table on stdout, progress on stderr.
 
 #include <cstdio>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -32,7 +33,6 @@ using specdec::DraftLengthKind;
 using specdec::token_t;
 using specdec::examples::GptModel;
 using specdec_bench::load_average;
-using specdec_bench::median;
 using specdec_bench::parse_list;
 using specdec_bench::read_prompts;
 
@@ -63,21 +63,6 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-struct Policy {
-  std::string name;
-  DraftLengthKind kind;
-  std::size_t draft_length;
-};
-
-struct Cell {
-  double temperature = 0;
-  Policy policy;
-  std::vector<double> speedups;
-  double plain_seconds = 0, seconds = 0;
-  specdec::DecodeStats stats;
-  std::size_t mismatches = 0;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -87,70 +72,59 @@ int main(int argc, char** argv) try {
   const auto prompts = read_prompts(o.prompts);
   specdec::SpeculativeDecoder speculative(draft, target);
   specdec::AutoregressiveDecoder plain(target);
-  specdec::GenerationConfig config;
-  config.max_new_tokens = o.tokens;
-  auto timed = [&](auto& decoder, const std::vector<token_t>& prompt) {
+  const auto reset_caches = [&] {
     target.reset();
     draft.reset();
-    return decoder.generate(prompt, config);
+  };
+  specdec::SpeedupOptions options;
+  options.shared_baseline = true;  // the settings differ in nothing plain decoding reads
+  options.on_prompt = [](std::size_t i, std::size_t n) {
+    std::fprintf(stderr, "prompt %zu/%zu\n", i + 1, n);
   };
 
-  std::vector<Policy> policies;
-  for (const double k : o.ks) {
-    policies.push_back({"K=" + std::to_string(static_cast<int>(k)), DraftLengthKind::fixed,
-                        static_cast<std::size_t>(k)});
-  }
-  policies.push_back({"schedule", DraftLengthKind::schedule, o.cap});
-  policies.push_back({"confidence", DraftLengthKind::confidence, o.cap});
-  policies.push_back({"goodput", DraftLengthKind::goodput, o.cap});
-  std::vector<Cell> cells;
-  for (const double t : o.temperatures) {
-    for (const Policy& policy : policies) cells.push_back({t, policy, {}, 0, 0, {}, 0});
-  }
-  config.draft_length = 4;
-  (void)timed(speculative, prompts[0]);  // warm-up
-
   const std::string load_start = load_average();
-  for (std::size_t p = 0; p < prompts.size(); ++p) {
-    std::fprintf(stderr, "prompt %zu/%zu\n", p + 1, prompts.size());
-    for (const double t : o.temperatures) {
-      config.sampling.temperature = static_cast<float>(t);
-      config.seed = o.seed + p;
-      const auto base = timed(plain, prompts[p]);
-      const double base_rate = static_cast<double>(base.tokens.size()) / base.stats.total_seconds;
-      std::vector<Cell*> row;
-      for (Cell& cell : cells) {
-        if (cell.temperature == t) row.push_back(&cell);
-      }
-      for (std::size_t i = 0; i < row.size(); ++i) {
-        Cell& cell = *row[(i + p) % row.size()];
-        config.draft_length = cell.policy.draft_length;
-        config.draft_length_policy.kind = cell.policy.kind;
-        const auto run = timed(speculative, prompts[p]);
-        const double rate = static_cast<double>(run.tokens.size()) / run.stats.total_seconds;
-        cell.speedups.push_back(rate / base_rate);
-        cell.plain_seconds += base.stats.total_seconds;
-        cell.seconds += run.stats.total_seconds;
-        cell.stats += run.stats;
-        if (t == 0 && run.tokens != base.tokens) ++cell.mismatches;
-      }
+  std::vector<specdec::SpeedupRow> rows;
+  for (const double t : o.temperatures) {
+    specdec::GenerationConfig base;
+    base.max_new_tokens = o.tokens;
+    base.seed = o.seed;
+    base.sampling.temperature = static_cast<float>(t);
+    std::vector<specdec::SpeedupSetting> settings;
+    for (const double k : o.ks) {
+      base.draft_length = static_cast<std::size_t>(k);
+      settings.push_back({"K=" + std::to_string(base.draft_length), base});
     }
+    base.draft_length = o.cap;
+    for (const auto& [name, kind] : {std::pair{"schedule", DraftLengthKind::schedule},
+                                     std::pair{"confidence", DraftLengthKind::confidence},
+                                     std::pair{"goodput", DraftLengthKind::goodput}}) {
+      base.draft_length_policy.kind = kind;
+      settings.push_back({name, base});
+    }
+    (void)speculative.generate(prompts[0], base);  // warm-up
+    const specdec::SpeedupTable table =
+        specdec::measure_speedup(speculative, plain, prompts, settings, reset_caches, options);
+    rows.insert(rows.end(), table.rows.begin(), table.rows.end());
   }
-  std::printf("%zu held-out prompts x %zu tokens, paired with a plain run per prompt; load %s at "
-              "start, %s at end\n\n",
+  std::printf("%zu held-out prompts x %zu tokens, one plain run per prompt shared by every "
+              "setting, order alternating; load %s at start, %s at end\n\n",
               prompts.size(), o.tokens, load_start.c_str(), load_average().c_str());
-  std::printf("| T | policy | speedup (median) | aggregate | tokens/round | mean K | plain rounds "
-              "| alpha_hat | greedy identical |\n|--:|:--|--:|--:|--:|--:|--:|--:|:--|\n");
-  for (const Cell& c : cells) {
-    const double rounds = static_cast<double>(c.stats.rounds);
-    std::printf("| %.2g | %s | %.3f | %.3f | %.2f | %.2f | %.1f %% | %.3f | %s |\n",
-                c.temperature, c.policy.name.c_str(), median(c.speedups),
-                c.plain_seconds / c.seconds, c.stats.tokens_per_round(),
-                static_cast<double>(c.stats.drafted) / rounds,
-                100.0 * static_cast<double>(c.stats.plain_rounds()) / rounds, c.stats.alpha_hat(),
-                c.temperature != 0         ? "-"
-                : c.mismatches == 0        ? "yes"
-                                           : (std::to_string(c.mismatches) + " differ").c_str());
+  std::printf("| T | policy | speedup (median) | IQR | aggregate | tokens/round | mean K | plain "
+              "rounds | alpha_hat | greedy identical |\n"
+              "|--:|:--|--:|--:|--:|--:|--:|--:|--:|:--|\n");
+  for (const specdec::SpeedupRow& row : rows) {
+    const specdec::DecodeStats& stats = row.speculative;
+    const double rounds = static_cast<double>(stats.rounds);
+    const specdec::Quartiles speedup = row.speedup();
+    const std::string identical = !row.greedy()                 ? "-"
+                                  : row.greedy_mismatches == 0 ? "yes"
+                                  : std::to_string(row.greedy_mismatches) + " differ";
+    std::printf("| %.2g | %s | %.3f | %.2f-%.2f | %.3f | %.2f | %.2f | %.1f %% | %.3f | %s |\n",
+                static_cast<double>(row.temperature()), row.setting.name.c_str(), speedup.median,
+                speedup.p25, speedup.p75, row.aggregate_speedup(), stats.tokens_per_round(),
+                static_cast<double>(stats.drafted) / rounds,
+                100.0 * static_cast<double>(stats.plain_rounds()) / rounds, stats.alpha_hat(),
+                identical.c_str());
   }
   return 0;
 } catch (const std::exception& error) {
