@@ -34,7 +34,8 @@
 ///
 /// Environment overrides (for quick runs): SPECDEC_BENCH_TARGET_MS (default 2),
 /// SPECDEC_BENCH_TOKENS (default 256), SPECDEC_BENCH_ITERS (default 2),
-/// SPECDEC_BENCH_SPIN (cpu | wall, default cpu).
+/// SPECDEC_BENCH_SPIN (cpu | wall, default cpu), SPECDEC_BENCH_FORGETTING (the goodput
+/// policy's GoodputOptions::forgetting).
 
 #include <benchmark/benchmark.h>
 
@@ -428,6 +429,8 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
                                     : policy == kConfidencePolicy ? specdec::DraftLengthKind::confidence
                                     : policy == kGoodputPolicy    ? specdec::DraftLengthKind::goodput
                                                                   : specdec::DraftLengthKind::fixed;
+  config.draft_length_policy.goodput.forgetting =
+      env_double("SPECDEC_BENCH_FORGETTING", config.draft_length_policy.goodput.forgetting);
 
   static std::uint64_t next_seed = 2'000'000;
   double seconds[2] = {0, 0}, cpu[2] = {0, 0};

@@ -47,8 +47,10 @@ struct GoodputOptions {
   /// about ten rounds (follows text whose difficulty changes); 1 never forgets.
   double forgetting = 0.9;
   /// Consecutive plain rounds before one token is drafted to probe whether drafting pays
-  /// again (>= 1); doubles after every probe that does not restart drafting, up to 16 times.
-  std::size_t probe_interval = 16;
+  /// again (>= 1); doubles after every probe that does not restart drafting, up to 16 times
+  /// (so a useless draft costs one draft token and one verify row per 64 rounds in the long
+  /// run, while text that turns easy again is noticed within a few rounds).
+  std::size_t probe_interval = 4;
   /// A fixed cost model, in units of a one-row target call: t_d = draft_token_cost and
   /// T_v(n) = 1 + verify_row_cost (n - 1). Both >= 0 to use it (decisions then never depend on
   /// timings, so the same seed gives the same tokens); both < 0 (the default) to measure them
@@ -230,21 +232,24 @@ class MeasuredCosts {
   void observe(std::size_t drafted, double draft_seconds, double target_seconds) noexcept {
     if (drafted > 0 && draft_seconds >= 0) {
       const double per_token = draft_seconds / static_cast<double>(drafted);
-      draft_token_ = draft_seen_ ? smoothed(draft_token_, per_token) : per_token;
-      draft_seen_ = true;
+      draft_token_ = smoothed(draft_token_, per_token, draft_samples_);
+      draft_samples_ = std::min(draft_samples_ + 1.0, kMaxWeight);
     }
     const std::size_t rows = drafted + 1;
     if (rows >= mean_.size() || !(target_seconds > 0)) return;
-    mean_[rows] = weight_[rows] > 0 ? smoothed(mean_[rows], target_seconds) : target_seconds;
+    mean_[rows] = smoothed(mean_[rows], target_seconds, weight_[rows]);
     weight_[rows] = std::min(weight_[rows] + 1.0, kMaxWeight);
   }
 
-  [[nodiscard]] bool known() const noexcept { return draft_seen_; }
+  [[nodiscard]] bool known() const noexcept { return draft_samples_ > 0; }
 
-  /// A moving average that a single outlier moves by at most 10 %: on a shared machine a call
-  /// preempted for a scheduler slice takes several times its cost, which says nothing about
-  /// the next call.
-  static double smoothed(double average, double sample) noexcept {
+  /// The running mean of the first few samples, then a moving average that a single outlier
+  /// moves by at most 10 %: on a shared machine a call preempted for a scheduler slice takes
+  /// several times its cost, which says nothing about the next call. (Clipping from the first
+  /// sample on would let one slow first call, e.g. a cold cache, hold the estimate for dozens
+  /// of rounds.)
+  static double smoothed(double average, double sample, double samples) noexcept {
+    if (samples < kWarmupSamples) return (average * samples + sample) / (samples + 1);
     const double clipped = std::clamp(sample, 0.5 * average, 2.0 * average);
     return kSmoothing * average + (1 - kSmoothing) * clipped;
   }
@@ -281,10 +286,11 @@ class MeasuredCosts {
 
  private:
   static constexpr double kSmoothing = 0.9, kMaxWeight = 16, kTrustedWeight = 3;
+  static constexpr double kWarmupSamples = 4;
   static constexpr double kPriorRowCost = 0.05;
   std::vector<double> mean_, weight_;  // [n]: target-call seconds for n rows
   double draft_token_ = 0;
-  bool draft_seen_ = false;
+  double draft_samples_ = 0;
 };
 
 }  // namespace detail
@@ -433,7 +439,7 @@ class GoodputDraftLength {
   std::vector<double> verify_cost_;  // (K + 1) T_v(n) at n - 1
   double draft_token_cost_ = 0.05;
   std::size_t plain_streak_ = 0;
-  std::size_t probe_wait_ = 16;
+  std::size_t probe_wait_ = 4;
   bool probing_ = false;
   bool predicted_ = false;  // draft_more ran since the last observe
   static constexpr std::size_t kExploreInterval = 8;
