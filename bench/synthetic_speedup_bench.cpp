@@ -133,6 +133,31 @@ void busy_wait(double seconds) {
   raw_spin(std::max(0.0, seconds - spin_overhead_seconds()), wall);
 }
 
+/// The benchmarks' prompt for `seed`: kPromptLength tokens drawn from it.
+std::vector<token_t> random_prompt(std::uint64_t seed) {
+  std::vector<token_t> prompt(kPromptLength);
+  std::mt19937_64 prompt_gen(seed);
+  for (auto& t : prompt) t = static_cast<token_t>(prompt_gen() % kVocab);
+  return prompt;
+}
+
+/// Wall and thread-CPU seconds of one run, added to `wall` and `cpu`.
+struct RunTimes {
+  double wall = 0, cpu = 0;
+};
+
+template <class Decoder>
+specdec::GenerationResult timed_generate(Decoder& decoder, std::span<const token_t> prompt,
+                                         const specdec::GenerationConfig& config,
+                                         RunTimes& times) {
+  const double c0 = thread_cpu_seconds();
+  const auto t0 = Clock::now();
+  specdec::GenerationResult result = decoder.generate(prompt, config);
+  times.wall += std::chrono::duration<double>(Clock::now() - t0).count();
+  times.cpu += thread_cpu_seconds() - c0;
+  return result;
+}
+
 /// Target table (row = last token) and, per alpha, the calibrated draft table.
 struct Tables {
   std::vector<float> target;  // kVocab x kVocab
@@ -228,9 +253,7 @@ void BM_Speedup(benchmark::State& state) {
   specdec::DecodeStats sum;  // summed counters and seconds of the speculative runs
   for (auto _ : state) {
     const std::uint64_t seed = next_seed++;
-    std::vector<token_t> prompt(kPromptLength);
-    std::mt19937_64 prompt_gen(seed);
-    for (auto& t : prompt) t = static_cast<token_t>(prompt_gen() % kVocab);
+    const std::vector<token_t> prompt = random_prompt(seed);
     config.seed = seed;
 
     const double c0 = thread_cpu_seconds();
@@ -302,30 +325,25 @@ void BM_TokenVsBlock(benchmark::State& state) {
   specdec::GenerationConfig& config = run.config;
 
   static std::uint64_t next_seed = 1'000'000;
-  double seconds[3] = {0, 0, 0}, cpu[3] = {0, 0, 0};
+  RunTimes times[3];
   std::size_t tokens[3] = {0, 0, 0}, rounds[3] = {0, 0, 0};
   for (auto _ : state) {
     const std::uint64_t seed = next_seed++;
-    std::vector<token_t> prompt(kPromptLength);
-    std::mt19937_64 prompt_gen(seed);
-    for (auto& t : prompt) t = static_cast<token_t>(prompt_gen() % kVocab);
+    const std::vector<token_t> prompt = random_prompt(seed);
     config.seed = seed;
-    double iteration_seconds = 0;
+    const double before = times[0].wall + times[1].wall + times[2].wall;
     for (int which = 0; which < 3; ++which) {
       config.verifier = which == 2 ? specdec::VerifierKind::block : specdec::VerifierKind::token;
-      const double c0 = thread_cpu_seconds();
-      const auto t0 = Clock::now();
-      const specdec::GenerationResult r = which == 0 ? autoregressive.generate(prompt, config)
-                                                     : speculative.generate(prompt, config);
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      cpu[which] += thread_cpu_seconds() - c0;
-      seconds[which] += s;
-      iteration_seconds += s;
+      const specdec::GenerationResult r =
+          which == 0 ? timed_generate(autoregressive, prompt, config, times[which])
+                     : timed_generate(speculative, prompt, config, times[which]);
       tokens[which] += r.tokens.size();
       rounds[which] += r.stats.rounds;
     }
-    state.SetIterationTime(iteration_seconds);
+    state.SetIterationTime(times[0].wall + times[1].wall + times[2].wall - before);
   }
+  const double seconds[3] = {times[0].wall, times[1].wall, times[2].wall};
+  const double cpu[3] = {times[0].cpu, times[1].cpu, times[2].cpu};
   auto rate = [&](int which, const double* time) {
     return static_cast<double>(tokens[which]) / time[which];
   };
@@ -433,33 +451,28 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
       env_double("SPECDEC_BENCH_FORGETTING", config.draft_length_policy.goodput.forgetting);
 
   static std::uint64_t next_seed = 2'000'000;
-  double seconds[2] = {0, 0}, cpu[2] = {0, 0};
+  RunTimes times[2];
   std::size_t tokens[2] = {0, 0};
   specdec::DecodeStats sum;
   std::int64_t iteration = 0;
   for (auto _ : state) {
     const std::uint64_t seed = next_seed++;
-    std::vector<token_t> prompt(kPromptLength);
-    std::mt19937_64 prompt_gen(seed);
-    for (auto& t : prompt) t = static_cast<token_t>(prompt_gen() % kVocab);
+    const std::vector<token_t> prompt = random_prompt(seed);
     config.seed = seed;
-    double iteration_seconds = 0;
+    const double before = times[0].wall + times[1].wall;
     for (int step = 0; step < 2; ++step) {
       const int which = (step + static_cast<int>(iteration % 2)) % 2;  // 0 plain, 1 speculative
-      const double c0 = thread_cpu_seconds();
-      const auto t0 = Clock::now();
-      const specdec::GenerationResult r = which == 0 ? autoregressive.generate(prompt, config)
-                                                     : speculative.generate(prompt, config);
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      cpu[which] += thread_cpu_seconds() - c0;
-      seconds[which] += s;
-      iteration_seconds += s;
+      const specdec::GenerationResult r =
+          which == 0 ? timed_generate(autoregressive, prompt, config, times[which])
+                     : timed_generate(speculative, prompt, config, times[which]);
       tokens[which] += r.tokens.size();
       if (which == 1) sum += r.stats;
     }
     ++iteration;
-    state.SetIterationTime(iteration_seconds);
+    state.SetIterationTime(times[0].wall + times[1].wall - before);
   }
+  const double seconds[2] = {times[0].wall, times[1].wall};
+  const double cpu[2] = {times[0].cpu, times[1].cpu};
   auto rate = [&](int which, const double* time) {
     return static_cast<double>(tokens[which]) / time[which];
   };
