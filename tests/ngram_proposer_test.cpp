@@ -639,4 +639,27 @@ TEST(NgramDecoderTest, ChiSquareOfTheFirstTokensAtTemperatureOne) {
   EXPECT_LT(mutant_fit.p_value, kMinPValue) << "the chi-square test cannot see the mutant";
 }
 
+// README's n-gram example, compiled and run.
+// --- README example begins ---
+TEST(NgramReadmeExample, LookupOnlyAndLookupThenDraftModel) {
+  specdec::testing::ScriptedPair pair;  // toy V = 5 draft / target pair (float models here)
+  auto target = pair.target<float>();
+  auto draft = pair.draft<float>();
+  const std::vector<specdec::token_t> prompt{1, 2, 3, 4, 1, 2};
+
+  specdec::NgramDecoder lookup(target, {.min_ngram = 2, .max_ngram = 4});  // no draft model
+  specdec::NgramThenModelDecoder combined(draft, target);  // lookup, else the draft model
+  specdec::AutoregressiveDecoder plain(target);
+
+  specdec::GenerationConfig config;
+  config.draft_length = 8;          // a lookup that keeps matching drafts far: a larger K pays
+  config.sampling.temperature = 0;  // greedy: exactly the tokens of plain greedy decoding
+  const auto expected = plain.generate(prompt, config).tokens;
+  EXPECT_EQ(lookup.generate(prompt, config).tokens, expected);
+  EXPECT_EQ(combined.generate(prompt, config).tokens, expected);
+  EXPECT_GT(lookup.proposer().work().tokens_indexed, 0u);
+  EXPECT_GT(combined.proposer().primary_rounds(), 0u);  // rounds the lookup drafted
+}
+// --- README example ends ---
+
 }  // namespace
