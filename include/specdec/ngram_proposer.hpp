@@ -68,9 +68,9 @@ using NgramWork = detail::NgramIndexWork;
 /// the tokens committed since the last round (O(max_ngram - min_ngram + 1) expected per token)
 /// and costs O(max_ngram) expected per drafted token: nothing depends on the context's length.
 /// Drafted tokens never enter the index, so a rejected draft leaves nothing behind. begin()
-/// (each generate()) clears the index and reserves for the prompt plus the budget, so rounds
-/// allocate nothing; a context that is not an extension of the indexed one (sync's check) is
-/// indexed afresh.
+/// (each generate()) clears the index and reserves for the prompt plus the budget (up to 64k
+/// generated tokens), so rounds allocate nothing; a context that is not an extension of the
+/// indexed one (sync's check) is indexed afresh.
 ///
 /// \tparam Scalar the Proposal's scalar: float for the decoder, double for the exact harness
 /// (testing.hpp). The proposal holds tokens and point-mass flags only.
@@ -90,7 +90,7 @@ class BasicNgramProposer {
   /// prompt (reserved at the first round, when the prompt's length is known).
   void begin(const GenerationConfig& config) {
     index_.clear();
-    planned_growth_ = std::min(config.max_new_tokens, detail::kMaxReservedTokens) + 1;
+    planned_growth_ = std::min(config.max_new_tokens, kMaxReservedGrowth);
     reserve_at_first_round_ = true;
     size_buffers(config.usable_draft_length());
   }
@@ -144,6 +144,10 @@ class BasicNgramProposer {
     if (point_mass_.size() < limit) point_mass_.resize(limit, std::uint8_t{1});
     if (probabilities_.size() < limit) probabilities_.resize(limit, 1.0);
   }
+
+  /// A budget used as "unlimited" must not reserve tables for it: beyond this many generated
+  /// tokens the index grows by doubling (amortised O(1) per token, an allocation now and then).
+  static constexpr std::size_t kMaxReservedGrowth = std::size_t{1} << 16;
 
   NgramOptions options_;
   detail::NgramIndex index_;
