@@ -11,7 +11,9 @@
 //               from chapters never seen in training), then the first verse's reference and
 //               first three words again: a good continuation quotes the passage;
 //   ordinary:   the held-out prompts of models/prompts.txt (a verse's beginning), no repeat.
-// "mixed" pools the two. Every prompt runs all four decoders back to back with fresh KV caches,
+// "mixed" pools the two. The passages file holds, per held-out chapter (tools/train/make_corpus.py's
+// heldout.txt), up to two runs of 2-3 consecutive verses whose first verse has >= 70 bytes and
+// which total <= 240 bytes: 40 passages, one blank line after each. Every prompt runs all four decoders back to back with fresh KV caches,
 // in an order rotated per prompt, so background load hits them alike. Reported per workload and
 // decoder: speedup over plain (median over prompts of the per-prompt tokens/s ratio, and the
 // aggregate: total tokens / total seconds), acceptance (accepted / drafted), tokens per round,
