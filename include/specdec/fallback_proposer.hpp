@@ -22,7 +22,9 @@ namespace specdec {
 /// reports its own q. A declining primary must draw no coins (the coin order is then the
 /// secondary's alone) and leave the context at the committed tokens.
 ///
-/// Both proposers are owned. begin(config) is forwarded to each that has one.
+/// Both proposers are owned. begin(config) is forwarded to each that has one. Each sizes its
+/// buffers on its own first round (ModelProposer needs V, known after the first model call), so
+/// a decoder round allocates nothing once both have drafted.
 template <class Primary, class Secondary>
 class FallbackProposer {
  public:
