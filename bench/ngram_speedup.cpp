@@ -11,17 +11,18 @@
 //               from chapters never seen in training), then the first verse's reference and
 //               first three words again: a good continuation quotes the passage;
 //   ordinary:   the held-out prompts of models/prompts.txt (a verse's beginning), no repeat.
-// "mixed" pools the two. The passages file holds, per held-out chapter (tools/train/make_corpus.py's
-// heldout.txt), up to two runs of 2-3 consecutive verses whose first verse has >= 70 bytes and
-// which total <= 240 bytes: 40 passages, one blank line after each. Every prompt runs all four decoders back to back with fresh KV caches,
-// in an order rotated per prompt, so background load hits them alike. Reported per workload and
-// decoder: speedup over plain (median over prompts of the per-prompt tokens/s ratio, and the
-// aggregate: total tokens / total seconds), acceptance (accepted / drafted), tokens per round,
-// and how many outputs equal the plain greedy output token for token (all must: exit status 1
-// otherwise). Prompt + tokens must fit the models' context (384 bytes). Each run pays for its own
-// prompt (a repetitive prompt is ~270 bytes: its prefill is a large share of a 96-token run);
-// with --untimed-prefill 1 both models' KV caches hold the prompt before the clock starts (as a
-// server's prefix cache would), so the figures are those of generation alone.
+// "mixed" pools the two. The passages file holds, per held-out chapter
+// (tools/train/make_corpus.py's heldout.txt), up to two runs of 2-3 consecutive verses whose first
+// verse has >= 70 bytes and which total <= 240 bytes: 40 passages, one blank line after each. Every
+// prompt runs all four decoders back to back with fresh KV caches, in an order rotated per prompt,
+// so background load hits them alike. Reported per workload and decoder: speedup over plain (median
+// over prompts of the per-prompt tokens/s ratio, and the aggregate: total tokens / total seconds),
+// acceptance (accepted / drafted), tokens per round, and how many outputs equal the plain greedy
+// output token for token (all must: exit status 1 otherwise). Prompt + tokens must fit the models'
+// context (384 bytes). Each run pays for its own prompt (a repetitive prompt is ~270 bytes: its
+// prefill is a large share of a 96-token run); with --untimed-prefill 1 both models' KV caches hold
+// the prompt before the clock starts (as a server's prefix cache would), so the figures are those
+// of generation alone.
 //
 // Output: markdown tables on stdout, progress on stderr.
 
@@ -52,16 +53,16 @@ struct Options {
   std::size_t max_ngram = 12;
   std::uint64_t seed = 1234;
   std::size_t quote_words = 3;  // words of the first verse quoted again after its reference
-  std::size_t show = 0;
-  bool untimed_prefill = false;  // run the prompt through both models before the clock starts  // print the first N prompts of each workload with their plain output
+  std::size_t show = 0;  // print the first N prompts of each workload with their plain output
+  bool untimed_prefill = false;  // run the prompt through both models before the clock starts
 };
 
 std::size_t parse_size(std::string_view flag, std::string_view text) {
   std::size_t value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc{} || end != text.data() + text.size() || text.empty()) {
-    throw std::invalid_argument(std::string(flag) + " expects a number, got '" +
-                                std::string(text) + "'");
+    throw std::invalid_argument(std::string(flag) + " expects a number, got '" + std::string(text) +
+                                "'");
   }
   return value;
 }
@@ -157,7 +158,7 @@ constexpr const char* kNames[kDecoders] = {"plain", "n-gram only", "draft model 
 /// One decoder over one workload.
 struct Tally {
   specdec::DecodeStats stats;
-  std::vector<double> rates;  // tokens/s per prompt
+  std::vector<double> rates;     // tokens/s per prompt
   std::vector<double> speedups;  // over the paired plain run
   std::size_t identical = 0;
   std::size_t lookup_rounds = 0;  // combined decoder: rounds drafted by the lookup
@@ -170,11 +171,11 @@ struct Workload {
 
 void print_table(const Workload& w, std::size_t prompts) {
   const Tally& plain = w.tallies[0];
-  const double plain_rate =
-      static_cast<double>(plain.stats.emitted) / plain.stats.total_seconds;
+  const double plain_rate = static_cast<double>(plain.stats.emitted) / plain.stats.total_seconds;
   std::printf("\n**%s** (%zu prompts)\n\n", w.name.c_str(), prompts);
-  std::printf("| decoder | tok/s (aggregate) | speedup median | speedup aggregate | acceptance | "
-              "tokens/round | = plain |\n|---|--:|--:|--:|--:|--:|--:|\n");
+  std::printf(
+      "| decoder | tok/s (aggregate) | speedup median | speedup aggregate | acceptance | "
+      "tokens/round | = plain |\n|---|--:|--:|--:|--:|--:|--:|\n");
   for (std::size_t d = 0; d < kDecoders; ++d) {
     const Tally& t = w.tallies[d];
     const double rate = static_cast<double>(t.stats.emitted) / t.stats.total_seconds;
@@ -233,10 +234,14 @@ int main(int argc, char** argv) try {
       (void)draft.draft(prompt);
     }
     switch (which) {
-      case 0: return plain.generate(prompt, config);
-      case 1: return ngram.generate(prompt, config);
-      case 2: return speculative.generate(prompt, config);
-      default: return combined.generate(prompt, config);
+      case 0:
+        return plain.generate(prompt, config);
+      case 1:
+        return ngram.generate(prompt, config);
+      case 2:
+        return speculative.generate(prompt, config);
+      default:
+        return combined.generate(prompt, config);
     }
   };
   (void)run(3, prompt_sets[0][0]);  // warm-up
@@ -245,17 +250,19 @@ int main(int argc, char** argv) try {
   for (std::size_t w = 0; w < 2; ++w) {
     const std::vector<Tokens>& prompts = prompt_sets[w];
     for (std::size_t p = 0; p < prompts.size(); ++p) {
-      std::fprintf(stderr, "%s prompt %zu/%zu\n", workloads[w].name.c_str(), p + 1,
-                   prompts.size());
+      std::fprintf(stderr, "%s prompt %zu/%zu\n", workloads[w].name.c_str(), p + 1, prompts.size());
       config.seed = o.seed + p;
       std::vector<specdec::GenerationResult> results(kDecoders);
       for (std::size_t step = 0; step < kDecoders; ++step) {
         const std::size_t which = (step + p) % kDecoders;  // rotated order
         results[which] = run(which, prompts[p]);
-        if (which == 3) workloads[w].tallies[3].lookup_rounds += combined.proposer().primary_rounds();
+        if (which == 3)
+          workloads[w].tallies[3].lookup_rounds += combined.proposer().primary_rounds();
       }
       if (p < o.show) {
-        const auto text = [](const Tokens& tokens) { return std::string(tokens.begin(), tokens.end()); };
+        const auto text = [](const Tokens& tokens) {
+          return std::string(tokens.begin(), tokens.end());
+        };
         std::printf("--- %s prompt %zu:%s|%s\n", workloads[w].name.c_str(), p + 1,
                     text(prompts[p]).c_str(), text(results[0].tokens).c_str());
       }
@@ -285,10 +292,11 @@ int main(int argc, char** argv) try {
     }
   }
 
-  std::printf("greedy, %zu tokens, K = %zu, n-gram %zu..%zu, prefill %s; load average %s at "
-              "start, %s at end\n",
-              o.tokens, o.k, o.min_ngram, o.max_ngram, o.untimed_prefill ? "untimed" : "timed",
-              load_start.c_str(), load_average().c_str());
+  std::printf(
+      "greedy, %zu tokens, K = %zu, n-gram %zu..%zu, prefill %s; load average %s at "
+      "start, %s at end\n",
+      o.tokens, o.k, o.min_ngram, o.max_ngram, o.untimed_prefill ? "untimed" : "timed",
+      load_start.c_str(), load_average().c_str());
   print_table(workloads[0], prompt_sets[0].size());
   print_table(workloads[1], prompt_sets[1].size());
   print_table(mixed, prompt_sets[0].size() + prompt_sets[1].size());

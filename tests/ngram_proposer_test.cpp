@@ -137,7 +137,7 @@ TEST(NgramProposerTest, TheLongestMatchWinsAndBoundsAreRespected) {
   const Tokens context{1, 2, 3, 7, 9, 2, 3, 8, 5, 1, 2, 3};
   EXPECT_EQ(propose({.min_ngram = 1, .max_ngram = 4}, context, 1), (Tokens{7}));
   EXPECT_EQ(propose({.min_ngram = 1, .max_ngram = 2}, context, 1), (Tokens{8}));  // max bound
-  EXPECT_EQ(propose({.min_ngram = 4, .max_ngram = 6}, context, 1), Tokens{});  // min bound
+  EXPECT_EQ(propose({.min_ngram = 4, .max_ngram = 6}, context, 1), Tokens{});     // min bound
   // Exactly 3: "1 2 3" -> 7, then "2 3 7" (at 1..3) -> 9, then "3 7 9" (at 2..4) -> 2.
   EXPECT_EQ(propose({.min_ngram = 3, .max_ngram = 3}, context, 3), (Tokens{7, 9, 2}));
 }
@@ -181,9 +181,9 @@ struct CheckedNgramProposer {
 
   template <class Coins>
   specdec::Proposal<float> propose(DraftRequest& request, Coins& coins) {
-    std::vector<token_t> committed(request.context.begin(),
-                                   request.context.begin() +
-                                       static_cast<std::ptrdiff_t>(request.committed));
+    std::vector<token_t> committed(
+        request.context.begin(),
+        request.context.begin() + static_cast<std::ptrdiff_t>(request.committed));
     committed.reserve(committed.size() + request.limit + 1);
     std::size_t vocab_size = 0;
     specdec::DecodeStats stats;
@@ -300,13 +300,13 @@ TEST(NgramIndexTest, WorkPerRoundDoesNotGrowWithTheContext) {
     mean_work[window] = static_cast<double>(total) / static_cast<double>(rounds);
   }
   const specdec::NgramWork& work = proposer.work();
-  std::printf("[ work ] mean (max) probes + indexed tokens per round: 100-1k %.1f (%llu), "
-              "1k-10k %.1f (%llu), 10k-100k %.1f (%llu); rehashed %llu for %llu tokens\n",
-              mean_work[0], static_cast<unsigned long long>(max_work[0]), mean_work[1],
-              static_cast<unsigned long long>(max_work[1]), mean_work[2],
-              static_cast<unsigned long long>(max_work[2]),
-              static_cast<unsigned long long>(work.rehashed),
-              static_cast<unsigned long long>(work.tokens_indexed));
+  std::printf(
+      "[ work ] mean (max) probes + indexed tokens per round: 100-1k %.1f (%llu), "
+      "1k-10k %.1f (%llu), 10k-100k %.1f (%llu); rehashed %llu for %llu tokens\n",
+      mean_work[0], static_cast<unsigned long long>(max_work[0]), mean_work[1],
+      static_cast<unsigned long long>(max_work[1]), mean_work[2],
+      static_cast<unsigned long long>(max_work[2]), static_cast<unsigned long long>(work.rehashed),
+      static_cast<unsigned long long>(work.tokens_indexed));
   EXPECT_GT(nonempty, 1000u) << "lookups must hit for the test to mean anything";
   EXPECT_EQ(work.rebuilds, 0u);
   // Per round: <= kLimit + 1 lookups of <= 4 tables, <= 4 committed tokens into 4 tables.
@@ -426,9 +426,9 @@ template <class ProposerT, class VerifierT>
 double law_error(const ProposerT& proposer, const VerifierT& verifier, const ScriptedPair& pair,
                  const Sequence& prompt, std::size_t length = kLength) {
   const Law expected = specdec::testing::target_law(pair.target(), pair.params, prompt, length);
-  const Law got = specdec::testing::speculative_law(proposer, StaticDraftLength{}, verifier,
-                                                    pair.target(), pair.params, prompt, length,
-                                                    kDraftLength);
+  const Law got =
+      specdec::testing::speculative_law(proposer, StaticDraftLength{}, verifier, pair.target(),
+                                        pair.params, prompt, length, kDraftLength);
   return specdec::testing::total_variation(got, expected);
 }
 
@@ -442,10 +442,10 @@ TEST(NgramExactnessTest, NgramProposerKeepsTheTargetLaw) {
       SCOPED_TRACE(mode.name + " prompt of " + std::to_string(prompt.size()));
       EXPECT_LT(law_error(proposer, specdec::TokenVerifier{}, pair, prompt), kExact);
       EXPECT_LT(law_error(proposer, specdec::BlockVerifier{}, pair, prompt), kExact);
-      drafted += specdec::testing::round_law(proposer, StaticDraftLength{},
-                                             specdec::TokenVerifier{}, pair.target(),
-                                             pair.params, prompt, kDraftLength)
-                     .expected_drafted;
+      drafted +=
+          specdec::testing::round_law(proposer, StaticDraftLength{}, specdec::TokenVerifier{},
+                                      pair.target(), pair.params, prompt, kDraftLength)
+              .expected_drafted;
     }
     EXPECT_GT(drafted, 3.0) << mode.name << ": the first rounds must propose something";
   }
@@ -535,7 +535,8 @@ TEST(NgramExactnessPowerTest, AProposerThatMisreportsQIsCaught) {
   std::printf("[ power ] misreporting mutant: TV at least %.3g\n", smallest);
 }
 
-// ---- the decoders ---------------------------------------------------------------------------------
+// ---- the decoders
+// ---------------------------------------------------------------------------------
 
 TEST(NgramDecoderTest, GreedyOutputEqualsPlainGreedyDecoding) {
   for (const std::size_t vocab : {5u, 12u}) {
@@ -592,10 +593,10 @@ std::vector<std::uint64_t> first_tokens_histogram(Decoder& decoder, std::size_t 
   for (std::size_t i = 0; i < kRuns; ++i) {
     config.seed = seed_base + i;
     const auto result = decoder.generate(kChiPrompt, config);
-    const std::size_t cell =
-        (static_cast<std::size_t>(result.tokens[0]) * vocab +
-         static_cast<std::size_t>(result.tokens[1])) * vocab +
-        static_cast<std::size_t>(result.tokens[2]);
+    const std::size_t cell = (static_cast<std::size_t>(result.tokens[0]) * vocab +
+                              static_cast<std::size_t>(result.tokens[1])) *
+                                 vocab +
+                             static_cast<std::size_t>(result.tokens[2]);
     ++counts[cell];
   }
   return counts;
@@ -608,7 +609,8 @@ TEST(NgramDecoderTest, ChiSquareOfTheFirstTokensAtTemperatureOne) {
   for (const auto& [sequence, p] :
        specdec::testing::target_law(pair.target(), pair.params, kChiPrompt, 3)) {
     probabilities[(static_cast<std::size_t>(sequence[0]) * vocab +
-                   static_cast<std::size_t>(sequence[1])) * vocab +
+                   static_cast<std::size_t>(sequence[1])) *
+                      vocab +
                   static_cast<std::size_t>(sequence[2])] = p;
   }
   const MisreportingNgramProposer<double> exact_mutant{

@@ -151,9 +151,9 @@ class BasicNgramProposer {
 
   NgramOptions options_;
   detail::NgramIndex index_;
-  std::size_t planned_growth_ = 0;       // tokens a generate() may add to the prompt
-  bool reserve_at_first_round_ = false;  // begin() was called; the prompt is not seen yet
-  std::vector<token_t> tokens_;          // (K) drafted tokens
+  std::size_t planned_growth_ = 0;        // tokens a generate() may add to the prompt
+  bool reserve_at_first_round_ = false;   // begin() was called; the prompt is not seen yet
+  std::vector<token_t> tokens_;           // (K) drafted tokens
   std::vector<std::uint8_t> point_mass_;  // (K) all 1: every drafted token is deterministic
   std::vector<double> probabilities_;     // (K) all 1: q(x) of each drafted token, for the policy
 };

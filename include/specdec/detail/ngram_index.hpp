@@ -204,8 +204,8 @@ class NgramIndex {
 
   std::size_t min_ngram_;
   std::size_t max_ngram_;
-  std::vector<token_t> indexed_;  // (tokens indexed) the indexed sequence, a copy
-  std::vector<Table> tables_;     // (max_ngram - min_ngram + 1) one table per n
+  std::vector<token_t> indexed_;              // (tokens indexed) the indexed sequence, a copy
+  std::vector<Table> tables_;                 // (max_ngram - min_ngram + 1) one table per n
   std::vector<std::uint64_t> suffix_hashes_;  // (max_ngram + 1) scratch of hash_suffixes
   NgramIndexWork work_;
 };
