@@ -69,7 +69,8 @@ class NgramIndex {
       clear();
       ++work_.rebuilds;
     }
-    if (committed.size() > indexed_.capacity()) reserve(2 * committed.size());
+    // Amortised growth of the token copy; each table doubles on its own load (see append).
+    if (committed.size() > indexed_.capacity()) indexed_.reserve(2 * committed.size());
     for (std::size_t i = indexed_.size(); i < committed.size(); ++i) append(committed[i]);
   }
 
