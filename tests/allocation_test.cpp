@@ -466,6 +466,36 @@ AllocationWindows run_autoregressive(std::size_t vocab, Mode mode,
   return windows;
 }
 
+// NgramDecoder (lookup only) and NgramThenModelDecoder (lookup, else the draft model): the index
+// is reserved at the first round, so later rounds allocate nothing either (the combined decoder:
+// after the first round of each of its proposers). Returns the windows
+// and the number of drafted tokens (the lookup must have proposed for the test to mean anything).
+template <class Target>
+std::pair<AllocationWindows, std::size_t> run_ngram(std::size_t vocab, std::size_t draft_length,
+                                                    Mode mode, bool with_draft_model) {
+  PreallocatedDraft draft(vocab);
+  Target target(vocab, draft_length + 1);
+  specdec::GenerationConfig config = config_for(mode, draft_length, 42);
+  config.max_new_tokens = 200;
+  const std::vector<token_t> prompt = {1, 2, 3, 4, 1, 2, 3};
+  AllocationWindows windows(Inject::nothing);
+  const auto on_chunk = [&windows](std::span<const token_t> chunk) {
+    return windows.on_chunk(chunk);
+  };
+  const specdec::NgramOptions options{.min_ngram = 1, .max_ngram = 4};
+  specdec::GenerationResult result;
+  if (with_draft_model) {
+    specdec::NgramThenModelDecoder<PreallocatedDraft, Target> decoder(draft, target, options);
+    result = decoder.generate(prompt, config, on_chunk);
+  } else {
+    specdec::NgramDecoder<Target> decoder(target, options);
+    result = decoder.generate(prompt, config, on_chunk);
+  }
+  EXPECT_EQ(result.tokens.size(), config.max_new_tokens);
+  EXPECT_EQ(windows.emitted(), result.tokens.size());
+  return {std::move(windows), result.stats.drafted};
+}
+
 // ---------------------------------------------------------------------------------------------
 // The counter counts (negative controls)
 // ---------------------------------------------------------------------------------------------
@@ -593,6 +623,28 @@ TEST(SpeculativeRoundEigenTarget, AllocatesNothingAfterTheFirstRound) {
   for (const Mode mode : {Mode::sampling, Mode::greedy, Mode::all_filters}) {
     SCOPED_TRACE(mode_name(mode));
     EXPECT_TRUE(all_windows_equal(run_speculative<MapTarget>(32000, 4, mode), 0));
+  }
+}
+
+TEST(NgramRound, AllocatesNothingAfterTheFirstRound) {
+  SKIP_IF_NOT_COUNTING();
+  for (const bool with_draft_model : {false, true}) {
+    for (const Mode mode : {Mode::sampling, Mode::greedy, Mode::all_filters}) {
+      SCOPED_TRACE(std::string(mode_name(mode)) + (with_draft_model ? " + draft model" : ""));
+      const auto [windows, drafted] = run_ngram<SpanTarget>(50, 6, mode, with_draft_model);
+      EXPECT_GT(drafted, 0u);
+      if (!with_draft_model) {
+        EXPECT_TRUE(all_windows_equal(windows, 0));
+        continue;
+      }
+      // The draft model's proposer sizes its buffers the first time it drafts, which is not
+      // the first round when the lookup drafted that one: one window may allocate, no other.
+      const std::vector<std::size_t> counts = windows.per_window();
+      ASSERT_GE(counts.size(), 10u);
+      EXPECT_LE(std::count_if(counts.begin(), counts.end(), [](std::size_t c) { return c > 0; }),
+                1)
+          << ::testing::PrintToString(counts);
+    }
   }
 }
 

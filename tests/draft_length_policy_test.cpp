@@ -592,6 +592,11 @@ TEST(PolicyDecoderTest, GreedyOutputIsThePlainDecodersWithEveryPolicy) {
         ASSERT_EQ(speculative.tokens, reference.tokens)
             << "kind " << static_cast<int>(kind) << " noise " << noise;
         ASSERT_EQ(speculative.logprobs, reference.logprobs);
+        // The same policies drive the model-free decoders.
+        specdec::NgramDecoder lookup(target, {.min_ngram = 1, .max_ngram = 4});
+        specdec::NgramThenModelDecoder combined(draft, target, {.min_ngram = 1, .max_ngram = 4});
+        ASSERT_EQ(lookup.generate(prompt, config).tokens, reference.tokens);
+        ASSERT_EQ(combined.generate(prompt, config).tokens, reference.tokens);
       }
     }
   }
