@@ -46,6 +46,9 @@ starts every training verse.
   --top-p P              nucleus sampling, in (0, 1]; 1 = off (default 1)
   --min-p P              drop tokens below P * max probability, in [0, 1) (default 0)
   --seed N               random seed for sampling (default 0)
+  --proposer P           model (the draft GPT) | ngram (prompt lookup: continue an earlier
+                         occurrence of the last 4-12 bytes; no draft model) | both (lookup
+                         when it matches, the draft model otherwise) (default model)
   --verifier token|block how sampled drafts are verified: token-level rejection sampling or
                          block verification (never fewer tokens per round) (default token)
   --target PATH          target weights (default <source dir>/models/kjv-target.spdc)
@@ -91,12 +94,31 @@ const char* draft_policy_name(specdec::DraftLengthKind kind) {
 /// The most tokens `--draft-length auto` lets a round draft (llama.cpp's n_max default).
 constexpr std::size_t kAutoDraftLengthCap = 16;
 
+/// What drafts: the draft model, n-gram lookup in the context, or lookup when it matches and
+/// the draft model otherwise.
+enum class Proposer { model, ngram, both };
+
+Proposer parse_proposer(std::string_view name) {
+  if (name == "model") return Proposer::model;
+  if (name == "ngram") return Proposer::ngram;
+  if (name == "both") return Proposer::both;
+  throw UsageError("--proposer expects model, ngram or both, got '" + std::string(name) + "'");
+}
+
+const char* proposer_name(Proposer proposer) {
+  return proposer == Proposer::model ? "model" : proposer == Proposer::ngram ? "ngram" : "both";
+}
+
+/// Byte tokens: an n-gram of fewer than 4 bytes matches by coincidence far too often.
+constexpr specdec::NgramOptions kByteNgrams{.min_ngram = 4, .max_ngram = 12};
+
 struct Options {
   std::string prompt = "Psalms 23:1 ";
   specdec::GenerationConfig config;
   std::string target_path = SPECDEC_MODELS_DIR "/kjv-target.spdc";
   std::string draft_path = SPECDEC_MODELS_DIR "/kjv-draft.spdc";
   bool json = false, baseline = true, baseline_text = true, help = false;
+  Proposer proposer = Proposer::model;
 };
 
 template <class Number>
@@ -142,6 +164,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--max-new-tokens") config.max_new_tokens = size_value();
     else if (flag == "-k" || flag == "--draft-length") set_draft_length(value());
     else if (flag == "--draft-policy") config.draft_length_policy.kind = parse_draft_policy(value());
+    else if (flag == "--proposer") options.proposer = parse_proposer(value());
     else if (flag == "--temperature") config.sampling.temperature = float_value();
     else if (flag == "--top-k") config.sampling.top_k = parse_number<int>(flag, value());
     else if (flag == "--top-p") config.sampling.top_p = float_value();
@@ -204,14 +227,15 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
   const specdec::DecodeStats& stats = fast.stats;
   std::printf(
       "{\n  \"prompt\": %s,\n  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n"
-      "  \"verifier\": \"%s\",\n"
+      "  \"proposer\": \"%s\",\n  \"verifier\": \"%s\",\n"
       "  \"max_new_tokens\": %zu,\n"
       "  \"seed\": %llu,\n  \"sampling\": {\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, "
       "\"min_p\": %g},\n  \"speculative\": {\"text\": %s, \"new_tokens\": %zu, \"seconds\": %.6g, "
       "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, \"alpha_hat\": "
       "%.6g, \"tokens_per_round\": %.6g, \"cost_ratio\": %.6g, \"predicted_speedup\": %.6g}",
       json_string(options.prompt).c_str(), config.draft_length,
-      draft_policy_name(config.draft_length_policy.kind), config.verifier == specdec::VerifierKind::block ? "block" : "token", config.max_new_tokens,
+      draft_policy_name(config.draft_length_policy.kind), proposer_name(options.proposer),
+      config.verifier == specdec::VerifierKind::block ? "block" : "token", config.max_new_tokens,
       static_cast<unsigned long long>(config.seed), static_cast<double>(s.temperature), s.top_k,
       static_cast<double>(s.top_p), static_cast<double>(s.min_p),
       json_string(to_text(fast.tokens)).c_str(), stats.emitted, stats.total_seconds,
@@ -327,14 +351,24 @@ int run(Options& options) {
   target.target(prompt, 1);
   target.reset();
 
-  specdec::SpeculativeDecoder speculative(draft, target);
-  specdec::GenerationResult fast, slow;
-  if (options.json) {
-    fast = speculative.generate(prompt, config);
-  } else {
+  // The speculative run, with the proposer --proposer names (the decoder types differ).
+  const auto speculate = [&](auto& decoder) {
+    if (options.json) return decoder.generate(prompt, config);
     TextStream stream(options.prompt, config.draft_length, config.max_new_tokens);
-    fast = speculative.generate(prompt, config, stream);
+    specdec::GenerationResult result = decoder.generate(prompt, config, stream);
     stream.finish();
+    return result;
+  };
+  specdec::GenerationResult fast, slow;
+  if (options.proposer == Proposer::model) {
+    specdec::SpeculativeDecoder speculative(draft, target);
+    fast = speculate(speculative);
+  } else if (options.proposer == Proposer::ngram) {
+    specdec::NgramDecoder speculative(target, kByteNgrams);
+    fast = speculate(speculative);
+  } else {
+    specdec::NgramThenModelDecoder speculative(draft, target, kByteNgrams);
+    fast = speculate(speculative);
   }
   if (options.baseline) {
     target.reset();  // forget the cached prompt: plain decoding pays for it too
