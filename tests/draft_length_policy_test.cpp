@@ -160,12 +160,13 @@ std::size_t brute_force_best(const GoodputEstimates& e, std::size_t max_length) 
   for (std::size_t m = j; m <= max_length; ++m) {
     double tokens = 1.0;
     for (std::size_t i = 1; i <= m; ++i) {
-      // Beyond the drafted tokens: the first token (if none is drafted) at first_acceptance,
-      // every later one at next_acceptance.
-      const double first = j == 0 ? e.first_acceptance : e.next_acceptance;
-      tokens += i <= j ? e.survival[i - 1]
-                       : survival_j * first *
-                             std::pow(e.next_acceptance, static_cast<double>(i - j - 1));
+      if (i <= j) {
+        tokens += e.survival[i - 1];
+        continue;
+      }
+      double survival = survival_j;  // beyond the drafted tokens: the projected acceptances
+      for (std::size_t k = 0; k < i - j; ++k) survival *= e.acceptance[k];
+      tokens += survival;
     }
     const double rate = tokens / (static_cast<double>(m) * e.draft_token_cost + e.verify_cost[m]);
     if (rate > best_rate * (1 + 1e-12)) {
@@ -194,10 +195,11 @@ TEST(GoodputFormulaTest, BestDraftLengthEqualsTheBruteForceOptimum) {
                       : shape == 1 ? 1.0 + 0.1 * x
                                    : 1.0 + 0.08 * x + 0.3 * unit(gen) * (n % 3 == 0);
     }
+    std::vector<double> acceptance(max_length - j);
+    for (double& a : acceptance) a = unit(gen);
     GoodputEstimates estimates;
     estimates.survival = survival;
-    estimates.next_acceptance = unit(gen);
-    estimates.first_acceptance = unit(gen);
+    estimates.acceptance = acceptance;
     estimates.draft_token_cost = 0.2 * unit(gen) * unit(gen);
     estimates.verify_cost = verify;
     const std::size_t best = specdec::best_draft_length(estimates, max_length);
@@ -237,8 +239,11 @@ TEST(GoodputDraftLengthTest, DecisionsEqualTheBruteForceOptimumOfItsEstimates) {
       const GoodputEstimates estimates = policy.estimates_for(state);
       const std::vector<double> verify(estimates.verify_cost.begin(), estimates.verify_cost.end());
       const std::vector<double> survival(estimates.survival.begin(), estimates.survival.end());
+      const std::vector<double> acceptance(estimates.acceptance.begin(),
+                                           estimates.acceptance.end());
       GoodputEstimates copy = estimates;
       copy.survival = survival;
+      copy.acceptance = acceptance;
       copy.verify_cost = verify;
       const bool expected = brute_force_best(copy, limit) > j;
       ASSERT_EQ(policy.draft_more(state), expected) << "history " << history;
@@ -266,34 +271,33 @@ TEST(GoodputDraftLengthTest, CalibratesAcceptanceAgainstTheDraftsProbability) {
   const GoodputEstimates after_unsure = policy.estimates_for(DraftState{1, 8, unsure});
   EXPECT_LT(after_unsure.survival[0], 0.1);
   EXPECT_LT(after_unsure.survival[0], survival_confident);
-  // Judged tokens per round: the first (after the previous round's rejection) accepted, then
-  // one accepted and one rejected (the fourth was never judged).
-  EXPECT_NEAR(after_unsure.first_acceptance, 50.0 / 52.0 + 2.0 / 3.0 * 2.0 / 52.0, 0.01);
-  EXPECT_NEAR(after_unsure.next_acceptance, 0.5, 0.01);
   // So: after an unsure token, stop; after a confident one, go on.
   EXPECT_FALSE(policy.draft_more(DraftState{1, 8, unsure}));
   EXPECT_TRUE(policy.draft_more(DraftState{1, 8, confident}));
 }
 
-TEST(GoodputDraftLengthTest, TheFirstTokenFollowsThePreviousRoundsLastVerdict) {
-  // Text of changing difficulty: fully accepted rounds come in runs, and so do rejections.
+TEST(GoodputDraftLengthTest, AcceptanceFollowsTheRecentAcceptanceRate) {
+  // Text of changing difficulty: long fully accepted rounds come in runs, and so do rejections
+  // at the first token.
   GoodputDraftLength policy(GoodputOptions{.forgetting = 0.95, .draft_token_cost = 0.05,
                                            .verify_row_cost = 0.3});
   policy.begin(config_with(8));
   const std::vector<double> probabilities(8, 0.5);
   for (int segment = 0; segment < 6; ++segment) {
-    for (int round = 0; round < 5; ++round) policy.observe(report(4, 4, probabilities));
+    for (int round = 0; round < 5; ++round) policy.observe(report(8, 7, probabilities));
     for (int round = 0; round < 5; ++round) policy.observe(report(1, 0, probabilities));
   }
-  const double after_rejection = policy.estimates_for(DraftState{0, 8, {}}).first_acceptance;
-  for (int round = 0; round < 5; ++round) policy.observe(report(4, 4, probabilities));
-  const double after_acceptance = policy.estimates_for(DraftState{0, 8, {}}).first_acceptance;
-  EXPECT_LT(after_rejection, 0.4);
-  EXPECT_GT(after_acceptance, 0.8);
-  // So a round after a fully accepted one drafts more than a round after a rejection.
+  const double after_rejections = policy.estimates_for(DraftState{0, 8, {}}).acceptance[0];
+  policy.observe(report(8, 7, probabilities));  // one good round, ending in a rejection
+  const double after_a_run = policy.estimates_for(DraftState{0, 8, {}}).acceptance[0];
+  EXPECT_GT(after_a_run, after_rejections + 0.2);
+  // So a round after a run of acceptances drafts more than a round after rejections.
   const std::size_t long_round = drafted_by(policy, probabilities, 8);
-  policy.observe(report(1, 0, probabilities));
+  for (int round = 0; round < 3; ++round) policy.observe(report(1, 0, probabilities));
   EXPECT_LT(drafted_by(policy, probabilities, 8), long_round);
+  // Along a round the projected acceptance rises: every later token follows an acceptance.
+  const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 8, {}});
+  EXPECT_GT(estimates.acceptance[4], estimates.acceptance[0]);
 }
 
 TEST(GoodputDraftLengthTest, FallsBackToPlainStepsWhenDraftingCannotPayAndProbesWithBackoff) {
@@ -403,7 +407,7 @@ std::vector<std::pair<std::string, ConfiguredDraftLength>> all_policies() {
     config.draft_length_policy.confidence.min_probability = 0.5;
     // Fixed costs that make the goodput policy change its mind along the paths.
     config.draft_length_policy.goodput = {.forgetting = 0.95, .probe_interval = 1,
-                                          .draft_token_cost = 0.1, .verify_row_cost = 0.2};
+                                          .draft_token_cost = 0.02, .verify_row_cost = 0.1};
     ConfiguredDraftLength policy;
     policy.begin(config);
     if (kind == DraftLengthKind::goodput) {

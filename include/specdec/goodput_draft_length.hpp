@@ -88,10 +88,9 @@ struct GoodputOptions {
 struct GoodputEstimates {
   /// P_1..P_j: survival probability of the tokens drafted so far (non-increasing, in [0, 1]).
   std::span<const double> survival;
-  double next_acceptance = 0;  ///< a: acceptance probability of each token not drafted yet
-  /// The first token's acceptance probability, when nothing is drafted yet (survival empty):
-  /// it follows the previous round's last verdict, later ones follow an acceptance.
-  double first_acceptance = 0;
+  /// Acceptance probability of each token not drafted yet, in drafting order: [k] is that of
+  /// token j + 1 + k given the ones before it (at least max_length - j entries).
+  std::span<const double> acceptance;
   double draft_token_cost = 0;  ///< t_d
   std::span<const double> verify_cost;  ///< [n - 1] = T_v(n), n = 1 .. at least max_length + 1
 };
@@ -101,8 +100,9 @@ struct GoodputEstimates {
                                                   std::size_t m) noexcept {
   double tokens = 1.0, last = 1.0;
   for (const double p : estimates.survival) tokens += (last = p);
-  for (std::size_t i = estimates.survival.size(); i < m; ++i) {
-    last *= i == 0 ? estimates.first_acceptance : estimates.next_acceptance;
+  const std::size_t j = estimates.survival.size();
+  for (std::size_t i = j; i < m; ++i) {
+    last *= estimates.acceptance[i - j];
     tokens += last;
   }
   return tokens;
@@ -124,7 +124,7 @@ struct GoodputEstimates {
   std::size_t best = j;
   double best_rate = tokens / expected_round_cost(estimates, j);
   for (std::size_t m = j + 1; m <= max_length; ++m) {
-    last *= m == 1 ? estimates.first_acceptance : estimates.next_acceptance;
+    last *= estimates.acceptance[m - 1 - j];
     tokens += last;
     const double rate = tokens / expected_round_cost(estimates, m);
     if (rate > best_rate) {
@@ -138,57 +138,60 @@ struct GoodputEstimates {
 namespace detail {
 
 /// Acceptance learned from rounds, as decayed (accepted, judged) counts:
-///  - by the verdict on the token before: a round's first token follows the previous round's
-///    last verdict (a rejection, or an acceptance if that round kept everything), every later
-///    token follows an acceptance (it is only judged if its predecessor was accepted). Text
-///    whose difficulty changes shows up here: long runs of acceptances, then of rejections;
+///  - by the recent acceptance rate, a short moving average r over the last few judged tokens
+///    (r <- 3/4 r + 1/4 verdict), in four levels. Text whose difficulty changes shows up here:
+///    acceptances come in runs, then rejections; after a run of acceptances a rejection leaves
+///    r high, after a run of rejections low. Within a round every token after the first follows
+///    an acceptance (it is only judged if its predecessor was accepted), so r rises along it;
 ///  - by the draft's probability of the token (ten bins), as a factor relative to the mean.
 /// Every estimate is shrunk towards the one above it (a bin with little evidence borrows the
-/// mean, the mean borrows 1/2), so nothing is extreme on little evidence.
+/// mean, the mean borrows 1/2), so nothing is extreme on little evidence; with acceptance that
+/// does not change, every level estimates the same rate.
 class AcceptanceCalibration {
  public:
-  static constexpr std::size_t kBins = 10;
-  enum After : std::size_t { after_rejection = 0, after_acceptance = 1 };
+  static constexpr std::size_t kBins = 10, kLevels = 4;
 
-  void reset() noexcept {
-    *this = AcceptanceCalibration{};
-  }
+  void reset() noexcept { *this = AcceptanceCalibration{}; }
 
   /// One round: tokens [0, accepted) accepted, token `accepted` (if drafted) rejected.
   void observe(std::span<const double> probabilities, std::size_t drafted, std::size_t accepted,
                double forgetting) noexcept {
-    if (drafted == 0) return;  // a plain step: no verdict, and the previous one still holds
+    if (drafted == 0) return;  // a plain step: no verdict
     for (Counts& counts : bins_) counts.decay(forgetting);
-    for (Counts& counts : after_) counts.decay(forgetting);
+    for (Counts& counts : levels_) counts.decay(forgetting);
     all_.decay(forgetting);
     const std::size_t judged = std::min(drafted, accepted + 1);
     for (std::size_t i = 0; i < judged; ++i) {
       const bool success = i < accepted;
       bins_[bin(i < probabilities.size() ? probabilities[i] : 1.0)].add(success);
-      after_[i == 0 ? last_verdict_ : after_acceptance].add(success);
+      levels_[level(recent_)].add(success);
       all_.add(success);
+      recent_ = after_verdict(recent_, success);
     }
-    last_verdict_ = accepted == drafted ? after_acceptance : after_rejection;
   }
 
   /// The overall acceptance rate.
   [[nodiscard]] double mean() const noexcept { return all_.rate(kPriorMean, kPriorWeight); }
-
-  /// Acceptance of a token not drafted yet, after the given verdict.
-  [[nodiscard]] double after(After verdict) const noexcept {
-    return after_[verdict].rate(mean(), kShrinkage);
+  /// The recent acceptance rate r the next round starts from.
+  [[nodiscard]] double recent() const noexcept { return recent_; }
+  /// r after one more verdict.
+  [[nodiscard]] static double after_verdict(double recent, bool accepted) noexcept {
+    return kRecentKeep * recent + (1 - kRecentKeep) * (accepted ? 1.0 : 0.0);
   }
-  /// The verdict the next round's first token follows.
-  [[nodiscard]] After first_token_follows() const noexcept { return last_verdict_; }
 
-  /// Acceptance of a drafted token the draft gave `probability`, following `verdict`.
-  [[nodiscard]] double at(double probability, After verdict) const noexcept {
+  /// Acceptance of a token not drafted yet, at recent rate r.
+  [[nodiscard]] double at_recent(double recent) const noexcept {
+    return levels_[level(recent)].rate(mean(), kShrinkage);
+  }
+  /// Acceptance of a drafted token the draft gave `probability`, at recent rate r.
+  [[nodiscard]] double at(double probability, double recent) const noexcept {
     const double by_probability = bins_[bin(probability)].rate(mean(), kShrinkage);
-    return std::clamp(after(verdict) * by_probability / mean(), 0.0, 1.0);
+    return std::clamp(at_recent(recent) * by_probability / mean(), 0.0, 1.0);
   }
 
  private:
   static constexpr double kPriorMean = 0.5, kPriorWeight = 1.0, kShrinkage = 2.0;
+  static constexpr double kRecentKeep = 0.75;
 
   struct Counts {
     double accepted = 0, judged = 0;
@@ -209,11 +212,14 @@ class AcceptanceCalibration {
     if (!(probability > 0.0)) return 0;
     return std::min(kBins - 1, static_cast<std::size_t>(probability * kBins));
   }
+  static std::size_t level(double recent) noexcept {
+    return std::min(kLevels - 1, static_cast<std::size_t>(std::max(0.0, recent) * kLevels));
+  }
 
   std::array<Counts, kBins> bins_{};
-  std::array<Counts, 2> after_{};
+  std::array<Counts, kLevels> levels_{};
   Counts all_{};
-  After last_verdict_ = after_rejection;
+  double recent_ = 0.5;
 };
 
 /// Draft and verification costs, measured from round timings: t_d as a moving average of
@@ -384,19 +390,25 @@ class GoodputDraftLength {
   /// draft_more(state) maximises; valid until the next call).
   [[nodiscard]] GoodputEstimates estimates_for(const DraftState& state) {
     const std::size_t j = state.drafted;
+    reserve(std::max(j, std::min(state.limit, cap_)));  // no-op once begin() has sized them
     using Calibration = detail::AcceptanceCalibration;
     double survival = 1.0;
+    double recent = calibration_.recent();
     for (std::size_t i = 0; i < j; ++i) {
       const double probability =
           i < state.token_probabilities.size() ? state.token_probabilities[i] : 1.0;
-      survival *= calibration_.at(probability, i == 0 ? calibration_.first_token_follows()
-                                                      : Calibration::after_acceptance);
+      survival *= calibration_.at(probability, recent);
       survival_[i] = survival;
+      recent = Calibration::after_verdict(recent, true);  // token i + 1 is judged only then
+    }
+    const std::size_t rest = std::min(state.limit, cap_) > j ? std::min(state.limit, cap_) - j : 0;
+    for (std::size_t k = 0; k < rest; ++k) {
+      acceptance_[k] = calibration_.at_recent(recent);
+      recent = Calibration::after_verdict(recent, true);
     }
     GoodputEstimates estimates;
     estimates.survival = std::span<const double>(survival_.data(), j);
-    estimates.next_acceptance = calibration_.after(Calibration::after_acceptance);
-    estimates.first_acceptance = calibration_.after(calibration_.first_token_follows());
+    estimates.acceptance = std::span<const double>(acceptance_.data(), rest);
     estimates.draft_token_cost = draft_token_cost_;
     estimates.verify_cost = verify_cost_;
     return estimates;
@@ -409,6 +421,7 @@ class GoodputDraftLength {
  private:
   void reserve(std::size_t max_length) {
     if (survival_.size() < max_length) survival_.resize(max_length);
+    if (acceptance_.size() < max_length) acceptance_.resize(max_length);
     if (verify_cost_.size() < max_length + 1) {
       verify_cost_.resize(max_length + 1);
       refresh_costs();
@@ -436,6 +449,7 @@ class GoodputDraftLength {
   detail::AcceptanceCalibration calibration_{};
   detail::MeasuredCosts measured_{};
   std::vector<double> survival_;     // (K) P_1..P_j of the current decision
+  std::vector<double> acceptance_;   // (K) acceptance of the tokens not drafted yet
   std::vector<double> verify_cost_;  // (K + 1) T_v(n) at n - 1
   double draft_token_cost_ = 0.05;
   std::size_t plain_streak_ = 0;
