@@ -9,7 +9,8 @@
 /// that drafted tokens 1..i are all accepted, and costs m t_d + T_v(m + 1): t_d per draft token
 /// and T_v(n) for a target call over n rows. Before each draft token the policy knows the
 /// probabilities of the j tokens drafted so far (so P_1..P_j, through the calibration) and
-/// projects the rest with the mean acceptance a: P_{j+k} = P_j a^k. It drafts token j + 1 iff
+/// projects the rest with the acceptance it expects of each further token (from the recent
+/// acceptance rate): P_{j+k} = P_j a_1 ... a_k. It drafts token j + 1 iff
 /// the m in [j, limit] maximising
 ///
 ///     G(m) = (1 + sum_{i<=m} P_i) / (m t_d + T_v(m + 1))
@@ -21,7 +22,7 @@
 /// T_v is measured below the lengths the policy settles on, not only extrapolated there.
 ///
 /// Exact for any estimates: the decision uses draft-side facts of this round and the outcomes
-/// of earlier rounds, never this round's target rows. With measured costs the draft lengths
+/// of earlier rounds, never this round's verification. With measured costs the draft lengths
 /// depend on timings, so sampled output is not reproducible seed for seed (its distribution is
 /// still the target's); fixed costs (GoodputOptions) make it so. Greedy output is the target's
 /// argmax path whatever the draft lengths.
