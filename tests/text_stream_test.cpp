@@ -21,8 +21,8 @@ TEST(EscapeGenerated, KeepsPrintableAsciiNewlineAndTab) {
 }
 
 TEST(EscapeGenerated, EscapesControlBytesDelAndNonAscii) {
-  const std::vector<token_t> tokens{0x1b, '[', '2', 'J', 0x00, '\r', 0x08, 0x07, 0x7f, 0x80, 0x9b,
-                                    0xff, '\\'};
+  const std::vector<token_t> tokens{0x1b, '[',  '2',  'J',  0x00, '\r', 0x08,
+                                    0x07, 0x7f, 0x80, 0x9b, 0xff, '\\'};
   EXPECT_EQ(escape_generated(tokens), "\\x1b[2J\\x00\\x0d\\x08\\x07\\x7f\\x80\\x9b\\xff\\\\");
 }
 

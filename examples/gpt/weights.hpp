@@ -304,8 +304,8 @@ inline GptWeights parse_gpt_weights(std::span<const unsigned char> bytes,
       detail::kWeightsHeaderBytes + body_bytes + detail::kWeightsChecksumBytes;
   const std::string dims = "vocab_size " + std::to_string(vocab) + ", max_context " +
                            std::to_string(context) + ", n_layer " + std::to_string(layers) +
-                           ", n_head " + std::to_string(heads) + ", d_model " + std::to_string(width) + ", d_ff " +
-                           std::to_string(ff_width);
+                           ", n_head " + std::to_string(heads) + ", d_model " +
+                           std::to_string(width) + ", d_ff " + std::to_string(ff_width);
   if (file_bytes < expected_bytes) {
     throw_file_error(path, "truncated: the header (" + dims + ") needs " +
                                std::to_string(expected_bytes) + " bytes, the file has only " +

@@ -48,7 +48,8 @@ void check_exception(std::exception_ptr error) {
     std::rethrow_exception(error);
   } catch (const FuzzModelError&) {
   } catch (const std::exception& e) {
-    if (!std::string_view(e.what()).starts_with("specdec: ")) fail("unprefixed exception:", e.what());
+    if (!std::string_view(e.what()).starts_with("specdec: "))
+      fail("unprefixed exception:", e.what());
   } catch (...) {
     fail("an exception that is not a std::exception");
   }
@@ -57,15 +58,24 @@ void check_exception(std::exception_ptr error) {
 /// A float from a menu of hostile values, or an ordinary logit.
 float pick_logit(FuzzedDataProvider& data) {
   switch (data.ConsumeIntegralInRange<int>(0, 15)) {
-    case 0: return std::numeric_limits<float>::quiet_NaN();
-    case 1: return std::numeric_limits<float>::infinity();
-    case 2: return -std::numeric_limits<float>::infinity();
-    case 3: return std::numeric_limits<float>::max();
-    case 4: return -std::numeric_limits<float>::max();
-    case 5: return std::numeric_limits<float>::denorm_min();
-    case 6: return 1e30f;
-    case 7: return -1e30f;
-    default: return data.ConsumeFloatingPointInRange<float>(-20.0f, 20.0f);
+    case 0:
+      return std::numeric_limits<float>::quiet_NaN();
+    case 1:
+      return std::numeric_limits<float>::infinity();
+    case 2:
+      return -std::numeric_limits<float>::infinity();
+    case 3:
+      return std::numeric_limits<float>::max();
+    case 4:
+      return -std::numeric_limits<float>::max();
+    case 5:
+      return std::numeric_limits<float>::denorm_min();
+    case 6:
+      return 1e30f;
+    case 7:
+      return -1e30f;
+    default:
+      return data.ConsumeFloatingPointInRange<float>(-20.0f, 20.0f);
   }
 }
 
@@ -80,8 +90,16 @@ std::size_t small_index(float value) {
 /// (armed unless `clean`) corrupt specific calls: wrong vocabulary, wrong row count, a short
 /// row, a hostile value, an empty result, a throw.
 struct FuzzModel {
-  enum class Fault : std::uint8_t { none, throw_error, vocab_change, extra_row, missing_row,
-                                    short_row, poison_value, empty };
+  enum class Fault : std::uint8_t {
+    none,
+    throw_error,
+    vocab_change,
+    extra_row,
+    missing_row,
+    short_row,
+    poison_value,
+    empty
+  };
   struct PlannedFault {
     std::size_t call = 0;
     Fault fault = Fault::none;
@@ -120,14 +138,28 @@ struct FuzzModel {
       for (const PlannedFault& planned : faults) {
         if (planned.call != call) continue;
         switch (planned.fault) {
-          case Fault::none: break;
-          case Fault::throw_error: throw FuzzModelError{static_cast<int>(call)};
-          case Fault::vocab_change: vocab += 1 + small_index(planned.value) % 5; break;
-          case Fault::extra_row: ++row_count; break;
-          case Fault::missing_row: row_count = row_count == 0 ? 0 : row_count - 1; break;
-          case Fault::short_row: trim = 1; break;
-          case Fault::poison_value: poison = &planned; break;
-          case Fault::empty: row_count = 0; break;
+          case Fault::none:
+            break;
+          case Fault::throw_error:
+            throw FuzzModelError{static_cast<int>(call)};
+          case Fault::vocab_change:
+            vocab += 1 + small_index(planned.value) % 5;
+            break;
+          case Fault::extra_row:
+            ++row_count;
+            break;
+          case Fault::missing_row:
+            row_count = row_count == 0 ? 0 : row_count - 1;
+            break;
+          case Fault::short_row:
+            trim = 1;
+            break;
+          case Fault::poison_value:
+            poison = &planned;
+            break;
+          case Fault::empty:
+            row_count = 0;
+            break;
         }
       }
     }
@@ -147,7 +179,8 @@ struct FuzzModel {
   }
 
  private:
-  static inline const std::vector<float> kCleanTable{0.5f, 1.5f, 0.0f, 2.5f, 1.0f, 3.0f, 2.0f, 0.25f};
+  static inline const std::vector<float> kCleanTable{0.5f, 1.5f, 0.0f, 2.5f,
+                                                     1.0f, 3.0f, 2.0f, 0.25f};
   bool pattern_clean_ = false;
 };
 
@@ -184,58 +217,100 @@ void plan_faults(FuzzedDataProvider& data, FuzzModel& model) {
 specdec::GenerationConfig fuzz_config(FuzzedDataProvider& data, std::vector<int>& processor_plan) {
   specdec::GenerationConfig config;
   switch (data.ConsumeIntegralInRange<int>(0, 4)) {
-    case 0: config.draft_length = 0; break;
-    case 1: config.draft_length = std::numeric_limits<std::size_t>::max(); break;
-    case 2: config.draft_length = data.ConsumeIntegralInRange<std::size_t>(4000, 5000); break;
-    default: config.draft_length = data.ConsumeIntegralInRange<std::size_t>(1, 9); break;
+    case 0:
+      config.draft_length = 0;
+      break;
+    case 1:
+      config.draft_length = std::numeric_limits<std::size_t>::max();
+      break;
+    case 2:
+      config.draft_length = data.ConsumeIntegralInRange<std::size_t>(4000, 5000);
+      break;
+    default:
+      config.draft_length = data.ConsumeIntegralInRange<std::size_t>(1, 9);
+      break;
   }
   switch (data.ConsumeIntegralInRange<int>(0, 3)) {
-    case 0: config.max_new_tokens = std::numeric_limits<std::size_t>::max(); break;
-    case 1: config.max_new_tokens = data.ConsumeIntegralInRange<std::size_t>(4000, 5000); break;
-    default: config.max_new_tokens = data.ConsumeIntegralInRange<std::size_t>(0, 24); break;
+    case 0:
+      config.max_new_tokens = std::numeric_limits<std::size_t>::max();
+      break;
+    case 1:
+      config.max_new_tokens = data.ConsumeIntegralInRange<std::size_t>(4000, 5000);
+      break;
+    default:
+      config.max_new_tokens = data.ConsumeIntegralInRange<std::size_t>(0, 24);
+      break;
   }
   const std::size_t stops = data.ConsumeIntegralInRange<std::size_t>(0, 3);
-  for (std::size_t i = 0; i < stops; ++i) config.stop_tokens.push_back(data.ConsumeIntegral<token_t>() % 16);
+  for (std::size_t i = 0; i < stops; ++i)
+    config.stop_tokens.push_back(data.ConsumeIntegral<token_t>() % 16);
   switch (data.ConsumeIntegralInRange<int>(0, 9)) {
-    case 0: config.sampling.temperature = 0; break;
-    case 1: config.sampling.temperature = std::numeric_limits<float>::quiet_NaN(); break;
-    case 2: config.sampling.temperature = -1; break;
-    case 3: config.sampling.temperature = 1e-38f; break;
-    case 4: config.sampling.temperature = specdec::SamplingParams::kMinTemperature; break;
-    case 5: config.sampling.temperature = std::numeric_limits<float>::max(); break;
-    case 6: config.sampling.temperature = std::numeric_limits<float>::infinity(); break;
-    default: config.sampling.temperature = data.ConsumeFloatingPointInRange<float>(0.01f, 4.0f);
+    case 0:
+      config.sampling.temperature = 0;
+      break;
+    case 1:
+      config.sampling.temperature = std::numeric_limits<float>::quiet_NaN();
+      break;
+    case 2:
+      config.sampling.temperature = -1;
+      break;
+    case 3:
+      config.sampling.temperature = 1e-38f;
+      break;
+    case 4:
+      config.sampling.temperature = specdec::SamplingParams::kMinTemperature;
+      break;
+    case 5:
+      config.sampling.temperature = std::numeric_limits<float>::max();
+      break;
+    case 6:
+      config.sampling.temperature = std::numeric_limits<float>::infinity();
+      break;
+    default:
+      config.sampling.temperature = data.ConsumeFloatingPointInRange<float>(0.01f, 4.0f);
   }
   if (data.ConsumeBool()) config.sampling.top_k = data.ConsumeIntegralInRange<int>(-2, 3000);
   if (data.ConsumeBool()) {
-    config.sampling.top_p = data.ConsumeBool() ? pick_logit(data)
-                                               : data.ConsumeFloatingPointInRange<float>(0, 1);
+    config.sampling.top_p =
+        data.ConsumeBool() ? pick_logit(data) : data.ConsumeFloatingPointInRange<float>(0, 1);
   }
   if (data.ConsumeBool()) {
-    config.sampling.min_p = data.ConsumeBool() ? pick_logit(data)
-                                               : data.ConsumeFloatingPointInRange<float>(0, 1);
+    config.sampling.min_p =
+        data.ConsumeBool() ? pick_logit(data) : data.ConsumeFloatingPointInRange<float>(0, 1);
   }
   config.seed = data.ConsumeIntegral<std::uint64_t>();
   config.logprobs = data.ConsumeBool();
-  config.verifier = data.ConsumeBool() ? specdec::VerifierKind::block : specdec::VerifierKind::token;
+  config.verifier =
+      data.ConsumeBool() ? specdec::VerifierKind::block : specdec::VerifierKind::token;
   if (data.ConsumeBool()) config.max_context = data.ConsumeIntegralInRange<std::size_t>(0, 30);
   // A logits processor: -inf bans, a NaN, or a throw, at planned calls.
   if (data.ConsumeBool()) {
     processor_plan.clear();
     const std::size_t steps = data.ConsumeIntegralInRange<std::size_t>(1, 6);
-    for (std::size_t i = 0; i < steps; ++i) processor_plan.push_back(data.ConsumeIntegralInRange<int>(0, 5));
+    for (std::size_t i = 0; i < steps; ++i)
+      processor_plan.push_back(data.ConsumeIntegralInRange<int>(0, 5));
     config.sampling.logits_processor = [plan = processor_plan, call = std::size_t{0}](
                                            std::span<const token_t> context,
                                            std::span<float> logits) mutable {
       const int step = plan[call++ % plan.size()];
       const std::size_t at = context.size() % logits.size();
       switch (step) {
-        case 1: logits[at] = -std::numeric_limits<float>::infinity(); break;
-        case 2: logits[at] = std::numeric_limits<float>::quiet_NaN(); break;
-        case 3: throw FuzzModelError{-1};
-        case 4: for (float& x : logits) x = -std::numeric_limits<float>::infinity(); break;
-        case 5: logits[at] += 100.0f; break;
-        default: break;
+        case 1:
+          logits[at] = -std::numeric_limits<float>::infinity();
+          break;
+        case 2:
+          logits[at] = std::numeric_limits<float>::quiet_NaN();
+          break;
+        case 3:
+          throw FuzzModelError{-1};
+        case 4:
+          for (float& x : logits) x = -std::numeric_limits<float>::infinity();
+          break;
+        case 5:
+          logits[at] += 100.0f;
+          break;
+        default:
+          break;
       }
     };
   }
@@ -247,10 +322,18 @@ std::vector<token_t> fuzz_prompt(FuzzedDataProvider& data) {
   const std::size_t length = data.ConsumeIntegralInRange<std::size_t>(0, 8);
   for (std::size_t i = 0; i < length; ++i) {
     switch (data.ConsumeIntegralInRange<int>(0, 7)) {
-      case 0: prompt.push_back(-1); break;
-      case 1: prompt.push_back(std::numeric_limits<token_t>::max()); break;
-      case 2: prompt.push_back(std::numeric_limits<token_t>::min()); break;
-      default: prompt.push_back(data.ConsumeIntegralInRange<token_t>(0, 20)); break;
+      case 0:
+        prompt.push_back(-1);
+        break;
+      case 1:
+        prompt.push_back(std::numeric_limits<token_t>::max());
+        break;
+      case 2:
+        prompt.push_back(std::numeric_limits<token_t>::min());
+        break;
+      default:
+        prompt.push_back(data.ConsumeIntegralInRange<token_t>(0, 20));
+        break;
     }
   }
   return prompt;
@@ -267,7 +350,8 @@ void check_result(const specdec::GenerationResult& result, const specdec::Genera
     if (token < 0 || static_cast<std::size_t>(token) >= vocab_size) fail("token out of range");
   }
   for (std::size_t i = 0; i + 1 < result.tokens.size(); ++i) {
-    if (specdec::detail::is_stop_token(config.stop_tokens, result.tokens[i])) fail("token after stop");
+    if (specdec::detail::is_stop_token(config.stop_tokens, result.tokens[i]))
+      fail("token after stop");
   }
   if (result.finish_reason == specdec::FinishReason::stop_token &&
       (result.tokens.empty() ||
@@ -365,12 +449,14 @@ void fuzz_pure_functions(FuzzedDataProvider& data) {
   params.top_p = data.ConsumeBool() ? 1.0f : pick_logit(data);
   const token_t token = data.ConsumeIntegralInRange<token_t>(-3, static_cast<token_t>(vocab) + 3);
   const double coin = data.ConsumeBool() ? data.ConsumeProbability<double>() : pick_logit(data);
-  const std::size_t scratch_size = data.ConsumeBool() ? vocab : data.ConsumeIntegralInRange<std::size_t>(0, 50);
+  const std::size_t scratch_size =
+      data.ConsumeBool() ? vocab : data.ConsumeIntegralInRange<std::size_t>(0, 50);
   std::vector<float> scratch(scratch_size), filter_scratch;
   std::vector<float> weights(data.ConsumeBool() ? vocab : scratch_size);
   std::vector<float> block_sums(specdec::weight_block_count(vocab) + (data.ConsumeBool() ? 0 : 1));
   std::vector<token_t> drafted(data.ConsumeIntegralInRange<std::size_t>(0, 3));
-  for (token_t& x : drafted) x = data.ConsumeIntegralInRange<token_t>(-2, static_cast<token_t>(vocab) + 2);
+  for (token_t& x : drafted)
+    x = data.ConsumeIntegralInRange<token_t>(-2, static_cast<token_t>(vocab) + 2);
   const std::vector<double> coins(drafted.size() + 1, coin);
 
   auto guarded = [](auto&& call) {
@@ -409,8 +495,8 @@ void fuzz_pure_functions(FuzzedDataProvider& data) {
     const specdec::LogitsRows<float> draft_rows(draft_weights, vocab);
     (void)specdec::verify_stochastic(std::span<const token_t>(drafted), draft_rows,
                                      std::span<const float>(normalizers), target_rows, params,
-                                     std::span<const double>(coins), coin, std::span<float>(scratch),
-                                     filter_scratch);
+                                     std::span<const double>(coins), coin,
+                                     std::span<float>(scratch), filter_scratch);
   });
 }
 
