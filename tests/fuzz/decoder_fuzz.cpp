@@ -23,6 +23,7 @@
 #include <exception>
 #include <limits>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -421,7 +422,9 @@ bool run_generate(FuzzedDataProvider& data, Decoder& decoder, std::span<const to
         decoder.generate(prompt, config, [&](std::span<const token_t> chunk) {
           for (const token_t token : chunk) {
             if (token < 0 || static_cast<std::size_t>(token) >= vocab_bound) {
-              fail("chunk token out of range");
+              const std::string detail = std::to_string(token) + " (bound " +
+                                         std::to_string(vocab_bound) + ")";
+              fail("chunk token out of range:", detail.c_str());
             }
           }
           const bool here = chunks == callback_at;
@@ -529,11 +532,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
       target_model.vocab_size = vocab;
       if (data.ConsumeBool()) draft_model.vocab_size = vocab;
     }
-    // The decoder learns V from the first model call, which a fault may have corrupted (an
-    // extra row of a one-row call reads as one row of 2 V; a vocab_change adds up to 5): its
-    // tokens are below twice the largest vocabulary plus 5, and later calls must agree with it.
+    // The decoder learns V from the first model call, which faults may have corrupted: up to
+    // three extra rows of a one-row call read as one row of 4 V, a vocab_change adds up to 5.
+    // Its tokens are below that bound, and later calls must agree with it.
     const std::size_t vocab_bound =
-        2 * (std::max(draft_model.vocab_size, target_model.vocab_size) + 5);
+        4 * (std::max(draft_model.vocab_size, target_model.vocab_size) + 5);
     failed |= speculative
                   ? !run_generate(data, speculative_decoder, prompt, config, vocab_bound)
                   : !run_generate(data, autoregressive_decoder, prompt, config, vocab_bound);
