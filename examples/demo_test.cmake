@@ -3,6 +3,11 @@
 #   cmake -DDEMO=<specdec-demo> -DEXPECTED_EXIT=<code> [-DEXPECTED_OUTPUT=<text>]
 #         -P demo_test.cmake -- <demo arguments...>
 #
+#   cmake ... -DCORRUPT=<flip|n_head|truncate> -DCORRUPT_SOURCE=<.spdc> -DCORRUPT_COPY=<path> ...
+#         first writes a damaged copy of CORRUPT_SOURCE to CORRUPT_COPY (with dd; the arguments
+#         then name CORRUPT_COPY): one payload byte changed, the n_head field set to another
+#         divisor of d_model (4), or the file cut to 100 kB.
+#
 # Runs the demo with the arguments after "--" and fails unless it exits with EXPECTED_EXIT.
 # Exit 0: stdout must be the --json summary (parsed here) with the fields the README documents,
 #         and a greedy run must report identical speculative and plain outputs.
@@ -18,6 +23,33 @@ foreach(i RANGE ${last_arg})
     set(after_separator TRUE)
   endif()
 endforeach()
+
+if(CORRUPT)
+  find_program(DD dd REQUIRED)
+  file(SIZE "${CORRUPT_SOURCE}" source_size)
+  if(CORRUPT STREQUAL "truncate")
+    execute_process(COMMAND ${DD} if=${CORRUPT_SOURCE} of=${CORRUPT_COPY} bs=1000 count=100
+                    RESULT_VARIABLE dd_exit ERROR_QUIET)
+  else()
+    file(COPY_FILE "${CORRUPT_SOURCE}" "${CORRUPT_COPY}")
+    if(CORRUPT STREQUAL "flip")
+      math(EXPR offset "${source_size} / 2")
+      file(READ "${CORRUPT_SOURCE}" old_byte OFFSET ${offset} LIMIT 1 HEX)
+      set(new_byte "A")  # 0x41, unless that is the byte already there
+      if(old_byte STREQUAL "41")
+        set(new_byte "B")
+      endif()
+    else()  # n_head: the u32 at offset 24; 4 divides the draft's d_model 64
+      set(offset 24)
+      set(new_byte "\\004")  # octal, for sh's printf
+    endif()
+    execute_process(COMMAND sh -c "printf '${new_byte}' | ${DD} of='${CORRUPT_COPY}' bs=1 seek=${offset} conv=notrunc"
+                    RESULT_VARIABLE dd_exit ERROR_QUIET)
+  endif()
+  if(NOT dd_exit EQUAL 0)
+    message(FATAL_ERROR "could not write the corrupted copy ${CORRUPT_COPY}")
+  endif()
+endif()
 
 execute_process(COMMAND ${DEMO} ${demo_args}
                 RESULT_VARIABLE exit_code OUTPUT_VARIABLE out ERROR_VARIABLE err

@@ -2,8 +2,10 @@
 # Installs what specdec needs to build, test and run its demo on Debian/Ubuntu.
 # Idempotent: packages already present are skipped, so it is cheap to run every time.
 set -euo pipefail
-# clang: scripts/consumer-test.sh also compiles a user program with Clang.
-packages=(cmake g++ clang make libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev)
+# clang: scripts/consumer-test.sh also compiles a user program with Clang; libclang-rt-dev holds
+# Clang's libFuzzer and sanitizer runtimes for scripts/fuzz.sh.
+packages=(cmake g++ clang libclang-rt-dev make libeigen3-dev libgtest-dev libgmock-dev
+          libbenchmark-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -447,4 +447,34 @@ TEST(CertificationHarnessTest, BranchProbabilitiesSumToOne) {
   EXPECT_GT(law.branches, 1000u);  // 6^3 drafts x up to 2^3 decisions x final tokens
 }
 
+// ---------------------------------------------------------------------------------------------
+// The running weights w_i of a backward scan: bit-identical to the direct recurrence, and a
+// full scan of n = 4096 positions takes O(n * 64) steps, not n^2 / 2 (found by the fuzzer: a
+// rejecting block-verification round at K = 4096 took seconds).
+
+TEST(BlockVerifierRunningWeights, BitIdenticalToTheDirectRecurrenceAndLinearInN) {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{64},
+                              std::size_t{65}, std::size_t{1000}, std::size_t{4096},
+                              std::size_t{5000}}) {
+    std::vector<double> ratios(n);
+    for (std::size_t j = 0; j < n; ++j) {  // clipping (ratio > 1), zeros and small ratios
+      ratios[j] = j % 7 == 0 ? 3.0 : j % 97 == 96 ? 0.0 : 0.5 + 0.1 * static_cast<double>(j % 5);
+    }
+    std::size_t steps = 0;
+    const auto step = [&](std::size_t j, double w) {
+      ++steps;
+      return std::min(1.0, w * ratios[j]);
+    };
+    std::vector<double> direct(n + 1, 1.0);
+    for (std::size_t j = 0; j < n; ++j) direct[j + 1] = std::min(1.0, direct[j] * ratios[j]);
+
+    const specdec::detail::RunningWeights weights(n, step);
+    for (std::size_t i = n + 1; i-- > 0;) {  // the verifier's order: n, n-1, ..., 0
+      EXPECT_EQ(weights.at(i, step), direct[i]) << "n = " << n << ", i = " << i;
+    }
+    const std::size_t stride = std::max<std::size_t>(1, (n + 63) / 64);
+    EXPECT_LE(steps, n + (n + 1) * stride) << "n = " << n;
+  }
+}
+
 }  // namespace

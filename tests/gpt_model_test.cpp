@@ -104,6 +104,13 @@ void put_u32(std::vector<unsigned char>& bytes, std::size_t offset, std::uint32_
   for (int i = 0; i < 4; ++i) bytes[offset + i] = static_cast<unsigned char>(value >> (8 * i));
 }
 
+/// Rewrites the trailing CRC-32 of a .spdc image to match its (edited) content, so a test can
+/// reach the checks behind the checksum.
+void restamp(std::vector<unsigned char>& bytes) {
+  const std::size_t checked = bytes.size() - 4;
+  put_u32(bytes, checked, specdec::examples::detail::crc32(std::span(bytes).first(checked)));
+}
+
 // Header field offsets in a .spdc file (magic is bytes 0..7).
 constexpr std::size_t kVersionAt = 8, kVocabAt = 12, kContextAt = 16, kLayersAt = 20, kHeadsAt = 24,
                       kWidthAt = 28, kFfAt = 32, kDtypeAt = 36, kHeaderBytes = 40;
@@ -112,7 +119,7 @@ constexpr std::size_t kVersionAt = 8, kVocabAt = 12, kContextAt = 16, kLayersAt 
 std::vector<unsigned char> synthetic_spdc(const GptConfig& c, std::uint64_t seed) {
   std::vector<unsigned char> bytes(kHeaderBytes);
   std::memcpy(bytes.data(), "SPDCGPT1", 8);
-  const std::uint32_t fields[] = {1,
+  const std::uint32_t fields[] = {2,
                                   static_cast<std::uint32_t>(c.vocab_size),
                                   static_cast<std::uint32_t>(c.max_context),
                                   static_cast<std::uint32_t>(c.n_layer),
@@ -131,6 +138,8 @@ std::vector<unsigned char> synthetic_spdc(const GptConfig& c, std::uint64_t seed
     bytes.push_back(static_cast<unsigned char>(half & 0xff));
     bytes.push_back(static_cast<unsigned char>(half >> 8));
   }
+  bytes.resize(bytes.size() + 4);
+  restamp(bytes);
   return bytes;
 }
 
@@ -517,8 +526,13 @@ TEST_F(GptWeightFileErrors, WrongMagic) {
 
 TEST_F(GptWeightFileErrors, UnsupportedVersionAndDtype) {
   std::vector<unsigned char> bytes = original_;
-  put_u32(bytes, kVersionAt, 2);
-  expect_load_error(bytes, {"unsupported .spdc version 2", "supports version 1"});
+  put_u32(bytes, kVersionAt, 3);
+  expect_load_error(bytes, {"unsupported .spdc version 3", "supports version 2"});
+  // A version 1 file (no checksum) is told how to convert it.
+  bytes = original_;
+  put_u32(bytes, kVersionAt, 1);
+  bytes.resize(bytes.size() - 4);
+  expect_load_error(bytes, {"unsupported .spdc version 1", "export.py --restamp"});
   bytes = original_;
   put_u32(bytes, kDtypeAt, 0);
   expect_load_error(bytes, {"unsupported dtype 0", "expected 1 (IEEE fp16)"});
@@ -559,14 +573,51 @@ TEST_F(GptWeightFileErrors, TruncatedFile) {
 TEST_F(GptWeightFileErrors, TrailingBytes) {
   std::vector<unsigned char> bytes = original_;
   bytes.insert(bytes.end(), {0, 0, 0, 0});
-  expect_load_error(bytes, {"4 trailing bytes after the last tensor"});
+  expect_load_error(bytes, {"4 trailing bytes after the checksum"});
 }
 
 TEST_F(GptWeightFileErrors, NonFiniteWeight) {
   std::vector<unsigned char> bytes = original_;
   bytes[kHeaderBytes + 2 * 5] = 0x00;  // wte[0][5] = +inf
   bytes[kHeaderBytes + 2 * 5 + 1] = 0x7c;
+  expect_load_error(bytes, {"checksum mismatch"});  // caught by the checksum first
+  restamp(bytes);
   expect_load_error(bytes, {"tensor wte has a non-finite value at index 5"});
+}
+
+// A flipped bit in a tensor (first, middle, last byte) or in the checksum itself is caught.
+TEST_F(GptWeightFileErrors, FlippedByteFailsTheChecksum) {
+  for (const std::size_t at : {kHeaderBytes, kHeaderBytes + 1, original_.size() / 2,
+                               original_.size() - 5, original_.size() - 1}) {
+    std::vector<unsigned char> bytes = original_;
+    bytes[at] ^= 0x01;
+    SCOPED_TRACE("byte " + std::to_string(at));
+    expect_load_error(bytes, {"checksum mismatch", "corrupted or edited file"});
+  }
+}
+
+// n_head 2 -> 1 or 4 keeps d_model divisible and every size consistent: only the checksum
+// (which covers the header) tells that the file was edited.
+TEST_F(GptWeightFileErrors, ChangedHeadCountFailsTheChecksum) {
+  for (const std::uint32_t heads : {1u, 4u}) {
+    std::vector<unsigned char> bytes = original_;
+    put_u32(bytes, kHeadsAt, heads);
+    expect_load_error(bytes, {"checksum mismatch"});
+  }
+}
+
+TEST(GptWeightChecksum, MatchesZlibCrc32) {
+  // The standard check value of CRC-32/ISO-HDLC (zlib.crc32(b"123456789")), and lengths that
+  // exercise both the 8-byte steps and the byte tail.
+  const std::string_view check = "123456789";
+  EXPECT_EQ(specdec::examples::detail::crc32(std::span(
+                reinterpret_cast<const unsigned char*>(check.data()), check.size())),
+            0xCBF43926u);
+  EXPECT_EQ(specdec::examples::detail::crc32({}), 0u);
+  const std::string_view fox = "The quick brown fox jumps over the lazy dog";
+  EXPECT_EQ(specdec::examples::detail::crc32(
+                std::span(reinterpret_cast<const unsigned char*>(fox.data()), fox.size())),
+            0x414FA339u);
 }
 
 TEST_F(GptWeightFileErrors, ValidCopyLoads) {

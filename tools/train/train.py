@@ -31,14 +31,17 @@ PRESETS = {
 
 
 def load_spdc(model, path):
-    """Copies the fp16 tensors of an exported .spdc file (see export.py) into `model`."""
+    """Copies the fp16 tensors of an exported .spdc file (version 2, see export.py) into `model`."""
     import numpy as np
     blob = Path(path).read_bytes()
     dims = struct.unpack("<8I", blob[8:40])
     c = model.config
-    expected = (1, c.vocab_size, c.max_context, c.n_layer, c.n_head, c.d_model, c.d_ff, 1)
+    expected = (2, c.vocab_size, c.max_context, c.n_layer, c.n_head, c.d_model, c.d_ff, 1)
     if blob[:8] != b"SPDCGPT1" or dims != expected:
         raise SystemExit(f"{path}: not a .spdc file of this preset (header {dims}, expected {expected})")
+    import zlib
+    if zlib.crc32(blob[:-4]) != struct.unpack("<I", blob[-4:])[0]:
+        raise SystemExit(f"{path}: checksum mismatch (corrupted or edited file)")
     offset = 40
     with torch.no_grad():
         for t in model.tensors():

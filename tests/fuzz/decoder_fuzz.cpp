@@ -1,0 +1,556 @@
+// libFuzzer harness over specdec's public API: SpeculativeDecoder, AutoregressiveDecoder and the
+// pure functions of sampling.hpp / verify.hpp, driven by hostile configurations, prompts, model
+// outputs, models and callbacks that throw. Built by tests/fuzz/CMakeLists.txt (Clang only,
+// -DSPECDEC_BUILD_FUZZERS=ON); docs/fuzzing.md says how to run it.
+//
+// Oracle (a violation aborts, which libFuzzer reports as a crash with the input saved):
+//   - no sanitizer report (ASan, UBSan) and no assert;
+//   - every exception is a std::exception whose message begins with "specdec: ", or the
+//     model's / callback's / logits processor's own exception type (FuzzModelError);
+//   - a generate() that returns keeps its contract (budget, token range, logprobs, finish);
+//   - after any failure the same decoder object, run on a fixed valid request, produces
+//     exactly what a freshly constructed decoder produces (nothing left corrupted).
+
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+
+namespace {
+
+using specdec::token_t;
+
+/// What a model, the chunk callback or the logits processor throws on purpose.
+struct FuzzModelError {
+  int code = 0;
+};
+
+[[noreturn]] void fail(const char* what, const char* detail = "") {
+  std::fprintf(stderr, "decoder_fuzz: oracle violated: %s %s\n", what, detail);
+  std::abort();
+}
+
+/// One exception escaped a specdec call: it must be ours or the injected one.
+void check_exception(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const FuzzModelError&) {
+  } catch (const std::exception& e) {
+    if (!std::string_view(e.what()).starts_with("specdec: "))
+      fail("unprefixed exception:", e.what());
+  } catch (...) {
+    fail("an exception that is not a std::exception");
+  }
+}
+
+/// A float from a menu of hostile values, or an ordinary logit.
+float pick_logit(FuzzedDataProvider& data) {
+  switch (data.ConsumeIntegralInRange<int>(0, 15)) {
+    case 0:
+      return std::numeric_limits<float>::quiet_NaN();
+    case 1:
+      return std::numeric_limits<float>::infinity();
+    case 2:
+      return -std::numeric_limits<float>::infinity();
+    case 3:
+      return std::numeric_limits<float>::max();
+    case 4:
+      return -std::numeric_limits<float>::max();
+    case 5:
+      return std::numeric_limits<float>::denorm_min();
+    case 6:
+      return 1e30f;
+    case 7:
+      return -1e30f;
+    default:
+      return data.ConsumeFloatingPointInRange<float>(-20.0f, 20.0f);
+  }
+}
+
+/// A small index derived from any float (NaN, inf, negative, huge included).
+std::size_t small_index(float value) {
+  return std::isfinite(value) ? static_cast<std::size_t>(std::fmod(std::fabs(value), 4096.0f)) : 0;
+}
+
+/// A deterministic pretend network. A row is a fixed pattern over the vocabulary, read from
+/// `table`, with one context-dependent token raised, so drafts and targets agree often and the
+/// argmax moves with the context; cheap (a copy per row), which keeps the fuzzer fast. `faults`
+/// (armed unless `clean`) corrupt specific calls: wrong vocabulary, wrong row count, a short
+/// row, a hostile value, an empty result, a throw.
+struct FuzzModel {
+  enum class Fault : std::uint8_t {
+    none,
+    throw_error,
+    vocab_change,
+    extra_row,
+    missing_row,
+    short_row,
+    poison_value,
+    empty
+  };
+  struct PlannedFault {
+    std::size_t call = 0;
+    Fault fault = Fault::none;
+    float value = 0;
+  };
+
+  std::size_t vocab_size = 8;
+  std::vector<float> table{0.0f};
+  std::vector<PlannedFault> faults;
+  bool clean = false;  // the reference requests' model: V = 8, finite, no faults
+  std::size_t calls = 0;
+  std::vector<float> pattern;
+  std::vector<float> buffer;
+
+  void fill_row(std::span<const token_t> prefix, float* row, std::size_t vocab) {
+    const std::size_t last = prefix.empty() ? 0 : static_cast<std::uint32_t>(prefix.back());
+    const std::vector<float>& values = clean ? kCleanTable : table;
+    if (pattern.size() != vocab || pattern_clean_ != clean) {
+      pattern.resize(vocab);
+      for (std::size_t v = 0; v < vocab; ++v) pattern[v] = values[(v * 7) % values.size()];
+      pattern_clean_ = clean;
+    }
+    std::copy(pattern.begin(), pattern.end(), row);
+    const std::size_t raised = (last * 31 + prefix.size() * 5) % vocab;
+    row[raised] = clean ? 6.0f : values[(last + prefix.size()) % values.size()] + 3.0f;
+  }
+
+  /// `rows` rows following the context's last `rows` prefixes; the flat buffer the caller views.
+  std::span<const float> produce(std::span<const token_t> context, std::size_t rows) {
+    const std::size_t call = calls++;
+    std::size_t vocab = clean ? kCleanTable.size() : vocab_size;
+    std::size_t row_count = rows;
+    std::size_t trim = 0;
+    const PlannedFault* poison = nullptr;
+    if (!clean) {
+      for (const PlannedFault& planned : faults) {
+        if (planned.call != call) continue;
+        switch (planned.fault) {
+          case Fault::none:
+            break;
+          case Fault::throw_error:
+            throw FuzzModelError{static_cast<int>(call)};
+          case Fault::vocab_change:
+            vocab += 1 + small_index(planned.value) % 5;
+            break;
+          case Fault::extra_row:
+            ++row_count;
+            break;
+          case Fault::missing_row:
+            row_count = row_count == 0 ? 0 : row_count - 1;
+            break;
+          case Fault::short_row:
+            trim = 1;
+            break;
+          case Fault::poison_value:
+            poison = &planned;
+            break;
+          case Fault::empty:
+            row_count = 0;
+            break;
+        }
+      }
+    }
+    buffer.resize(row_count * vocab);
+    for (std::size_t r = 0; r < row_count; ++r) {
+      // Row r follows the first context.size() - rows + 1 + r tokens (see model.hpp).
+      const std::size_t prefix_length =
+          context.size() + 1 + r >= rows ? context.size() + 1 + r - rows : 0;
+      fill_row(context.first(std::min(prefix_length, context.size())), buffer.data() + r * vocab,
+               vocab);
+    }
+    if (poison != nullptr && !buffer.empty()) {
+      buffer[small_index(poison->value) % buffer.size()] = poison->value;
+    }
+    if (trim > 0 && !buffer.empty()) buffer.pop_back();
+    return buffer;
+  }
+
+ private:
+  static inline const std::vector<float> kCleanTable{0.5f, 1.5f, 0.0f, 2.5f,
+                                                     1.0f, 3.0f, 2.0f, 0.25f};
+  bool pattern_clean_ = false;
+};
+
+struct FuzzDraft {
+  FuzzModel* model;
+  std::span<const float> operator()(std::span<const token_t> context) {
+    return model->produce(context, 1);
+  }
+};
+
+struct FuzzTarget {
+  FuzzModel* model;
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    return model->produce(context, n);
+  }
+};
+
+void plan_faults(FuzzedDataProvider& data, FuzzModel& model) {
+  // Up to 1100: more than one 1024-token block of the kernels.
+  model.vocab_size = data.ConsumeIntegralInRange<std::size_t>(1, data.ConsumeBool() ? 12 : 1100);
+  const std::size_t table_size = data.ConsumeIntegralInRange<std::size_t>(1, 24);
+  model.table.clear();
+  for (std::size_t i = 0; i < table_size; ++i) model.table.push_back(pick_logit(data));
+  const std::size_t fault_count = data.ConsumeIntegralInRange<std::size_t>(0, 3);
+  for (std::size_t i = 0; i < fault_count; ++i) {
+    FuzzModel::PlannedFault planned;
+    planned.call = data.ConsumeIntegralInRange<std::size_t>(0, 12);
+    planned.fault = static_cast<FuzzModel::Fault>(data.ConsumeIntegralInRange<int>(0, 7));
+    planned.value = pick_logit(data);
+    model.faults.push_back(planned);
+  }
+}
+
+specdec::GenerationConfig fuzz_config(FuzzedDataProvider& data, std::vector<int>& processor_plan) {
+  specdec::GenerationConfig config;
+  switch (data.ConsumeIntegralInRange<int>(0, 4)) {
+    case 0:
+      config.draft_length = 0;
+      break;
+    case 1:
+      config.draft_length = std::numeric_limits<std::size_t>::max();
+      break;
+    case 2:
+      config.draft_length = data.ConsumeIntegralInRange<std::size_t>(4000, 5000);
+      break;
+    default:
+      config.draft_length = data.ConsumeIntegralInRange<std::size_t>(1, 9);
+      break;
+  }
+  switch (data.ConsumeIntegralInRange<int>(0, 3)) {
+    case 0:
+      config.max_new_tokens = std::numeric_limits<std::size_t>::max();
+      break;
+    case 1:
+      config.max_new_tokens = data.ConsumeIntegralInRange<std::size_t>(4000, 5000);
+      break;
+    default:
+      config.max_new_tokens = data.ConsumeIntegralInRange<std::size_t>(0, 24);
+      break;
+  }
+  const std::size_t stops = data.ConsumeIntegralInRange<std::size_t>(0, 3);
+  for (std::size_t i = 0; i < stops; ++i)
+    config.stop_tokens.push_back(data.ConsumeIntegral<token_t>() % 16);
+  switch (data.ConsumeIntegralInRange<int>(0, 9)) {
+    case 0:
+      config.sampling.temperature = 0;
+      break;
+    case 1:
+      config.sampling.temperature = std::numeric_limits<float>::quiet_NaN();
+      break;
+    case 2:
+      config.sampling.temperature = -1;
+      break;
+    case 3:
+      config.sampling.temperature = 1e-38f;
+      break;
+    case 4:
+      config.sampling.temperature = specdec::SamplingParams::kMinTemperature;
+      break;
+    case 5:
+      config.sampling.temperature = std::numeric_limits<float>::max();
+      break;
+    case 6:
+      config.sampling.temperature = std::numeric_limits<float>::infinity();
+      break;
+    default:
+      config.sampling.temperature = data.ConsumeFloatingPointInRange<float>(0.01f, 4.0f);
+  }
+  if (data.ConsumeBool()) config.sampling.top_k = data.ConsumeIntegralInRange<int>(-2, 3000);
+  if (data.ConsumeBool()) {
+    config.sampling.top_p =
+        data.ConsumeBool() ? pick_logit(data) : data.ConsumeFloatingPointInRange<float>(0, 1);
+  }
+  if (data.ConsumeBool()) {
+    config.sampling.min_p =
+        data.ConsumeBool() ? pick_logit(data) : data.ConsumeFloatingPointInRange<float>(0, 1);
+  }
+  config.seed = data.ConsumeIntegral<std::uint64_t>();
+  config.logprobs = data.ConsumeBool();
+  config.verifier =
+      data.ConsumeBool() ? specdec::VerifierKind::block : specdec::VerifierKind::token;
+  if (data.ConsumeBool()) config.max_context = data.ConsumeIntegralInRange<std::size_t>(0, 30);
+  // A logits processor: -inf bans, a NaN, or a throw, at planned calls.
+  if (data.ConsumeBool()) {
+    processor_plan.clear();
+    const std::size_t steps = data.ConsumeIntegralInRange<std::size_t>(1, 6);
+    for (std::size_t i = 0; i < steps; ++i)
+      processor_plan.push_back(data.ConsumeIntegralInRange<int>(0, 5));
+    config.sampling.logits_processor = [plan = processor_plan, call = std::size_t{0}](
+                                           std::span<const token_t> context,
+                                           std::span<float> logits) mutable {
+      const int step = plan[call++ % plan.size()];
+      const std::size_t at = context.size() % logits.size();
+      switch (step) {
+        case 1:
+          logits[at] = -std::numeric_limits<float>::infinity();
+          break;
+        case 2:
+          logits[at] = std::numeric_limits<float>::quiet_NaN();
+          break;
+        case 3:
+          throw FuzzModelError{-1};
+        case 4:
+          for (float& x : logits) x = -std::numeric_limits<float>::infinity();
+          break;
+        case 5:
+          logits[at] += 100.0f;
+          break;
+        default:
+          break;
+      }
+    };
+  }
+  return config;
+}
+
+std::vector<token_t> fuzz_prompt(FuzzedDataProvider& data) {
+  std::vector<token_t> prompt;
+  const std::size_t length = data.ConsumeIntegralInRange<std::size_t>(0, 8);
+  for (std::size_t i = 0; i < length; ++i) {
+    switch (data.ConsumeIntegralInRange<int>(0, 7)) {
+      case 0:
+        prompt.push_back(-1);
+        break;
+      case 1:
+        prompt.push_back(std::numeric_limits<token_t>::max());
+        break;
+      case 2:
+        prompt.push_back(std::numeric_limits<token_t>::min());
+        break;
+      default:
+        prompt.push_back(data.ConsumeIntegralInRange<token_t>(0, 20));
+        break;
+    }
+  }
+  return prompt;
+}
+
+/// What a successful generate() promises, whatever the models returned.
+void check_result(const specdec::GenerationResult& result, const specdec::GenerationConfig& config,
+                  std::size_t vocab_size) {
+  if (result.tokens.size() > config.max_new_tokens) fail("budget exceeded");
+  if (config.logprobs && result.logprobs.size() != result.tokens.size()) fail("logprobs size");
+  if (!config.logprobs && !result.logprobs.empty()) fail("logprobs without logprobs");
+  if (result.stats.emitted != result.tokens.size()) fail("stats.emitted");
+  for (const token_t token : result.tokens) {
+    if (token < 0 || static_cast<std::size_t>(token) >= vocab_size) fail("token out of range");
+  }
+  for (std::size_t i = 0; i + 1 < result.tokens.size(); ++i) {
+    if (specdec::detail::is_stop_token(config.stop_tokens, result.tokens[i]))
+      fail("token after stop");
+  }
+  if (result.finish_reason == specdec::FinishReason::stop_token &&
+      (result.tokens.empty() ||
+       !specdec::detail::is_stop_token(config.stop_tokens, result.tokens.back()))) {
+    fail("stop_token without a stop token");
+  }
+  if (result.finish_reason == specdec::FinishReason::length &&
+      result.tokens.size() != config.max_new_tokens) {
+    fail("length finish below the budget");
+  }
+}
+
+/// The fixed valid requests every decoder must still answer exactly as a fresh one does.
+std::vector<specdec::GenerationConfig> reference_configs() {
+  std::vector<specdec::GenerationConfig> configs(3);
+  configs[0].sampling.temperature = 0;
+  configs[0].max_new_tokens = 12;
+  configs[1].sampling.temperature = 0.9f;
+  configs[1].sampling.top_k = 5;
+  configs[1].max_new_tokens = 12;
+  configs[1].seed = 7;
+  configs[2] = configs[1];
+  configs[2].verifier = specdec::VerifierKind::block;
+  configs[2].sampling.top_k = 0;
+  configs[2].sampling.top_p = 0.9f;
+  return configs;
+}
+
+bool same(const specdec::GenerationResult& a, const specdec::GenerationResult& b) {
+  return a.tokens == b.tokens && a.finish_reason == b.finish_reason &&
+         a.logprobs.size() == b.logprobs.size() &&
+         std::memcmp(a.logprobs.data(), b.logprobs.data(), a.logprobs.size() * sizeof(float)) == 0;
+}
+
+template <class Decoder, class MakeFresh>
+void check_still_usable(Decoder& used, MakeFresh make_fresh, FuzzModel& draft, FuzzModel& target) {
+  draft.clean = target.clean = true;
+  const std::vector<token_t> prompt{1, 2, 3};
+  for (const specdec::GenerationConfig& config : reference_configs()) {
+    const specdec::GenerationResult again = used.generate(prompt, config);
+    auto fresh_decoder = make_fresh();
+    const specdec::GenerationResult fresh = fresh_decoder.generate(prompt, config);
+    if (!same(again, fresh)) fail("a decoder differs from a fresh one after earlier calls");
+  }
+  draft.clean = target.clean = false;
+}
+
+/// Chunks after which the callback stops any generation (keeps one input fast): 48, fewer when
+/// rounds are expensive (a round drafts up to K rows of V weights: K = 4096, V = 1100 is 4.5 M
+/// exps, a tenth of a second under ASan).
+std::size_t max_chunks(const specdec::GenerationConfig& config, std::size_t vocab_size) {
+  const std::size_t round_work = (std::min<std::size_t>(config.usable_draft_length(), 8192) + 1) *
+                                 std::max<std::size_t>(vocab_size, 1);
+  return std::clamp<std::size_t>(std::size_t{4'000'000} / round_work, 1, 48);
+}
+
+/// Runs one generate() under the oracle; returns false if it threw.
+template <class Decoder>
+bool run_generate(FuzzedDataProvider& data, Decoder& decoder, std::span<const token_t> prompt,
+                  const specdec::GenerationConfig& config, std::size_t vocab_bound) {
+  const std::size_t chunk_limit = max_chunks(config, vocab_bound);
+  const int callback_mode = data.ConsumeIntegralInRange<int>(0, 3);
+  const std::size_t callback_at = data.ConsumeIntegralInRange<std::size_t>(0, 8);
+  std::size_t chunks = 0;
+  try {
+    const specdec::GenerationResult result =
+        decoder.generate(prompt, config, [&](std::span<const token_t> chunk) {
+          for (const token_t token : chunk) {
+            if (token < 0 || static_cast<std::size_t>(token) >= vocab_bound) {
+              const std::string detail = std::to_string(token) + " (bound " +
+                                         std::to_string(vocab_bound) + ")";
+              fail("chunk token out of range:", detail.c_str());
+            }
+          }
+          const bool here = chunks == callback_at;
+          if (here && callback_mode == 1) return false;
+          if (here && callback_mode == 2) throw FuzzModelError{-2};
+          // Huge budgets (SIZE_MAX) stay huge for the decoder's arithmetic; the work is capped.
+          return ++chunks < chunk_limit;
+        });
+    check_result(result, config, vocab_bound);
+    return true;
+  } catch (...) {
+    check_exception(std::current_exception());
+    return false;
+  }
+}
+
+/// The pure functions with caller-supplied token ids and sizes.
+void fuzz_pure_functions(FuzzedDataProvider& data) {
+  const std::size_t vocab = data.ConsumeIntegralInRange<std::size_t>(1, 40);
+  std::vector<float> logits(vocab);
+  for (float& x : logits) x = pick_logit(data);
+  specdec::SamplingParams params;
+  params.temperature = data.ConsumeBool() ? pick_logit(data) : 1.0f;
+  params.top_k = data.ConsumeIntegralInRange<int>(-1, 50);
+  params.top_p = data.ConsumeBool() ? 1.0f : pick_logit(data);
+  const token_t token = data.ConsumeIntegralInRange<token_t>(-3, static_cast<token_t>(vocab) + 3);
+  const double coin = data.ConsumeBool() ? data.ConsumeProbability<double>() : pick_logit(data);
+  const std::size_t scratch_size =
+      data.ConsumeBool() ? vocab : data.ConsumeIntegralInRange<std::size_t>(0, 50);
+  std::vector<float> scratch(scratch_size), filter_scratch;
+  std::vector<float> weights(data.ConsumeBool() ? vocab : scratch_size);
+  std::vector<float> block_sums(specdec::weight_block_count(vocab) + (data.ConsumeBool() ? 0 : 1));
+  std::vector<token_t> drafted(data.ConsumeIntegralInRange<std::size_t>(0, 3));
+  for (token_t& x : drafted)
+    x = data.ConsumeIntegralInRange<token_t>(-2, static_cast<token_t>(vocab) + 2);
+  const std::vector<double> coins(drafted.size() + 1, coin);
+
+  auto guarded = [](auto&& call) {
+    try {
+      call();
+    } catch (...) {
+      check_exception(std::current_exception());
+    }
+  };
+  guarded([&] {
+    const auto p = specdec::process_logits(std::span<const float>(logits), params, filter_scratch);
+    (void)specdec::sample(p, coin, std::span<float>(scratch));
+    (void)specdec::acceptance_probability(p, p, token);
+    (void)specdec::sample_excluding(p, token, coin, std::span<float>(scratch));
+    (void)specdec::residual_distribution(p, std::span<const float>(weights), 1.0f,
+                                         std::span<float>(scratch));
+    (void)specdec::sample_residual(p, std::span<const float>(weights), 1.0f, coin,
+                                   std::span<float>(scratch));
+    (void)specdec::residual_mass(p, std::span<const float>(weights), 1.0f, 0.5f);
+  });
+  guarded([&] {
+    const auto q = specdec::process_logits(std::span<const float>(logits), params, filter_scratch,
+                                           std::span<float>(weights), std::span<float>(block_sums));
+    (void)specdec::sample_from_weights(std::span<const float>(weights),
+                                       std::span<const float>(block_sums), coin);
+    (void)specdec::sample_from_weights(std::span<const float>(weights), q.normalizer, coin);
+  });
+  guarded([&] {
+    const std::size_t rows = drafted.size() + (data.ConsumeBool() ? 1 : 0);
+    std::vector<float> target(rows * vocab);
+    for (std::size_t i = 0; i < target.size(); ++i) target[i] = logits[i % vocab];
+    const specdec::LogitsRows<float> target_rows(target, vocab);
+    (void)specdec::verify_greedy(std::span<const token_t>(drafted), target_rows);
+    std::vector<float> draft_weights(drafted.size() * vocab, 1.0f);
+    const std::vector<float> normalizers(drafted.size(), static_cast<float>(vocab));
+    const specdec::LogitsRows<float> draft_rows(draft_weights, vocab);
+    (void)specdec::verify_stochastic(std::span<const token_t>(drafted), draft_rows,
+                                     std::span<const float>(normalizers), target_rows, params,
+                                     std::span<const double>(coins), coin,
+                                     std::span<float>(scratch), filter_scratch);
+  });
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
+  FuzzedDataProvider data(bytes, size);
+  if (data.ConsumeIntegralInRange<int>(0, 4) == 0) {
+    fuzz_pure_functions(data);
+    return 0;
+  }
+  FuzzModel draft_model, target_model;
+  plan_faults(data, draft_model);
+  plan_faults(data, target_model);
+  if (data.ConsumeBool()) draft_model.vocab_size = target_model.vocab_size;
+  FuzzDraft draft{&draft_model};
+  FuzzTarget target{&target_model};
+  const bool speculative = data.ConsumeBool();
+  specdec::SpeculativeDecoder<FuzzDraft, FuzzTarget> speculative_decoder(draft, target);
+  specdec::AutoregressiveDecoder<FuzzTarget> autoregressive_decoder(target);
+
+  const std::size_t calls = data.ConsumeIntegralInRange<std::size_t>(1, 3);
+  bool failed = false;
+  for (std::size_t call = 0; call < calls; ++call) {
+    std::vector<int> processor_plan;
+    const specdec::GenerationConfig config = fuzz_config(data, processor_plan);
+    const std::vector<token_t> prompt = fuzz_prompt(data);
+    if (call > 0 && data.ConsumeBool()) {  // the vocabulary changes between calls
+      const std::size_t vocab = data.ConsumeIntegralInRange<std::size_t>(1, 1100);
+      target_model.vocab_size = vocab;
+      if (data.ConsumeBool()) draft_model.vocab_size = vocab;
+    }
+    // The decoder learns V from the first model call, which faults may have corrupted: up to
+    // three extra rows of a one-row call read as one row of 4 V, a vocab_change adds up to 5.
+    // Its tokens are below that bound, and later calls must agree with it.
+    const std::size_t vocab_bound =
+        4 * (std::max(draft_model.vocab_size, target_model.vocab_size) + 5);
+    failed |= speculative
+                  ? !run_generate(data, speculative_decoder, prompt, config, vocab_bound)
+                  : !run_generate(data, autoregressive_decoder, prompt, config, vocab_bound);
+  }
+  (void)failed;
+  if (speculative) {
+    check_still_usable(
+        speculative_decoder,
+        [&] { return specdec::SpeculativeDecoder<FuzzDraft, FuzzTarget>(draft, target); },
+        draft_model, target_model);
+  } else {
+    check_still_usable(
+        autoregressive_decoder, [&] { return specdec::AutoregressiveDecoder<FuzzTarget>(target); },
+        draft_model, target_model);
+  }
+  return 0;
+}
