@@ -284,6 +284,20 @@ specdec::GenerationConfig fuzz_config(FuzzedDataProvider& data, std::vector<int>
   config.verifier =
       data.ConsumeBool() ? specdec::VerifierKind::block : specdec::VerifierKind::token;
   if (data.ConsumeBool()) config.max_context = data.ConsumeIntegralInRange<std::size_t>(0, 30);
+  // The draft-length policy, its parameters sometimes out of range (validate() must say so).
+  config.draft_length_policy.kind =
+      static_cast<specdec::DraftLengthKind>(data.ConsumeIntegralInRange<int>(0, 3));
+  if (data.ConsumeBool()) {
+    auto& policy = config.draft_length_policy;
+    policy.confidence.min_probability = data.ConsumeFloatingPointInRange<double>(-0.5, 1.5);
+    policy.schedule.initial_draft_length = data.ConsumeIntegralInRange<std::size_t>(0, 20);
+    policy.goodput.forgetting = data.ConsumeFloatingPointInRange<double>(-0.5, 1.5);
+    policy.goodput.probe_interval = data.ConsumeIntegralInRange<std::size_t>(0, 8);
+    if (data.ConsumeBool()) {  // fixed costs (reproducible), or a mismatched pair
+      policy.goodput.draft_token_cost = data.ConsumeFloatingPointInRange<double>(-1, 2);
+      policy.goodput.verify_row_cost = data.ConsumeFloatingPointInRange<double>(-1, 2);
+    }
+  }
   // A logits processor: -inf bans, a NaN, or a throw, at planned calls.
   if (data.ConsumeBool()) {
     processor_plan.clear();
