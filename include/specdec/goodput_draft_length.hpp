@@ -326,6 +326,7 @@ class GoodputDraftLength {
     probing_ = false;
     predicted_ = false;
     round_cap_ = cap_;
+    first_round_ = true;
     refresh_costs();
   }
 
@@ -372,11 +373,14 @@ class GoodputDraftLength {
     probing_ = false;
     predicted_ = false;
     round_cap_ = cap_;
-    if (!options_.fixed_costs()) {
+    // The first round's calls also read the prompt (a KV-cached model's prefill): their times
+    // say nothing about a round's cost.
+    if (!options_.fixed_costs() && !first_round_) {
       measured_.resize(cap_ + 1);
       measured_.observe(report.drafted, report.draft_seconds, report.target_seconds);
       refresh_costs();
     }
+    first_round_ = false;
   }
 
   /// \brief The expectation behind this round's last decision, in seconds (none before the
@@ -457,6 +461,7 @@ class GoodputDraftLength {
   std::size_t probe_wait_ = 4;
   bool probing_ = false;
   bool predicted_ = false;  // draft_more ran since the last observe
+  bool first_round_ = true;  // the next observe() is of a generate()'s first round
   static constexpr std::size_t kExploreInterval = 8;
   std::size_t rounds_since_exploring_ = 0;
   std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or less in an exploring round
