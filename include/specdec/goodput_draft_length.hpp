@@ -320,6 +320,7 @@ class GoodputDraftLength {
   void begin(const Config& config) {
     cap_ = std::max<std::size_t>(config.draft_length, 1);
     reserve(cap_);
+    measured_.resize(cap_ + 1);  // here, not in a round: rounds allocate nothing
     calibration_.reset();
     plain_streak_ = 0;
     probe_wait_ = options_.probe_interval;
@@ -376,7 +377,6 @@ class GoodputDraftLength {
     // The first round's calls also read the prompt (a KV-cached model's prefill): their times
     // say nothing about a round's cost.
     if (!options_.fixed_costs() && !first_round_) {
-      measured_.resize(cap_ + 1);
       measured_.observe(report.drafted, report.draft_seconds, report.target_seconds);
       refresh_costs();
     }
