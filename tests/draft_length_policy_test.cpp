@@ -652,6 +652,31 @@ TEST(PolicyDecoderTest, MeasuredGoodputRecordsItsPredictions) {
   EXPECT_GE(result.stats.predicted_tokens, static_cast<double>(result.stats.predicted_rounds));
 }
 
+// A huge K with a small budget is valid (the round length is min(K, budget - 1)); no policy
+// may size anything by K itself (found by the fuzzer: goodput resized its tables to K + 1).
+TEST(PolicyDecoderTest, AHugeDraftLengthWithASmallBudgetWorksWithEveryPolicy) {
+  ScriptedPair pair;
+  pair.target_model = {.salt = 3, .vocab = 32, .scale = 3.0};
+  pair.perturbation = {.salt = 4, .vocab = 32, .scale = 3.0};
+  pair.noise = 0.5;
+  auto draft = pair.draft<float>();
+  auto target = pair.target<float>();
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  for (DraftLengthKind kind : {DraftLengthKind::fixed, DraftLengthKind::schedule,
+                               DraftLengthKind::confidence, DraftLengthKind::goodput}) {
+    for (std::size_t huge : {std::size_t{1} << 40, std::numeric_limits<std::size_t>::max()}) {
+      GenerationConfig config = decoder_config(kind, huge);
+      config.sampling.temperature = 0.0f;
+      config.max_new_tokens = 6;
+      const std::vector<token_t> prompt{1, 2};
+      const auto result = decoder.generate(prompt, config);
+      EXPECT_EQ(result.tokens, plain.generate(prompt, config).tokens)
+          << "kind " << static_cast<int>(kind);
+    }
+  }
+}
+
 // χ² of the first three emitted tokens of the full float decoder against the target's law
 // (V = 6: 216 cells, 100k runs each; threshold p > 1e-4 for a correct decoder).
 TEST(PolicyDecoderTest, AdaptivePoliciesPassChiSquareAtTemperatureOne) {

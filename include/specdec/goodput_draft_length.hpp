@@ -314,11 +314,14 @@ class GoodputDraftLength {
     options_.validate();
   }
 
-  /// \brief Called by the decoder at the start of each generate(): the cap is
-  /// config.draft_length; acceptance evidence and probing start over.
+  /// \brief Called by the decoder at the start of each generate(): the cap is the usable
+  /// draft length (config.draft_length within the budget; a huge K with a small budget sizes
+  /// nothing huge); acceptance evidence and probing start over.
   template <class Config>
   void begin(const Config& config) {
-    cap_ = std::max<std::size_t>(config.draft_length, 1);
+    std::size_t cap = config.draft_length;
+    if constexpr (requires { config.usable_draft_length(); }) cap = config.usable_draft_length();
+    cap_ = std::max<std::size_t>(cap, 1);
     reserve(cap_);
     measured_.resize(cap_ + 1);  // here, not in a round: rounds allocate nothing
     calibration_.reset();
