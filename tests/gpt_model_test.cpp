@@ -407,7 +407,8 @@ TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseTarget) {
   batched.reset();
   for (std::size_t length : {12u, 40u}) {
     SCOPED_TRACE(length);
-    expect_rows_match_single_rows(batched, reference, std::span(text).first(length), 9);
+    // n <= 6: one register tile; n = 7..16: input groups over blocks of weight rows.
+    expect_rows_match_single_rows(batched, reference, std::span(text).first(length), 16);
   }
 }
 
@@ -420,6 +421,14 @@ TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseOddDimsAndSmallChunks) {
     const std::vector<token_t> tokens = random_tokens(length, batched.vocab_size(), length);
     expect_rows_match_single_rows(batched, reference, tokens, 12);
   }
+}
+
+TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseInChunksOfMoreThanFortyRows) {
+  // chunk_rows 48: a call of n > 40 rows runs the grouped kernel more than once per matrix.
+  GptModel batched = synthetic_model(48);
+  GptModel reference = synthetic_model();
+  const std::vector<token_t> tokens = random_tokens(48, batched.vocab_size(), 7);
+  expect_rows_match_single_rows(batched, reference, tokens, 48);
 }
 
 // ---------------------------------------------------------------------------------------------

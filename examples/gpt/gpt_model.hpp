@@ -23,9 +23,11 @@
 // So cached == full forward, and row i of target(context, n) == draft(first size-n+1+i tokens).
 // (Bitwise equality holds within one binary; another compiler or -march may round differently.)
 //
-// Speed: an n-row call (n <= 9) loads every weight once, into a register tile shaped for n, and
-// prefetches the weights a few tiles ahead, so DRAM streams while the FMAs of extra rows run:
-// T(n) / T(1) stays low until the arithmetic of n rows outlasts one pass over the weights.
+// Speed: an n-row call reads every weight from memory once: into one register tile shaped for n
+// (n <= 6), or in blocks of rows that every group of <= 5 inputs passes over while the block is
+// in cache (n > 6). Weights are prefetched 64 KB ahead into L2, so DRAM streams while the FMAs of
+// extra rows run: T(n) / T(1) stays low until the arithmetic of n rows outlasts one pass over
+// the weights.
 //
 // Memory: weights are float32 in [out][in] row-major layout (converted from fp16 at load). All run
 // buffers are allocated in the constructor; a call allocates nothing. Single-threaded.
@@ -76,18 +78,26 @@ inline constexpr std::size_t kPacketsPerLanes = kLanes / kPacketSize;
 // Register tiles: a tile accumulates R weight rows x I inputs at once (one load of a weight packet
 // feeds I FMAs, one input packet feeds R). The shape never affects results (every output has
 // its own accumulators and the same reduction), only speed:
-//  * 32 registers, one packet per 16 lanes (AVX-512): all n <= 9 inputs go in ONE tile, shaped to
+//  * 32 registers, one packet per 16 lanes (AVX-512): all n <= 6 inputs go in ONE tile, shaped to
 //    the register file (R x I accumulators + I inputs + 1 weight <= ~31 registers), so every
-//    weight is loaded exactly once per call, from wherever it is; larger n take groups of 8.
+//    weight is loaded exactly once per call, from wherever it is. Larger n take balanced groups
+//    of <= 5 inputs over blocks of weight rows that stay in cache between the groups (A/B in one
+//    process, n = 7..16: 14-16 % faster than one 2 x 7 .. 2 x 9 tile or two passes of 8).
 //  * otherwise (SSE / AVX2 / NEON, 16 registers): 8 / packets-per-16-lanes rows x 1 input.
 inline constexpr bool kWideRegisterFile =
     EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 && kPacketsPerLanes == 1;
 inline constexpr std::size_t kSmallFileTileRows =
     kPacketsPerLanes >= 8 ? 1 : 8 / kPacketsPerLanes;
 // Software prefetch distance: while a tile computes, one cache line per step of a tile this many
-// bytes of weights further on is requested, so DRAM streams during the FMAs instead of after them
-// (measured: 20-30 % off a one-row call, and 2-row calls cost about what 1-row calls do).
-inline constexpr std::size_t kPrefetchBytes = 32 * 1024;
+// bytes of weights further on is requested into L2, so DRAM streams during the FMAs instead of
+// after them (measured against 32 KB into L1: a one-row call 30 % faster).
+inline constexpr std::size_t kPrefetchBytes = 64 * 1024;
+// Multi-group calls (n > kOneTileInputs) run the weights in blocks of this many rows: every group
+// of inputs passes over a block while it is still in L1/L2 (40 rows x 1536 floats = 240 KB).
+inline constexpr std::size_t kBlockRows = 40;
+inline constexpr std::size_t kOneTileInputs = 6;  // n <= 6: one tile, no blocking
+inline constexpr std::size_t kGroupInputs = 5;    // n > 6: groups of <= 5 inputs, sizes balanced
+static_assert(kGroupInputs <= kOneTileInputs, "specdec: groups use the one-tile shapes");
 
 using ConstRowsRef = Eigen::Ref<const RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
 using RowsRef = Eigen::Ref<RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
@@ -155,6 +165,8 @@ struct LinearTile {
   float* out;          // (kInputs, kRows), row stride out_stride
   std::size_t out_stride;
   const float* prefetch;  // weights to pull towards the cache meanwhile (or nullptr)
+  std::size_t prefetch_first = 0;  // prefetch rows prefetch_first, + prefetch_step, ... < kRows
+  std::size_t prefetch_step = 1;
 };
 
 // Lambdas of the tile code are force-inlined: in a large translation unit GCC's inlining budget
@@ -196,9 +208,12 @@ inline void linear_tile(const LinearTile& t) noexcept {
     if (t.prefetch != nullptr) {
       // One cache line of each of the next tile's rows per step: the loads of the next weights
       // are in flight while these FMAs run (the hardware prefetcher alone waits for misses).
-      for (std::size_t r = 0; r < kRows; ++r) {
+      for (std::size_t r = t.prefetch_first; r < kRows; r += t.prefetch_step) {
 #if defined(__GNUC__) || defined(__clang__)
-        __builtin_prefetch(t.prefetch + r * t.weight_stride + i, 0, 3);
+        // Locality 2 (prefetcht1): into L2, not L1. L2 tracks more misses in flight than L1,
+        // so the stream runs faster (measured: a one-row call 30 % faster than with
+        // prefetcht0), and L2 is close enough for the tile's loads.
+        __builtin_prefetch(t.prefetch + r * t.weight_stride + i, 0, 2);
 #endif
       }
     }
@@ -276,35 +291,76 @@ inline void linear_tile_dispatch(std::size_t rows, std::size_t inputs,
   linear_tile<kRows, kInputs>(t);
 }
 
-/// All out_features weight rows, kRows at a time, against `inputs` (<= kInputs) inputs from
-/// tile.input; tile.weight / bias / out point at row 0 of the call.
+/// Weight rows [begin, end) of a matrix of out_features rows, kRows at a time, against `inputs`
+/// (<= kInputs) inputs from tile.input; tile.weight / bias / out point at row 0 of the matrix.
+/// With `prefetch`, each tile requests the weights kPrefetchBytes further on (up to row
+/// out_features, past `end`: the next block of a blocked call streams in meanwhile).
 template <std::size_t kRows, std::size_t kInputs>
-inline void linear_pass(std::size_t out_features, std::size_t inputs, LinearTile tile,
-                        bool prefetch) noexcept {
+inline void linear_pass(std::size_t begin, std::size_t end, std::size_t out_features,
+                        std::size_t inputs, LinearTile tile, std::size_t share,
+                        std::size_t shares) noexcept {
+  const bool prefetch = shares > 0;
   const float* weight = tile.weight;
   const float* bias = tile.bias;
   float* out = tile.out;
   const std::size_t row_bytes = tile.weight_stride * sizeof(float);
   const std::size_t prefetch_rows =
       ((kPrefetchBytes / row_bytes + kRows - 1) / kRows) * kRows + kRows;  // whole tiles ahead
-  for (std::size_t o = 0; o < out_features; o += kRows) {
-    const std::size_t rows = std::min(kRows, out_features - o);
+  for (std::size_t o = begin; o < end; o += kRows) {
+    const std::size_t rows = std::min(kRows, end - o);
     tile.weight = weight + o * tile.weight_stride;
     tile.bias = bias != nullptr ? bias + o : nullptr;
     tile.out = out + o;
     tile.prefetch = prefetch && o + prefetch_rows + kRows <= out_features
                         ? tile.weight + prefetch_rows * tile.weight_stride
                         : nullptr;
+    if (prefetch) {  // this pass requests the rows o + r with (o + r) % shares == share
+      tile.prefetch_first = (share + shares - o % shares) % shares;
+      tile.prefetch_step = shares;
+    }
     linear_tile_dispatch<kRows, kInputs>(rows, inputs, tile);
   }
+}
+
+/// linear_pass for one group of `inputs` inputs (1..kOneTileInputs), in the tile shape measured
+/// best for it: R x I accumulators + I inputs + 1 weight register <= 32 (bench/gpt_forward_bench,
+/// and A/B runs of candidate shapes in one process).
+inline void linear_group(std::size_t begin, std::size_t end, std::size_t out_features,
+                         std::size_t inputs, const LinearTile& tile, std::size_t share,
+                         std::size_t shares) noexcept {
+  switch (inputs) {
+    case 1: linear_pass<8, 1>(begin, end, out_features, inputs, tile, share, shares); break;
+    case 2: linear_pass<8, 2>(begin, end, out_features, inputs, tile, share, shares); break;
+    case 3: linear_pass<8, 3>(begin, end, out_features, inputs, tile, share, shares); break;
+    case 4: linear_pass<6, 4>(begin, end, out_features, inputs, tile, share, shares); break;
+    case 5: linear_pass<5, 5>(begin, end, out_features, inputs, tile, share, shares); break;
+    default: linear_pass<4, 6>(begin, end, out_features, inputs, tile, share, shares); break;
+  }
+}
+
+/// How linear_rows splits n > kOneTileInputs inputs (at most kGroupInputs * kMax) into groups
+/// of balanced sizes <= kGroupInputs, one tile shape each.
+struct InputGroups {
+  static constexpr std::size_t kMax = 8;
+  std::size_t count = 0;
+  std::size_t size[kMax] = {};
+};
+
+inline InputGroups input_groups(std::size_t n) noexcept {
+  InputGroups groups;
+  groups.count = (n + kGroupInputs - 1) / kGroupInputs;
+  for (std::size_t g = 0; g < groups.count; ++g) {
+    groups.size[g] = n / groups.count + (g < n % groups.count ? 1 : 0);
+  }
+  return groups;
 }
 
 /// \brief output(j, o) = bias[o] + dot(weight.row(o), input.row(j)) for all j < input.rows().
 ///
 /// weight: (out_features, in_features), input: (n, in_features), output: (n, out_features); bias
 /// has out_features entries or is nullptr. Each weight row is loaded from memory once for all n
-/// inputs (n <= 9 on AVX-512; see the tile notes above), and every output is summed in the same
-/// order whatever n is (see kLanes).
+/// inputs (once per 40 inputs on AVX-512; see the tile notes above), and every output is summed
+/// in the same order whatever n is (see kLanes).
 inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef input,
                         RowsRef output) {
   eigen_assert(weight.cols() == input.cols() && output.rows() == input.rows() &&
@@ -322,26 +378,39 @@ inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef inp
                   .prefetch = nullptr};
   // Prefetch only real weight matrices (attention calls this with a few keys as "weights").
   const bool prefetch = out_features * tile.weight_stride * sizeof(float) > 4 * kPrefetchBytes;
-  std::size_t group = 0;
-  for (std::size_t j = 0; j < n; j += group) {
-    group = n - j <= 9 ? n - j : 8;
-    tile.input = input.data() + j * tile.input_stride;
-    tile.out = output.data() + j * tile.out_stride;
-    if constexpr (kWideRegisterFile) {
-      // R x I accumulators + I inputs + 1 weight register <= 32; shapes picked by measurement
-      // (bench/gpt_forward_bench, and A/B runs of candidate shapes in one process).
-      switch (group) {
-        case 1: linear_pass<8, 1>(out_features, group, tile, prefetch); break;
-        case 2: linear_pass<8, 2>(out_features, group, tile, prefetch); break;
-        case 3: linear_pass<8, 3>(out_features, group, tile, prefetch); break;
-        case 4: linear_pass<6, 4>(out_features, group, tile, prefetch); break;
-        case 5: linear_pass<5, 5>(out_features, group, tile, prefetch); break;
-        case 6: linear_pass<4, 6>(out_features, group, tile, prefetch); break;
-        case 7: linear_pass<2, 7>(out_features, group, tile, prefetch); break;
-        case 8: linear_pass<2, 8>(out_features, group, tile, prefetch); break;
-        default: linear_pass<2, 9>(out_features, group, tile, prefetch); break;
+  if constexpr (kWideRegisterFile) {
+    if (n <= kOneTileInputs) {  // one tile holds every input: each weight is loaded once
+      tile.input = input.data();
+      tile.out = output.data();
+      linear_group(0, out_features, out_features, n, tile, 0, prefetch ? 1 : 0);
+      return;
+    }
+    // More inputs than one tile holds: groups of <= kGroupInputs inputs share each block of
+    // kBlockRows weight rows, which comes from memory for the first group and from cache for
+    // the others, so the weights still cross the memory bus once per call (per 40 inputs).
+    // Each group requests its share of the rows ahead, so the stream is spread over the whole
+    // block's arithmetic. The summation order of every output is unchanged.
+    constexpr std::size_t kMaxInputs = kGroupInputs * InputGroups::kMax;
+    for (std::size_t first = 0; first < n; first += kMaxInputs) {
+      const InputGroups groups = input_groups(std::min(kMaxInputs, n - first));
+      for (std::size_t o = 0; o < out_features; o += kBlockRows) {
+        const std::size_t end = std::min(out_features, o + kBlockRows);
+        std::size_t j = first;
+        for (std::size_t g = 0; g < groups.count; ++g) {
+          LinearTile part = tile;
+          part.input = input.data() + j * tile.input_stride;
+          part.out = output.data() + j * tile.out_stride;
+          linear_group(o, end, out_features, groups.size[g], part, g, prefetch ? groups.count : 0);
+          j += groups.size[g];
+        }
       }
-    } else {
+    }
+  } else {
+    std::size_t group = 0;
+    for (std::size_t j = 0; j < n; j += group) {
+      group = n - j <= 9 ? n - j : 8;
+      tile.input = input.data() + j * tile.input_stride;
+      tile.out = output.data() + j * tile.out_stride;
       // 16 registers: one input per tile; each weight tile stays in L1 across the inputs.
       const std::size_t rows_per_tile = kSmallFileTileRows;
       for (std::size_t o = 0; o < out_features; o += rows_per_tile) {
