@@ -423,8 +423,8 @@ TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseOddDimsAndSmallChunks) {
   }
 }
 
-TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseInChunksOfMoreThanFortyRows) {
-  // chunk_rows 48: a call of n > 40 rows runs the grouped kernel more than once per matrix.
+TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseInChunksOfMoreThanThirtyTwoRows) {
+  // chunk_rows 48: a call of n > 32 rows runs the grouped kernel more than once per matrix.
   GptModel batched = synthetic_model(48);
   GptModel reference = synthetic_model();
   const std::vector<token_t> tokens = random_tokens(48, batched.vocab_size(), 7);

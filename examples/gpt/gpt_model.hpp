@@ -24,7 +24,7 @@
 // (Bitwise equality holds within one binary; another compiler or -march may round differently.)
 //
 // Speed: an n-row call reads every weight from memory once: into one register tile shaped for n
-// (n <= 6), or in blocks of rows that every group of <= 5 inputs passes over while the block is
+// (n <= 6), or in blocks of rows that every group of <= 6 inputs passes over while the block is
 // in cache (n > 6). Weights are prefetched 64 KB ahead into L2, so DRAM streams while the FMAs of
 // extra rows run: T(n) / T(1) stays low until the arithmetic of n rows outlasts one pass over
 // the weights.
@@ -81,8 +81,9 @@ inline constexpr std::size_t kPacketsPerLanes = kLanes / kPacketSize;
 //  * 32 registers, one packet per 16 lanes (AVX-512): all n <= 6 inputs go in ONE tile, shaped to
 //    the register file (R x I accumulators + I inputs + 1 weight <= ~31 registers), so every
 //    weight is loaded exactly once per call, from wherever it is. Larger n take balanced groups
-//    of <= 5 inputs over blocks of weight rows that stay in cache between the groups (A/B in one
-//    process, n = 7..16: 14-16 % faster than one 2 x 7 .. 2 x 9 tile or two passes of 8).
+//    (two up to n = 12, then groups of <= 4) over blocks of weight rows that stay in cache
+//    between the groups (docs/benchmarks.md: n = 7..16 took 19-44 % less time than one 2 x 7 ..
+//    2 x 9 tile or two passes of 8; the group sizes by A/B in one process).
 //  * otherwise (SSE / AVX2 / NEON, 16 registers): 8 / packets-per-16-lanes rows x 1 input.
 inline constexpr bool kWideRegisterFile =
     EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 && kPacketsPerLanes == 1;
@@ -96,8 +97,10 @@ inline constexpr std::size_t kPrefetchBytes = 64 * 1024;
 // of inputs passes over a block while it is still in L1/L2 (40 rows x 1536 floats = 240 KB).
 inline constexpr std::size_t kBlockRows = 40;
 inline constexpr std::size_t kOneTileInputs = 6;  // n <= 6: one tile, no blocking
-inline constexpr std::size_t kGroupInputs = 5;    // n > 6: groups of <= 5 inputs, sizes balanced
-static_assert(kGroupInputs <= kOneTileInputs, "specdec: groups use the one-tile shapes");
+inline constexpr std::size_t kTwoGroupInputs = 12;  // 7 <= n <= 12: two groups
+inline constexpr std::size_t kGroupInputs = 4;      // n > 12: groups of <= 4, sizes balanced
+static_assert(kTwoGroupInputs <= 2 * kOneTileInputs && kGroupInputs <= kOneTileInputs,
+              "specdec: every group must fit the one-tile shapes");
 
 using ConstRowsRef = Eigen::Ref<const RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
 using RowsRef = Eigen::Ref<RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
@@ -338,17 +341,20 @@ inline void linear_group(std::size_t begin, std::size_t end, std::size_t out_fea
   }
 }
 
-/// How linear_rows splits n > kOneTileInputs inputs (at most kGroupInputs * kMax) into groups
-/// of balanced sizes <= kGroupInputs, one tile shape each.
+/// How linear_rows splits kOneTileInputs < n <= kMaxInputs inputs into groups of balanced sizes,
+/// one tile shape each: two groups up to kTwoGroupInputs (the 4 x 6 .. 5 x 5 tiles are cheapest
+/// in pairs), groups of <= kGroupInputs beyond (measured: three groups of 5-6 cost 10 % more
+/// than four of 3-4).
 struct InputGroups {
   static constexpr std::size_t kMax = 8;
+  static constexpr std::size_t kMaxInputs = kGroupInputs * kMax;
   std::size_t count = 0;
   std::size_t size[kMax] = {};
 };
 
 inline InputGroups input_groups(std::size_t n) noexcept {
   InputGroups groups;
-  groups.count = (n + kGroupInputs - 1) / kGroupInputs;
+  groups.count = n <= kTwoGroupInputs ? 2 : (n + kGroupInputs - 1) / kGroupInputs;
   for (std::size_t g = 0; g < groups.count; ++g) {
     groups.size[g] = n / groups.count + (g < n % groups.count ? 1 : 0);
   }
@@ -359,7 +365,7 @@ inline InputGroups input_groups(std::size_t n) noexcept {
 ///
 /// weight: (out_features, in_features), input: (n, in_features), output: (n, out_features); bias
 /// has out_features entries or is nullptr. Each weight row is loaded from memory once for all n
-/// inputs (once per 40 inputs on AVX-512; see the tile notes above), and every output is summed
+/// inputs (once per 32 inputs on AVX-512; see the tile notes above), and every output is summed
 /// in the same order whatever n is (see kLanes).
 inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef input,
                         RowsRef output) {
@@ -379,20 +385,22 @@ inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef inp
   // Prefetch only real weight matrices (attention calls this with a few keys as "weights").
   const bool prefetch = out_features * tile.weight_stride * sizeof(float) > 4 * kPrefetchBytes;
   if constexpr (kWideRegisterFile) {
-    if (n <= kOneTileInputs) {  // one tile holds every input: each weight is loaded once
-      tile.input = input.data();
-      tile.out = output.data();
-      linear_group(0, out_features, out_features, n, tile, 0, prefetch ? 1 : 0);
-      return;
-    }
-    // More inputs than one tile holds: groups of <= kGroupInputs inputs share each block of
-    // kBlockRows weight rows, which comes from memory for the first group and from cache for
-    // the others, so the weights still cross the memory bus once per call (per 40 inputs).
-    // Each group requests its share of the rows ahead, so the stream is spread over the whole
-    // block's arithmetic. The summation order of every output is unchanged.
-    constexpr std::size_t kMaxInputs = kGroupInputs * InputGroups::kMax;
+    // Up to kOneTileInputs inputs: one tile holds them all, so each weight is loaded once. More:
+    // groups of inputs (input_groups) share each block of kBlockRows weight rows, which comes
+    // from memory for the first group and from cache for the others, so the weights still cross
+    // the memory bus once per call (per kMaxInputs inputs). Each group requests its share of the
+    // rows ahead, so the stream is spread over the whole block's arithmetic. The summation order
+    // of every output is unchanged.
+    constexpr std::size_t kMaxInputs = InputGroups::kMaxInputs;
     for (std::size_t first = 0; first < n; first += kMaxInputs) {
-      const InputGroups groups = input_groups(std::min(kMaxInputs, n - first));
+      const std::size_t count = std::min(kMaxInputs, n - first);
+      if (count <= kOneTileInputs) {
+        tile.input = input.data() + first * tile.input_stride;
+        tile.out = output.data() + first * tile.out_stride;
+        linear_group(0, out_features, out_features, count, tile, 0, prefetch ? 1 : 0);
+        continue;
+      }
+      const InputGroups groups = input_groups(count);
       for (std::size_t o = 0; o < out_features; o += kBlockRows) {
         const std::size_t end = std::min(out_features, o + kBlockRows);
         std::size_t j = first;
