@@ -568,6 +568,16 @@ TEST(PolicyExactnessTest, DroppingADrawnTokenAfterTheFactIsCaught) {
 
 // ---- the full decoder ----------------------------------------------------------------------
 
+/// The V = 32 pair of the decoder tests: the draft is the target plus `noise` times a
+/// perturbation (0: identical, 50: unrelated).
+ScriptedPair decoder_pair(double noise) {
+  ScriptedPair pair;
+  pair.target_model = {.salt = 3, .vocab = 32, .scale = 3.0};
+  pair.perturbation = {.salt = 4, .vocab = 32, .scale = 3.0};
+  pair.noise = noise;
+  return pair;
+}
+
 GenerationConfig decoder_config(DraftLengthKind kind, std::size_t draft_length) {
   GenerationConfig config = config_with(draft_length);
   config.draft_length_policy.kind = kind;
@@ -608,10 +618,7 @@ TEST(PolicyDecoderTest, GreedyOutputIsThePlainDecodersWithEveryPolicy) {
 
 TEST(PolicyDecoderTest, GoodputFallsBackToPlainStepsWithAnUnrelatedDraftAndDraftsWithAGoodOne) {
   for (double noise : {0.0, 50.0}) {
-    ScriptedPair pair;
-    pair.target_model = {.salt = 3, .vocab = 32, .scale = 3.0};
-    pair.perturbation = {.salt = 4, .vocab = 32, .scale = 3.0};
-    pair.noise = noise;
+    const ScriptedPair pair = decoder_pair(noise);
     auto draft = pair.draft<float>();
     auto target = pair.target<float>();
     specdec::SpeculativeDecoder decoder(draft, target);
@@ -637,10 +644,7 @@ TEST(PolicyDecoderTest, GoodputFallsBackToPlainStepsWithAnUnrelatedDraftAndDraft
 }
 
 TEST(PolicyDecoderTest, MeasuredGoodputRecordsItsPredictions) {
-  ScriptedPair pair;
-  pair.target_model = {.salt = 3, .vocab = 32, .scale = 3.0};
-  pair.perturbation = {.salt = 4, .vocab = 32, .scale = 3.0};
-  pair.noise = 0.5;
+  const ScriptedPair pair = decoder_pair(0.5);
   auto draft = pair.draft<float>();
   auto target = pair.target<float>();
   specdec::SpeculativeDecoder decoder(draft, target);
@@ -655,10 +659,7 @@ TEST(PolicyDecoderTest, MeasuredGoodputRecordsItsPredictions) {
 // A huge K with a small budget is valid (the round length is min(K, budget - 1)); no policy
 // may size anything by K itself (found by the fuzzer: goodput resized its tables to K + 1).
 TEST(PolicyDecoderTest, AHugeDraftLengthWithASmallBudgetWorksWithEveryPolicy) {
-  ScriptedPair pair;
-  pair.target_model = {.salt = 3, .vocab = 32, .scale = 3.0};
-  pair.perturbation = {.salt = 4, .vocab = 32, .scale = 3.0};
-  pair.noise = 0.5;
+  const ScriptedPair pair = decoder_pair(0.5);
   auto draft = pair.draft<float>();
   auto target = pair.target<float>();
   specdec::SpeculativeDecoder decoder(draft, target);

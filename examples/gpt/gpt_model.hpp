@@ -82,7 +82,7 @@ inline constexpr std::size_t kPacketsPerLanes = kLanes / kPacketSize;
 //    the register file (R x I accumulators + I inputs + 1 weight <= ~31 registers), so every
 //    weight is loaded exactly once per call, from wherever it is. Larger n take balanced groups
 //    (two up to n = 12, then groups of <= 4) over blocks of weight rows that stay in cache
-//    between the groups (docs/benchmarks.md: n = 7..16 took 19-44 % less time than one 2 x 7 ..
+//    between the groups (docs/benchmarks.md: n = 7..16 took 21-41 % less time than one 2 x 7 ..
 //    2 x 9 tile or two passes of 8; the group sizes by A/B in one process).
 //  * otherwise (SSE / AVX2 / NEON, 16 registers): 8 / packets-per-16-lanes rows x 1 input.
 inline constexpr bool kWideRegisterFile =
