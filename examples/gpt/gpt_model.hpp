@@ -235,12 +235,17 @@ inline void linear_tile(const LinearTile& t) noexcept {
   if (body < t.length) {  // length not a multiple of 16: one more zero-padded step, same lanes
     static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
       static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
-        float w_tail[kLanes] = {};
-        float x_tail[kLanes] = {};
-        const float* w_row = t.weight + r * t.weight_stride;
-        const float* x_row = t.input + j * t.input_stride;
-        std::copy(w_row + body, w_row + t.length, w_tail);
-        std::copy(x_row + body, x_row + t.length, x_tail);
+        // Element by element, not std::copy: a memcpy call here clobbers every vector register,
+        // and GCC then kept the accumulators of the main loop above in memory (2x slower).
+        float w_tail[kLanes];
+        float x_tail[kLanes];
+        const float* w_row = t.weight + r * t.weight_stride + body;
+        const float* x_row = t.input + j * t.input_stride + body;
+        const std::size_t tail = t.length - body;
+        for (std::size_t k = 0; k < kLanes; ++k) {
+          w_tail[k] = k < tail ? w_row[k] : 0.0f;
+          x_tail[k] = k < tail ? x_row[k] : 0.0f;
+        }
         static_for<kPacketsPerLanes>([&](auto p) SPECDEC_GPT_FORCE_INLINE {
           acc[r][j][p] = pmadd(ploadu<Packet>(w_tail + p * kPacketSize),
                                ploadu<Packet>(x_tail + p * kPacketSize), acc[r][j][p]);
@@ -383,7 +388,7 @@ inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef inp
                   .out_stride = static_cast<std::size_t>(output.outerStride()),
                   .prefetch = nullptr};
   // Prefetch only real weight matrices (attention calls this with a few keys as "weights").
-  const bool prefetch = out_features * tile.weight_stride * sizeof(float) > 4 * kPrefetchBytes;
+  const bool prefetch = out_features * tile.length * sizeof(float) > 4 * kPrefetchBytes;
   if constexpr (kWideRegisterFile) {
     // Up to kOneTileInputs inputs: one tile holds them all, so each weight is loaded once. More:
     // groups of inputs (input_groups) share each block of kBlockRows weight rows, which comes
@@ -439,16 +444,59 @@ inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef inp
 // ----------------------------------------------------------------------------
 // Row-wise pieces (one position at a time, the same code for every row)
 
+/// Sum of x[0..n) in kLanes lane sums (element i into lane i % kLanes, the tail zero-padded),
+/// reduced by reduce_lanes: a fixed order for every row, and no serial chain of n dependent adds
+/// (a scalar loop over a 384-wide row was 2 x 1.5k cycles per layer norm).
+inline float sum_lanes(const float* x, std::size_t n) noexcept {
+  using namespace Eigen::internal;
+  Packet lanes[kPacketsPerLanes];
+  for (auto& lane : lanes) lane = pset1<Packet>(0.0f);
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
+      lanes[p] = padd(lanes[p], ploadu<Packet>(x + i + p * kPacketSize));
+    }
+  }
+  if (i < n) {
+    float tail[kLanes] = {};
+    std::copy(x + i, x + n, tail);
+    for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
+      lanes[p] = padd(lanes[p], ploadu<Packet>(tail + p * kPacketSize));
+    }
+  }
+  return reduce_lanes(lanes);
+}
+
+/// Sum of x[i]^2 over [0, n), lanes as in sum_lanes (the zero padding adds exact zeros).
+inline float sum_squares_lanes(const float* x, std::size_t n) noexcept {
+  using namespace Eigen::internal;
+  Packet lanes[kPacketsPerLanes];
+  for (auto& lane : lanes) lane = pset1<Packet>(0.0f);
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
+      const Packet v = ploadu<Packet>(x + i + p * kPacketSize);
+      lanes[p] = pmadd(v, v, lanes[p]);
+    }
+  }
+  if (i < n) {
+    float tail[kLanes] = {};
+    std::copy(x + i, x + n, tail);
+    for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
+      const Packet v = ploadu<Packet>(tail + p * kPacketSize);
+      lanes[p] = pmadd(v, v, lanes[p]);
+    }
+  }
+  return reduce_lanes(lanes);
+}
+
 inline void layer_norm_row(const float* x, const float* weight, const float* bias, std::size_t d,
                            float* out) noexcept {
   constexpr float kEps = 1e-5f;  // nn.LayerNorm(eps=1e-5)
-  float sum = 0.0f;
-  for (std::size_t i = 0; i < d; ++i) sum += x[i];
-  const float mean = sum / static_cast<float>(d);
-  float square_sum = 0.0f;
-  for (std::size_t i = 0; i < d; ++i) square_sum += (x[i] - mean) * (x[i] - mean);
-  const float inv_std = 1.0f / std::sqrt(square_sum / static_cast<float>(d) + kEps);
-  for (std::size_t i = 0; i < d; ++i) out[i] = (x[i] - mean) * inv_std * weight[i] + bias[i];
+  const float mean = sum_lanes(x, d) / static_cast<float>(d);
+  for (std::size_t i = 0; i < d; ++i) out[i] = x[i] - mean;  // centred first: a stable variance
+  const float inv_std = 1.0f / std::sqrt(sum_squares_lanes(out, d) / static_cast<float>(d) + kEps);
+  for (std::size_t i = 0; i < d; ++i) out[i] = out[i] * inv_std * weight[i] + bias[i];
 }
 
 /// Applies a packet function to x[0..n) in place. The tail is zero-padded to a full packet, so
@@ -481,24 +529,45 @@ inline void gelu_tanh_inplace(float* x, std::size_t n) noexcept {
 
 inline void softmax_inplace(float* x, std::size_t n) noexcept {
   using namespace Eigen::internal;
-  const float max = *std::max_element(x, x + n);
+  const float max = *std::max_element(x, x + n);  // exact in any order
   const Packet max_packet = pset1<Packet>(max);
   transform_packets(x, n, [&](const Packet& v) { return pexp(psub(v, max_packet)); });
-  float sum = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) sum += x[i];
-  const float inv_sum = 1.0f / sum;
+  const float inv_sum = 1.0f / sum_lanes(x, n);
   for (std::size_t i = 0; i < n; ++i) x[i] *= inv_sum;
 }
 
-/// y += a * x (elementwise, so the order of operations per element is fixed).
-inline void axpy(float a, const float* x, float* y, std::size_t n) noexcept {
+/// out[0..dim) = sum over t < count of weights[t] * rows[t * stride + 0..dim): one fused
+/// multiply-add per element and t, in t order, the sums held in registers across all t. (Adding
+/// one row at a time into memory put a store-to-load round trip on every step's critical path.)
+inline void weighted_row_sum(const float* weights, std::size_t count, const float* rows,
+                             std::size_t stride, std::size_t dim, float* out) noexcept {
   using namespace Eigen::internal;
-  const Packet a_packet = pset1<Packet>(a);
-  std::size_t i = 0;
-  for (; i + kPacketSize <= n; i += kPacketSize) {
-    pstoreu(y + i, pmadd(a_packet, ploadu<Packet>(x + i), ploadu<Packet>(y + i)));
+  constexpr std::size_t kBlock = 4;  // packets per pass: 4 independent FMA chains
+  std::size_t c = 0;
+  for (; c + kBlock * kPacketSize <= dim; c += kBlock * kPacketSize) {
+    Packet acc[kBlock];
+    for (auto& a : acc) a = pset1<Packet>(0.0f);
+    for (std::size_t t = 0; t < count; ++t) {
+      const Packet w = pset1<Packet>(weights[t]);
+      const float* row = rows + t * stride + c;
+      for (std::size_t p = 0; p < kBlock; ++p) {
+        acc[p] = pmadd(w, ploadu<Packet>(row + p * kPacketSize), acc[p]);
+      }
+    }
+    for (std::size_t p = 0; p < kBlock; ++p) pstoreu(out + c + p * kPacketSize, acc[p]);
   }
-  for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+  for (; c + kPacketSize <= dim; c += kPacketSize) {
+    Packet acc = pset1<Packet>(0.0f);
+    for (std::size_t t = 0; t < count; ++t) {
+      acc = pmadd(pset1<Packet>(weights[t]), ploadu<Packet>(rows + t * stride + c), acc);
+    }
+    pstoreu(out + c, acc);
+  }
+  for (; c < dim; ++c) {
+    float acc = 0.0f;
+    for (std::size_t t = 0; t < count; ++t) acc = std::fma(weights[t], rows[t * stride + c], acc);
+    out[c] = acc;
+  }
 }
 
 }  // namespace detail
@@ -536,7 +605,7 @@ class GptModel {
     attention_.setZero(rows, d);
     hidden_.setZero(rows, static_cast<Eigen::Index>(c.d_ff));
     branch_.setZero(rows, d);
-    scores_.setZero(context);
+    scores_.setZero(rows, context);
     key_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(context, d));
     value_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(context, d));
     logits_.setZero(context, static_cast<Eigen::Index>(c.vocab_size));
@@ -665,22 +734,24 @@ class GptModel {
       linear_rows(w.qkv_weight.bottomRows(d_model), w.qkv_bias.data() + 2 * d_model, x,
                   values.middleRows(first, rows));
 
-      for (Eigen::Index r = 0; r < rows; ++r) {
-        const Eigen::Index visible = first + r + 1;  // causal: positions 0 .. first + r
-        auto scores = Eigen::Map<RowMajorMatrixXf>(scores_.data(), 1, visible);  // (1, visible)
-        attention_.row(r).setZero();
-        for (Eigen::Index h = 0; h < n_head; ++h) {
-          const Eigen::Index offset = h * head_dim;  // head h owns dims [offset, offset + head_dim)
-          // scores(t) = q . k_t  for every visible t: the keys play the weight rows of the kernel
-          linear_rows(keys.block(0, offset, visible, head_dim), nullptr,
-                      query_.block(r, offset, 1, head_dim), scores);
-          scores *= score_scale;
-          detail::softmax_inplace(scores.data(), static_cast<std::size_t>(visible));
-          float* out = attention_.row(r).data() + offset;  // (head_dim)
-          for (Eigen::Index t = 0; t < visible; ++t) {
-            detail::axpy(scores(0, t), values.row(t).data() + offset, out,
-                         static_cast<std::size_t>(head_dim));
-          }
+      // Per head: the scores of all new rows against all keys they can see come from one kernel
+      // call (the keys play the weight rows, so each key is read once for the whole chunk; row r
+      // uses its first first + r + 1 scores, and every score is the same dot product a one-row
+      // call computes). Then, row by row, softmax and the weighted sum of the value rows.
+      const Eigen::Index keys_seen = first + rows;  // the last new row sees all of them
+      for (Eigen::Index h = 0; h < n_head; ++h) {
+        const Eigen::Index offset = h * head_dim;  // head h owns dims [offset, offset + head_dim)
+        linear_rows(keys.block(0, offset, keys_seen, head_dim), nullptr,
+                    query_.block(0, offset, rows, head_dim), scores_.topLeftCorner(rows, keys_seen));
+        for (Eigen::Index r = 0; r < rows; ++r) {
+          const Eigen::Index visible = first + r + 1;  // causal: positions 0 .. first + r
+          float* scores = scores_.row(r).data();
+          for (Eigen::Index t = 0; t < visible; ++t) scores[t] *= score_scale;
+          detail::softmax_inplace(scores, static_cast<std::size_t>(visible));
+          detail::weighted_row_sum(scores, static_cast<std::size_t>(visible),
+                                   values.data() + offset, static_cast<std::size_t>(d_model),
+                                   static_cast<std::size_t>(head_dim),
+                                   attention_.row(r).data() + offset);
         }
       }
       linear_rows(w.proj_weight, w.proj_bias.data(), attention_.topRows(rows),
@@ -722,7 +793,7 @@ class GptModel {
   RowMajorMatrixXf attention_;  // (chunk, d_model)  attention output, heads concatenated
   RowMajorMatrixXf hidden_;     // (chunk, d_ff)     MLP hidden activations
   RowMajorMatrixXf branch_;     // (chunk, d_model)  proj / fc2 output, added to the residual
-  Eigen::VectorXf scores_;      // (max_context)     one head's attention weights at one position
+  RowMajorMatrixXf scores_;     // (chunk, max_context) one head's attention weights, row by row
   std::vector<RowMajorMatrixXf> key_cache_;    // (n_layer) x (max_context, d_model)
   std::vector<RowMajorMatrixXf> value_cache_;  // (n_layer) x (max_context, d_model)
   RowMajorMatrixXf logits_;  // (max_context, vocab_size)  target rows; a call fills the first n
