@@ -34,9 +34,10 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
   --prompt TEXT          "Book C:V text" (default "Psalms 23:1 ")
   --max-new-tokens N     tokens to generate, >= 1 (default 200); clamped so that
                          prompt + N + K + 1 <= the models' max context (384 positions)
-  -k, --draft-length K   tokens drafted per target call, >= 1 (default 4); with an adaptive
-                         --draft-policy, the most a round may draft. "auto" = --draft-policy
-                         goodput with K = 16
+  -k, --draft-length K   tokens drafted per target call, >= 1 (default 6 greedy, 8 when
+                         sampling: the shipped pair's measured best); with an adaptive
+                         --draft-policy, the most a round may draft (default 16). "auto" =
+                         --draft-policy goodput with K = 16
   --draft-policy P       fixed | schedule (+2 after a fully accepted round, -1 after a
                          rejection) | confidence (stop after a token the draft gave < 0.75) |
                          goodput (the length that maximises expected tokens/s, from measured
@@ -92,6 +93,11 @@ const char* draft_policy_name(specdec::DraftLengthKind kind) {
   return "?";
 }
 
+/// Draft lengths used when -k is not given: the best static K of the shipped pair in the paired
+/// sweep (docs/benchmarks.md, "End to end"), greedy and sampled (T = 1).
+constexpr std::size_t kDefaultGreedyDraftLength = 6;
+constexpr std::size_t kDefaultSampledDraftLength = 8;
+
 /// The most tokens `--draft-length auto` lets a round draft (llama.cpp's n_max default).
 constexpr std::size_t kAutoDraftLengthCap = 16;
 
@@ -142,6 +148,7 @@ Options parse_args(int argc, char** argv) {
   specdec::GenerationConfig& config = options.config;
   config.max_new_tokens = 200;
   config.sampling.temperature = 0.0f;
+  bool draft_length_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     const auto value = [&]() -> std::string_view {
@@ -151,6 +158,7 @@ Options parse_args(int argc, char** argv) {
     const auto size_value = [&] { return parse_number<std::size_t>(flag, value()); };
     const auto float_value = [&] { return parse_number<float>(flag, value()); };
     const auto set_draft_length = [&](std::string_view text) {
+      draft_length_given = true;
       if (text == "auto") {
         config.draft_length = kAutoDraftLengthCap;
         config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
@@ -181,6 +189,12 @@ Options parse_args(int argc, char** argv) {
     // clang-format on
   }
   if (config.max_new_tokens == 0) throw UsageError("--max-new-tokens must be >= 1");
+  if (!draft_length_given) {
+    const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
+    config.draft_length = adaptive                             ? kAutoDraftLengthCap
+                          : config.sampling.temperature > 0.0f ? kDefaultSampledDraftLength
+                                                               : kDefaultGreedyDraftLength;
+  }
   try {
     config.validate();  // the library's own checks: K >= 1, temperature, top-k, top-p, min-p
   } catch (const std::invalid_argument& error) {
