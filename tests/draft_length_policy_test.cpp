@@ -308,9 +308,10 @@ TEST(GoodputDraftLengthTest, FallsBackToPlainStepsWhenDraftingCannotPayAndProbes
   EXPECT_TRUE(policy.draft_more(DraftState{0, 8, none}));  // the prior says drafting may pay
   const std::vector<double> half{0.5};
   for (int round = 0; round < 10; ++round) policy.observe(report(1, 0, half));  // useless draft
-  // Now every round is a plain step, except one probe after 4, then 8, then 16 plain rounds.
+  // Now every round is a plain step, except one probe after every 4 plain rounds; after 4 probes
+  // that did not restart drafting the wait doubles (8, then 16 plain rounds).
   std::vector<int> probes_at;
-  for (int round = 0; round < 40; ++round) {
+  for (int round = 0; round < 60; ++round) {
     const bool drafts = policy.draft_more(DraftState{0, 8, none});
     if (drafts) {
       probes_at.push_back(round);
@@ -320,7 +321,7 @@ TEST(GoodputDraftLengthTest, FallsBackToPlainStepsWhenDraftingCannotPayAndProbes
       policy.observe(report(0, 0));
     }
   }
-  EXPECT_EQ(probes_at, (std::vector<int>{4, 13, 30}));
+  EXPECT_EQ(probes_at, (std::vector<int>{4, 9, 14, 19, 24, 33, 50}));
   // A good probe restarts drafting, and the backoff resets.
   for (int round = 0; round < 30; ++round) policy.observe(report(4, 4, std::vector<double>(4, 0.9)));
   EXPECT_TRUE(policy.draft_more(DraftState{0, 8, none}));

@@ -48,9 +48,10 @@ struct GoodputOptions {
   /// about ten rounds (follows text whose difficulty changes); 1 never forgets.
   double forgetting = 0.9;
   /// Consecutive plain rounds before one token is drafted to probe whether drafting pays
-  /// again (>= 1); doubles after every probe that does not restart drafting, up to 16 times
-  /// (so a useless draft costs one draft token and one verify row per 64 rounds in the long
-  /// run, while text that turns easy again is noticed within a few rounds).
+  /// again (>= 1). After four probes in a row that do not restart drafting it doubles with
+  /// every further one, up to 16 times (so a useless draft costs one draft token and one
+  /// verify row per 64 rounds in the long run, while text that turns easy again after a hard
+  /// stretch is noticed within probe_interval rounds).
   std::size_t probe_interval = 4;
   /// A fixed cost model, in units of a one-row target call: t_d = draft_token_cost and
   /// T_v(n) = 1 + verify_row_cost (n - 1). Both >= 0 to use it (decisions then never depend on
@@ -327,6 +328,7 @@ class GoodputDraftLength {
     calibration_.reset();
     plain_streak_ = 0;
     probe_wait_ = options_.probe_interval;
+    failed_probes_ = 0;
     probing_ = false;
     predicted_ = false;
     round_cap_ = cap_;
@@ -367,11 +369,16 @@ class GoodputDraftLength {
     } else {
       calibration_.observe(report.token_probabilities, report.drafted, report.accepted,
                            options_.forgetting);
-      if (probing_) {
-        probe_wait_ = std::min(2 * probe_wait_, 16 * options_.probe_interval);
-      } else {
-        probe_wait_ = options_.probe_interval;
-      }
+      // Back off only after kProbesBeforeBackoff probes in a row failed to restart drafting:
+      // text that turns easy again is noticed within probe_interval rounds (where every plain
+      // round it misses costs most of a round's gain), while a draft that stays useless costs
+      // a few probes per generate() before the waits double.
+      failed_probes_ = probing_ ? failed_probes_ + 1 : 0;
+      const std::size_t doublings =
+          std::min<std::size_t>(kMaxProbeDoublings, failed_probes_ > kProbesBeforeBackoff
+                                                        ? failed_probes_ - kProbesBeforeBackoff
+                                                        : 0);
+      probe_wait_ = options_.probe_interval << doublings;
       plain_streak_ = 0;
     }
     probing_ = false;
@@ -466,6 +473,8 @@ class GoodputDraftLength {
   bool predicted_ = false;  // draft_more ran since the last observe
   bool first_round_ = true;  // the next observe() is of a generate()'s first round
   static constexpr std::size_t kExploreInterval = 8;
+  static constexpr std::size_t kProbesBeforeBackoff = 4, kMaxProbeDoublings = 4;
+  std::size_t failed_probes_ = 0;  // probes since drafting last resumed
   std::size_t rounds_since_exploring_ = 0;
   std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or less in an exploring round
   RoundPrediction last_prediction_{};
