@@ -33,6 +33,8 @@ using specdec::DraftLengthKind;
 using specdec::token_t;
 using specdec::examples::GptModel;
 using specdec_bench::load_average;
+using specdec_bench::parse_count;
+using specdec_bench::parse_flags;
 using specdec_bench::parse_list;
 using specdec_bench::read_prompts;
 
@@ -47,19 +49,16 @@ struct Options {
 
 Options parse_args(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (i + 1 >= argc) throw std::invalid_argument(std::string(flag) + " needs a value");
-    const std::string_view value = argv[++i];
-    const auto number = [&] { return static_cast<std::size_t>(parse_list(flag, value).at(0)); };
-    if (flag == "--prompts") o.prompts = number();
-    else if (flag == "--tokens") o.tokens = number();
+  parse_flags(argc, argv, [&](std::string_view flag, std::string_view value) {
+    if (flag == "--prompts") o.prompts = parse_count(flag, value);
+    else if (flag == "--tokens") o.tokens = parse_count(flag, value);
     else if (flag == "--ks") o.ks = parse_list(flag, value);
-    else if (flag == "--cap") o.cap = number();
+    else if (flag == "--cap") o.cap = parse_count(flag, value);
     else if (flag == "--temperatures") o.temperatures = parse_list(flag, value);
-    else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(parse_list(flag, value).at(0));
-    else throw std::invalid_argument("unknown option '" + std::string(flag) + "'");
-  }
+    else if (flag == "--seed") o.seed = parse_count(flag, value);
+    else return false;
+    return true;
+  });
   return o;
 }
 

@@ -1,6 +1,6 @@
 // Helpers shared by the plain benchmark programs over the example GPT pair (gpt_verifiers,
-// gpt_draft_length): comma-separated flag values, the held-out prompts, medians and the load
-// average to print next to every table.
+// gpt_draft_length): "--flag value" command lines with comma-separated values, the held-out
+// prompts, medians and the load average to print next to every table.
 #pragma once
 
 #include <algorithm>
@@ -33,6 +33,25 @@ inline std::vector<double> parse_list(std::string_view flag, std::string_view li
     list.remove_prefix(comma + 1);
   }
   return values;
+}
+
+/// Reads argv as "--flag value" pairs, calling set(flag, value) for each; `set` returns false
+/// for a flag it does not know. Throws std::invalid_argument for an unknown flag or a flag
+/// without a value.
+template <class Set>
+void parse_flags(int argc, char** argv, Set set) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument(std::string(flag) + " needs a value");
+    if (!set(flag, std::string_view(argv[++i]))) {
+      throw std::invalid_argument("unknown option '" + std::string(flag) + "'");
+    }
+  }
+}
+
+/// The first number of a flag's value as a count ("--prompts 50").
+inline std::size_t parse_count(std::string_view flag, std::string_view value) {
+  return static_cast<std::size_t>(parse_list(flag, value).at(0));
 }
 
 /// The first `count` non-empty lines of models/prompts.txt (held-out verses), each as "\n" +

@@ -30,6 +30,8 @@ using specdec::token_t;
 using specdec::examples::GptModel;
 using specdec_bench::load_average;
 using specdec_bench::median;
+using specdec_bench::parse_count;
+using specdec_bench::parse_flags;
 using specdec_bench::parse_list;
 using specdec_bench::read_prompts;
 
@@ -43,17 +45,15 @@ struct Options {
 
 Options parse_args(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (i + 1 >= argc) throw std::invalid_argument(std::string(flag) + " needs a value");
-    const std::string_view value = argv[++i];
-    if (flag == "--prompts") o.prompts = static_cast<std::size_t>(parse_list(flag, value).at(0));
-    else if (flag == "--tokens") o.tokens = static_cast<std::size_t>(parse_list(flag, value).at(0));
+  parse_flags(argc, argv, [&](std::string_view flag, std::string_view value) {
+    if (flag == "--prompts") o.prompts = parse_count(flag, value);
+    else if (flag == "--tokens") o.tokens = parse_count(flag, value);
     else if (flag == "--ks") o.ks = parse_list(flag, value);
     else if (flag == "--temperatures") o.temperatures = parse_list(flag, value);
-    else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(parse_list(flag, value).at(0));
-    else throw std::invalid_argument("unknown option '" + std::string(flag) + "'");
-  }
+    else if (flag == "--seed") o.seed = parse_count(flag, value);
+    else return false;
+    return true;
+  });
   return o;
 }
 
