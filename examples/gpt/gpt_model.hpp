@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -529,8 +530,12 @@ inline void gelu_tanh_inplace(float* x, std::size_t n) noexcept {
 
 inline void softmax_inplace(float* x, std::size_t n) noexcept {
   using namespace Eigen::internal;
-  const float max = *std::max_element(x, x + n);  // exact in any order
-  const Packet max_packet = pset1<Packet>(max);
+  Packet max_packet = pset1<Packet>(-std::numeric_limits<float>::infinity());
+  std::size_t i = 0;
+  for (; i + kPacketSize <= n; i += kPacketSize) max_packet = pmax(max_packet, ploadu<Packet>(x + i));
+  float max = predux_max(max_packet);  // a maximum is exact in any order
+  for (; i < n; ++i) max = std::max(max, x[i]);
+  max_packet = pset1<Packet>(max);
   transform_packets(x, n, [&](const Packet& v) { return pexp(psub(v, max_packet)); });
   const float inv_sum = 1.0f / sum_lanes(x, n);
   for (std::size_t i = 0; i < n; ++i) x[i] *= inv_sum;
