@@ -18,8 +18,9 @@
 /// is larger than j (ties: the smaller m). At j = 0 that compares speculation with a plain
 /// target step (G(0) = 1 / T_v(1)); when a plain step wins the round drafts nothing, and after
 /// probe_interval such rounds one token is drafted anyway to learn whether drafting pays again.
-/// With measured costs, every eighth drafting round stops at half its planned length, so that
-/// T_v is measured below the lengths the policy settles on, not only extrapolated there.
+/// With measured costs, now and then (after 8 drafting rounds, then 16, ... up to every 128th) a
+/// round stops at half its planned length, so that T_v is measured below the lengths the policy
+/// settles on, not only extrapolated there.
 ///
 /// Exact for any estimates: the decision uses draft-side facts of this round and the outcomes
 /// of earlier rounds, never this round's verification. With measured costs the draft lengths
@@ -346,12 +347,16 @@ class GoodputDraftLength {
     if (j == 0 && planned == 0 && plain_streak_ >= probe_wait_) {
       planned = 1;  // probe: is drafting worth it again?
       probing_ = true;
-    } else if (j == 0 && planned >= 2 && ++rounds_since_exploring_ >= kExploreInterval &&
+    } else if (j == 0 && planned >= 2 && ++rounds_since_exploring_ >= explore_interval_ &&
                !options_.fixed_costs()) {
       // Explore: a round of half the planned length measures T_v where the policy would not
       // otherwise look. Without it, the costs of short rounds are extrapolated from long ones
-      // alone, and an optimistic extrapolation is never corrected.
+      // alone, and an optimistic extrapolation is never corrected. Every exploring round gives
+      // up part of a round's tokens, so the interval doubles after each (8, 16, ... 128 rounds):
+      // the costs describe the hardware and carry over between generate() calls, so they need
+      // many samples early and few later.
       rounds_since_exploring_ = 0;
+      explore_interval_ = std::min(2 * explore_interval_, kMaxExploreInterval);
       planned = (planned + 1) / 2;
       round_cap_ = planned;
     }
@@ -472,7 +477,8 @@ class GoodputDraftLength {
   bool probing_ = false;
   bool predicted_ = false;  // draft_more ran since the last observe
   bool first_round_ = true;  // the next observe() is of a generate()'s first round
-  static constexpr std::size_t kExploreInterval = 8;
+  static constexpr std::size_t kFirstExploreInterval = 8, kMaxExploreInterval = 128;
+  std::size_t explore_interval_ = kFirstExploreInterval;
   static constexpr std::size_t kProbesBeforeBackoff = 4, kMaxProbeDoublings = 4;
   std::size_t failed_probes_ = 0;  // probes since drafting last resumed
   std::size_t rounds_since_exploring_ = 0;
