@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""How much can any draft-length policy gain on BM_DraftLengthPolicy's changing workload?
+
+Simulates the workload's cost model in model time (a one-row target call = 1): acceptance alpha
+0.9 and 0.1 in alternating segments of 32 positions, independent per token; a round drafting m
+tokens costs 1 + c m + row_cost m (c = 0.05; row_cost 0 "flat", 0.1 "+10 %/row"); 256 tokens a
+generation. Prints the tokens per unit cost relative to plain decoding (cost 1 per token) of
+
+  static K      every round drafts K (the benchmark's K = 1..8);
+  clairvoyant   knows the segments: hard -> plain step, easy -> draft up to the cap (8) but not
+                past the segment's end. No causal policy can beat it;
+  reactive      a causal rule tuned to this workload: draft L while the last round accepted
+                its first two tokens, else plain steps with a one-token probe every P rounds.
+
+  python3 tools/policy_oracle.py
+"""
+import random
+
+SEGMENT, TOKENS, CAP, DRAFT_COST = 32, 256, 8, 0.05
+ALPHA_EASY, ALPHA_HARD = 0.9, 0.1
+
+
+def accepted_run(rng, position, m):
+    """Drafted tokens at positions position .. position + m - 1: how many are accepted."""
+    for i in range(m):
+        hard = (position + i) // SEGMENT % 2 == 1
+        if rng.random() >= (ALPHA_HARD if hard else ALPHA_EASY):
+            return i
+    return m
+
+
+def speedup(choose, row_cost, generations=400, seed=1):
+    """choose(position, state) -> m; state is a dict the rule may keep things in."""
+    rng = random.Random(seed)
+    cost = 0.0
+    for _ in range(generations):
+        position, state = 0, {}
+        while position < TOKENS:
+            m = min(choose(position, state), TOKENS - position - 1)
+            accepted = accepted_run(rng, position, m)
+            state["last"] = (m, accepted)
+            position += accepted + 1
+            cost += 1 + DRAFT_COST * m + row_cost * m
+    return generations * TOKENS / cost
+
+
+def static(k):
+    return lambda position, state: k
+
+
+def clairvoyant(position, state):
+    if position // SEGMENT % 2 == 1:
+        return 0
+    return min(CAP, SEGMENT - position % SEGMENT)
+
+
+def reactive(probe_every, length):
+    def choose(position, state):
+        m, accepted = state.get("last", (1, 1))
+        if m > 0 and (accepted == m or accepted >= 2):
+            return length
+        state["wait"] = state.get("wait", 0) + 1
+        if state["wait"] >= probe_every:
+            state["wait"] = 0
+            return 1
+        return 0
+    return choose
+
+
+def main():
+    for row_cost, name in ((0.0, "flat"), (0.1, "+10 %/row")):
+        statics = [speedup(static(k), row_cost) for k in range(1, CAP + 1)]
+        best = max(statics)
+        best_k = statics.index(best) + 1
+        oracle = speedup(clairvoyant, row_cost)
+        reactive_best = max((speedup(reactive(p, length), row_cost, seed=2), p, length)
+                            for p in (1, 2, 3, 4) for length in (4, 6, 8))
+        print(f"{name}: static K=1..8 " + " ".join(f"{s:.2f}" for s in statics) +
+              f"; best K = {best_k}: {best:.2f}")
+        print(f"  clairvoyant {oracle:.2f} ({oracle / best:.2f}x best static); reactive "
+              f"(probe every {reactive_best[1]}, draft {reactive_best[2]}) {reactive_best[0]:.2f} "
+              f"({reactive_best[0] / best:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
