@@ -33,6 +33,18 @@
 // buffers are allocated in the constructor; a call allocates nothing. Single-threaded.
 #pragma once
 
+// GCC 12 with AVX-512 enabled reports "'__Y' may be used uninitialized" inside its own
+// avx512fintrin.h wherever Eigen's packet math (pexp, ptanh, pmax) is inlined into other code
+// (GCC bug 105593, a false positive). Silenced for this header and, when it is the first to
+// include Eigen, for Eigen's functions too (at -O2 GCC keeps ptanh out of line, and the state
+// at its definition decides), so -Werror builds of the demo and benchmarks compile with
+// -march=native at any optimisation level.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -51,15 +63,6 @@
 #include "specdec/types.hpp"
 #include "weights.hpp"
 
-// GCC 12 with AVX-512 enabled reports "'__Y' may be used uninitialized" inside its own
-// avx512fintrin.h wherever Eigen's packet math (pexp, ptanh, pmax) is inlined into user code
-// (GCC bug 105593, a false positive). Silenced for this header only, so -Werror builds of the
-// demo and benchmarks compile with -march=native.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 namespace specdec::examples {
 
