@@ -34,7 +34,7 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
   --prompt TEXT          "Book C:V text" (default "Psalms 23:1 ")
   --max-new-tokens N     tokens to generate, >= 1 (default 200); clamped so that
                          prompt + N + K + 1 <= the models' max context (384 positions)
-  -k, --draft-length K   tokens drafted per target call, >= 1 (default 6 greedy, 8 when
+  -k, --draft-length K   tokens drafted per target call, >= 1 (default 6 greedy, 3 when
                          sampling: the shipped pair's measured best); with an adaptive
                          --draft-policy, the most a round may draft (default 16). "auto" =
                          --draft-policy goodput with K = 16
@@ -96,7 +96,7 @@ const char* draft_policy_name(specdec::DraftLengthKind kind) {
 /// Draft lengths used when -k is not given: the best static K of the shipped pair in the paired
 /// sweep (docs/benchmarks.md, "End to end"), greedy and sampled (T = 1).
 constexpr std::size_t kDefaultGreedyDraftLength = 6;
-constexpr std::size_t kDefaultSampledDraftLength = 8;
+constexpr std::size_t kDefaultSampledDraftLength = 3;
 
 /// The most tokens `--draft-length auto` lets a round draft (llama.cpp's n_max default).
 constexpr std::size_t kAutoDraftLengthCap = 16;
