@@ -448,50 +448,43 @@ inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef inp
 // ----------------------------------------------------------------------------
 // Row-wise pieces (one position at a time, the same code for every row)
 
-/// Sum of x[0..n) in kLanes lane sums (element i into lane i % kLanes, the tail zero-padded),
-/// reduced by reduce_lanes: a fixed order for every row, and no serial chain of n dependent adds
-/// (a scalar loop over a 384-wide row was 2 x 1.5k cycles per layer norm).
-inline float sum_lanes(const float* x, std::size_t n) noexcept {
+/// Folds x[0..n) into kLanes lane accumulators (element i into lane i % kLanes, the tail
+/// zero-padded) with lane = add(lane, packet), then reduce_lanes: a fixed order for every row, and
+/// no serial chain of n dependent adds (a scalar loop over a 384-wide row was 2 x 1.5k cycles per
+/// layer norm). `add` must leave a lane unchanged for a packet of zeros.
+template <class Add>
+inline float reduce_row(const float* x, std::size_t n, Add add) noexcept {
   using namespace Eigen::internal;
   Packet lanes[kPacketsPerLanes];
   for (auto& lane : lanes) lane = pset1<Packet>(0.0f);
   std::size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
-      lanes[p] = padd(lanes[p], ploadu<Packet>(x + i + p * kPacketSize));
+      lanes[p] = add(lanes[p], ploadu<Packet>(x + i + p * kPacketSize));
     }
   }
   if (i < n) {
     float tail[kLanes] = {};
     std::copy(x + i, x + n, tail);
     for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
-      lanes[p] = padd(lanes[p], ploadu<Packet>(tail + p * kPacketSize));
+      lanes[p] = add(lanes[p], ploadu<Packet>(tail + p * kPacketSize));
     }
   }
   return reduce_lanes(lanes);
 }
 
-/// Sum of x[i]^2 over [0, n), lanes as in sum_lanes (the zero padding adds exact zeros).
+/// Sum of x[0..n), in lanes (reduce_row).
+inline float sum_lanes(const float* x, std::size_t n) noexcept {
+  return reduce_row(x, n, [](const Packet& lane, const Packet& v) {
+    return Eigen::internal::padd(lane, v);
+  });
+}
+
+/// Sum of x[i]^2 over [0, n), in lanes (reduce_row).
 inline float sum_squares_lanes(const float* x, std::size_t n) noexcept {
-  using namespace Eigen::internal;
-  Packet lanes[kPacketsPerLanes];
-  for (auto& lane : lanes) lane = pset1<Packet>(0.0f);
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
-      const Packet v = ploadu<Packet>(x + i + p * kPacketSize);
-      lanes[p] = pmadd(v, v, lanes[p]);
-    }
-  }
-  if (i < n) {
-    float tail[kLanes] = {};
-    std::copy(x + i, x + n, tail);
-    for (std::size_t p = 0; p < kPacketsPerLanes; ++p) {
-      const Packet v = ploadu<Packet>(tail + p * kPacketSize);
-      lanes[p] = pmadd(v, v, lanes[p]);
-    }
-  }
-  return reduce_lanes(lanes);
+  return reduce_row(x, n, [](const Packet& lane, const Packet& v) {
+    return Eigen::internal::pmadd(v, v, lane);
+  });
 }
 
 inline void layer_norm_row(const float* x, const float* weight, const float* bias, std::size_t d,
