@@ -13,9 +13,19 @@
 // Per (T, policy): speedup over the plain run (median over prompts, and aggregate: total plain
 // seconds / total speculative seconds), tokens per round, mean drafted per round, the fraction
 // of rounds run as plain steps, and (T = 0) whether every output equals the plain one.
-// Output: a markdown table on stdout, progress on stderr.
+// Then, per T and adaptive policy, the comparison with static K that the sweep's own noise
+// allows: the best static K by median speedup is the maximum of --ks noisy medians, biased
+// upwards (the winner's curse), so it is reported three ways: (1) the policy's median over that
+// K's median; (2) the median of the per-prompt ratios policy / that K (paired, the same prompts
+// and plain run) with a bootstrap 95 % interval (2000 resamples, seeded); (3) cross-validated:
+// K chosen by median on the even-numbered prompts and scored on the odd ones, and the reverse,
+// against the policy on the same halves (mean of the two ratios): what "the best static K found
+// by a sweep" delivers on prompts it was not chosen on.
+// Output: markdown tables on stdout, progress on stderr.
 
+#include <algorithm>
 #include <cstdio>
+#include <random>
 #include <utility>
 #include <stdexcept>
 #include <string>
@@ -60,6 +70,93 @@ Options parse_args(int argc, char** argv) {
     return true;
   });
   return o;
+}
+
+std::vector<double> every_other(const std::vector<double>& values, std::size_t first) {
+  std::vector<double> half;
+  for (std::size_t i = first; i < values.size(); i += 2) half.push_back(values[i]);
+  return half;
+}
+
+/// The static-K row of `rows` with the largest median speedup over the prompts `first`,
+/// `first` + `step`, ... (step 1: all of them).
+const specdec::SpeedupRow* best_static(const std::vector<const specdec::SpeedupRow*>& rows,
+                                       std::size_t first, std::size_t step) {
+  const specdec::SpeedupRow* best = nullptr;
+  double best_median = -1;
+  for (const specdec::SpeedupRow* row : rows) {
+    std::vector<double> sample;
+    for (std::size_t i = first; i < row->speedups.size(); i += step) {
+      sample.push_back(row->speedups[i]);
+    }
+    const double median = specdec::quantile(sample, 0.5);
+    if (median > best_median) {
+      best_median = median;
+      best = row;
+    }
+  }
+  return best;
+}
+
+struct MedianInterval {
+  double low = 0, median = 0, high = 0;
+};
+
+/// Median of the per-prompt ratios a / b and a bootstrap 95 % interval of it.
+MedianInterval paired_ratio(const std::vector<double>& a, const std::vector<double>& b,
+                                std::uint64_t seed) {
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (b[i] > 0) ratios.push_back(a[i] / b[i]);
+  }
+  if (ratios.empty()) return {};
+  std::mt19937_64 rng(seed);
+  std::vector<double> medians, resample(ratios.size());
+  for (int r = 0; r < 2000; ++r) {
+    for (double& x : resample) x = ratios[rng() % ratios.size()];
+    medians.push_back(specdec::quantile(resample, 0.5));
+  }
+  return {specdec::quantile(medians, 0.025), specdec::quantile(ratios, 0.5),
+          specdec::quantile(medians, 0.975)};
+}
+
+void print_policy_comparison(const std::vector<specdec::SpeedupRow>& rows, std::uint64_t seed) {
+  std::printf("\n| T | policy | best static K (median) | policy / it, medians | paired median "
+              "ratio [95 %% CI] | cross-validated K (even / odd) | policy / it, cross-validated "
+              "|\n|--:|:--|:--|--:|--:|:--|--:|\n");
+  std::vector<double> temperatures;
+  for (const auto& row : rows) {
+    if (std::find(temperatures.begin(), temperatures.end(), row.temperature()) ==
+        temperatures.end()) {
+      temperatures.push_back(row.temperature());
+    }
+  }
+  for (const double t : temperatures) {
+    std::vector<const specdec::SpeedupRow*> statics, policies;
+    for (const auto& row : rows) {
+      if (row.temperature() != t) continue;
+      (row.setting.name.rfind("K=", 0) == 0 ? statics : policies).push_back(&row);
+    }
+    if (statics.empty()) continue;
+    const specdec::SpeedupRow* best = best_static(statics, 0, 1);
+    const specdec::SpeedupRow* best_even = best_static(statics, 0, 2);
+    const specdec::SpeedupRow* best_odd = best_static(statics, 1, 2);
+    for (const specdec::SpeedupRow* policy : policies) {
+      const double median = specdec::quantile(policy->speedups, 0.5);
+      const MedianInterval paired = paired_ratio(policy->speedups, best->speedups, seed);
+      // K chosen on the even prompts is scored on the odd ones, and the reverse.
+      const double on_odd = specdec::quantile(every_other(policy->speedups, 1), 0.5) /
+                            specdec::quantile(every_other(best_even->speedups, 1), 0.5);
+      const double on_even = specdec::quantile(every_other(policy->speedups, 0), 0.5) /
+                             specdec::quantile(every_other(best_odd->speedups, 0), 0.5);
+      std::printf("| %.2g | %s | %s (%.3f) | %.3f | %.3f [%.3f, %.3f] | %s / %s | %.3f |\n", t,
+                  policy->setting.name.c_str(), best->setting.name.c_str(),
+                  specdec::quantile(best->speedups, 0.5),
+                  median / specdec::quantile(best->speedups, 0.5), paired.median, paired.low,
+                  paired.high, best_even->setting.name.c_str(), best_odd->setting.name.c_str(),
+                  0.5 * (on_odd + on_even));
+    }
+  }
 }
 
 }  // namespace
@@ -125,6 +222,7 @@ int main(int argc, char** argv) try {
                 100.0 * static_cast<double>(stats.plain_rounds()) / rounds, stats.alpha_hat(),
                 identical.c_str());
   }
+  print_policy_comparison(rows, o.seed);
   return 0;
 } catch (const std::exception& error) {
   std::fprintf(stderr, "gpt_draft_length: %s\n", error.what());

@@ -17,7 +17,7 @@ Two phases (DistillSpec, Zhou et al., ICLR 2024):
     verse: generated data, the kind of text the decoder verifies, not only Bible text. The log-probabilities of the
     sampled sequences come out of the sampling itself, so they cost no second pass. The target is
     also run once over --eval-windows held-out windows for the agreement metrics.
- 2. Train the draft (same architecture as --preset draft, optionally from --init weights) on the
+ 2. Train the draft (the architecture of --preset, train.py's draft by default, optionally from --init weights) on the
     cache with the forward KL(p_target || q_draft) at T = 1, optionally mixed with the ordinary
     cross-entropy on the real next byte of the text windows (--ce-weight). Wall-clock cosine
     schedule as in train.py. Every --eval-minutes and at the end it logs held-out bits/byte (same
@@ -182,6 +182,8 @@ def report(tag, model, cache, held, block):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True, help="exported target (.spdc)")
+    ap.add_argument("--preset", default="draft", choices=[k for k in PRESETS if k != "target"],
+                    help="the draft's architecture (train.py's presets)")
     ap.add_argument("--init", help="start the draft from these exported weights (.spdc)")
     ap.add_argument("--eval", nargs="*", help="only evaluate these exported drafts and exit")
     ap.add_argument("--corpus", default="build/corpus")
@@ -207,7 +209,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     train, held = load(Path(a.corpus) / "train.txt"), load(Path(a.corpus) / "heldout.txt")
-    cfg = PRESETS["draft"]
+    cfg = PRESETS[a.preset]
     block = cfg.max_context
     if a.context > block:
         raise SystemExit(f"--context {a.context} > the draft's context {block}")
