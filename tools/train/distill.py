@@ -17,9 +17,10 @@ Two phases (DistillSpec, Zhou et al., ICLR 2024):
     verse: generated data, the kind of text the decoder verifies, not only Bible text. The log-probabilities of the
     sampled sequences come out of the sampling itself, so they cost no second pass. The target is
     also run once over --eval-windows held-out windows for the agreement metrics.
- 2. Train the draft (the architecture of --preset, train.py's draft by default, optionally from --init weights) on the
-    cache with the forward KL(p_target || q_draft) at T = 1, optionally mixed with the ordinary
-    cross-entropy on the real next byte of the text windows (--ce-weight). Wall-clock cosine
+ 2. Train the draft (the architecture of --preset, train.py's "draft" by default; optionally
+    from --init weights) on the cache with the forward KL(p_target || q_draft) at T = 1,
+    optionally mixed with the ordinary cross-entropy on the real next byte of the text windows
+    (--ce-weight). Wall-clock cosine
     schedule as in train.py. Every --eval-minutes and at the end it logs held-out bits/byte (same
     measure and windows as train.py), held-out greedy agreement with the target (argmax equal),
     held-out expected acceptance at T = 1 (sum_v min(p, q)) and held-out KL.
