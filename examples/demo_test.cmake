@@ -39,7 +39,7 @@ if(CORRUPT)
       if(old_byte STREQUAL "41")
         set(new_byte "B")
       endif()
-    else()  # n_head: the u32 at offset 24; 4 divides the draft's d_model 64
+    else()  # n_head: the u32 at offset 24; 4 divides the draft's d_model 96
       set(offset 24)
       set(new_byte "\\004")  # octal, for sh's printf
     endif()

@@ -1,6 +1,6 @@
 // quickstart: speculative decoding with the shipped King James Bible models.
 //
-// A 1-layer draft GPT proposes K tokens at a time; the 6-layer target checks all K in a single
+// A 2-layer draft GPT proposes K tokens at a time; the 6-layer target checks all K in a single
 // call and keeps the longest prefix it agrees with, plus one token of its own. With greedy
 // decoding the output is exactly what the target alone would write, only faster.
 

@@ -46,7 +46,7 @@ mkdir -p "$(dirname "$out")"
 gnuplot <<EOF
 set terminal pngcairo size 1000,720 font "sans,11"
 set output "$out"
-models = "draft: 1 layer, d = 64; target: 6 layers, d = 384"
+models = "draft: 2 layers, d = 96; target: 6 layers, d = 384"
 set title sprintf("speculative vs plain decoding, KJV GPT pair (%s)\n{/*0.8 $setup}", models)
 set xlabel "draft length K (tokens drafted per target call)"
 set ylabel "speedup over plain decoding"

@@ -272,7 +272,7 @@ TEST(GptModel, ShippedConfigs) {
   EXPECT_EQ(target.d_model, 384u);
   const GptConfig& draft = shared_draft().config();
   EXPECT_EQ(draft.vocab_size, 256u);
-  EXPECT_EQ(draft.n_layer, 1u);
+  EXPECT_EQ(draft.n_layer, 2u);
   EXPECT_EQ(draft.max_context, target.max_context);
 }
 
@@ -558,8 +558,8 @@ TEST_F(GptWeightFileErrors, ImplausibleOrInconsistentDims) {
   put_u32(bytes, kVocabAt, 0);
   expect_load_error(bytes, {"implausible vocab_size = 0"});
   bytes = original_;
-  put_u32(bytes, kHeadsAt, 5);  // d_model 64 is not divisible by 5
-  expect_load_error(bytes, {"d_model = 64 is not divisible by n_head = 5"});
+  put_u32(bytes, kHeadsAt, 5);  // d_model 96 is not divisible by 5
+  expect_load_error(bytes, {"d_model = 96 is not divisible by n_head = 5"});
 }
 
 TEST_F(GptWeightFileErrors, WrongDimsDisagreeWithTheFileSize) {
@@ -632,7 +632,7 @@ TEST(GptWeightChecksum, MatchesZlibCrc32) {
 TEST_F(GptWeightFileErrors, ValidCopyLoads) {
   const fs::path path = dir_ / "copy.spdc";
   write_bytes(path, original_);
-  EXPECT_EQ(load_gpt_weights(path).config.d_model, 64u);
+  EXPECT_EQ(load_gpt_weights(path).config.d_model, 96u);
 }
 
 // ---------------------------------------------------------------------------------------------
