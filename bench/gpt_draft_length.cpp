@@ -72,26 +72,26 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-std::vector<double> every_other(const std::vector<double>& values, std::size_t first) {
-  std::vector<double> half;
-  for (std::size_t i = first; i < values.size(); i += 2) half.push_back(values[i]);
-  return half;
+/// values[first], values[first + step], ... (step 1 from 0: all of them).
+std::vector<double> strided(const std::vector<double>& values, std::size_t first,
+                            std::size_t step) {
+  std::vector<double> sample;
+  for (std::size_t i = first; i < values.size(); i += step) sample.push_back(values[i]);
+  return sample;
 }
 
+double median(const std::vector<double>& values) { return specdec::quantile(values, 0.5); }
+
 /// The static-K row of `rows` with the largest median speedup over the prompts `first`,
-/// `first` + `step`, ... (step 1: all of them).
+/// `first` + `step`, ...
 const specdec::SpeedupRow* best_static(const std::vector<const specdec::SpeedupRow*>& rows,
                                        std::size_t first, std::size_t step) {
   const specdec::SpeedupRow* best = nullptr;
   double best_median = -1;
   for (const specdec::SpeedupRow* row : rows) {
-    std::vector<double> sample;
-    for (std::size_t i = first; i < row->speedups.size(); i += step) {
-      sample.push_back(row->speedups[i]);
-    }
-    const double median = specdec::quantile(sample, 0.5);
-    if (median > best_median) {
-      best_median = median;
+    const double m = median(strided(row->speedups, first, step));
+    if (m > best_median) {
+      best_median = m;
       best = row;
     }
   }
@@ -104,7 +104,7 @@ struct MedianInterval {
 
 /// Median of the per-prompt ratios a / b and a bootstrap 95 % interval of it.
 MedianInterval paired_ratio(const std::vector<double>& a, const std::vector<double>& b,
-                                std::uint64_t seed) {
+                            std::uint64_t seed) {
   std::vector<double> ratios;
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
     if (b[i] > 0) ratios.push_back(a[i] / b[i]);
@@ -114,10 +114,9 @@ MedianInterval paired_ratio(const std::vector<double>& a, const std::vector<doub
   std::vector<double> medians, resample(ratios.size());
   for (int r = 0; r < 2000; ++r) {
     for (double& x : resample) x = ratios[rng() % ratios.size()];
-    medians.push_back(specdec::quantile(resample, 0.5));
+    medians.push_back(median(resample));
   }
-  return {specdec::quantile(medians, 0.025), specdec::quantile(ratios, 0.5),
-          specdec::quantile(medians, 0.975)};
+  return {specdec::quantile(medians, 0.025), median(ratios), specdec::quantile(medians, 0.975)};
 }
 
 void print_policy_comparison(const std::vector<specdec::SpeedupRow>& rows, std::uint64_t seed) {
@@ -135,25 +134,25 @@ void print_policy_comparison(const std::vector<specdec::SpeedupRow>& rows, std::
     std::vector<const specdec::SpeedupRow*> statics, policies;
     for (const auto& row : rows) {
       if (row.temperature() != t) continue;
-      (row.setting.name.rfind("K=", 0) == 0 ? statics : policies).push_back(&row);
+      const bool fixed = row.setting.config.draft_length_policy.kind == DraftLengthKind::fixed;
+      (fixed ? statics : policies).push_back(&row);
     }
     if (statics.empty()) continue;
     const specdec::SpeedupRow* best = best_static(statics, 0, 1);
     const specdec::SpeedupRow* best_even = best_static(statics, 0, 2);
     const specdec::SpeedupRow* best_odd = best_static(statics, 1, 2);
+    const double best_median = median(best->speedups);
     for (const specdec::SpeedupRow* policy : policies) {
-      const double median = specdec::quantile(policy->speedups, 0.5);
       const MedianInterval paired = paired_ratio(policy->speedups, best->speedups, seed);
       // K chosen on the even prompts is scored on the odd ones, and the reverse.
-      const double on_odd = specdec::quantile(every_other(policy->speedups, 1), 0.5) /
-                            specdec::quantile(every_other(best_even->speedups, 1), 0.5);
-      const double on_even = specdec::quantile(every_other(policy->speedups, 0), 0.5) /
-                             specdec::quantile(every_other(best_odd->speedups, 0), 0.5);
+      const double on_odd = median(strided(policy->speedups, 1, 2)) /
+                            median(strided(best_even->speedups, 1, 2));
+      const double on_even = median(strided(policy->speedups, 0, 2)) /
+                             median(strided(best_odd->speedups, 0, 2));
       std::printf("| %.2g | %s | %s (%.3f) | %.3f | %.3f [%.3f, %.3f] | %s / %s | %.3f |\n", t,
-                  policy->setting.name.c_str(), best->setting.name.c_str(),
-                  specdec::quantile(best->speedups, 0.5),
-                  median / specdec::quantile(best->speedups, 0.5), paired.median, paired.low,
-                  paired.high, best_even->setting.name.c_str(), best_odd->setting.name.c_str(),
+                  policy->setting.name.c_str(), best->setting.name.c_str(), best_median,
+                  median(policy->speedups) / best_median, paired.median, paired.low, paired.high,
+                  best_even->setting.name.c_str(), best_odd->setting.name.c_str(),
                   0.5 * (on_odd + on_even));
     }
   }

@@ -20,10 +20,10 @@ Two phases (DistillSpec, Zhou et al., ICLR 2024):
  2. Train the draft (the architecture of --preset, train.py's "draft" by default; optionally
     from --init weights) on the cache with the forward KL(p_target || q_draft) at T = 1,
     optionally mixed with the ordinary cross-entropy on the real next byte of the text windows
-    (--ce-weight). Wall-clock cosine
-    schedule as in train.py. Every --eval-minutes and at the end it logs held-out bits/byte (same
-    measure and windows as train.py), held-out greedy agreement with the target (argmax equal),
-    held-out expected acceptance at T = 1 (sum_v min(p, q)) and held-out KL.
+    (--ce-weight). Wall-clock cosine schedule as in train.py. Every --eval-minutes and at the end
+    it logs held-out bits/byte (same measure and windows as train.py), held-out greedy agreement
+    with the target (argmax equal), held-out expected acceptance at T = 1 (sum_v min(p, q)) and
+    held-out KL.
 
   python3 tools/train/distill.py --target models/kjv-target.spdc --eval models/kjv-draft.spdc \
       --cache build/distill/cache.pt
