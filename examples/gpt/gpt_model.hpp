@@ -24,8 +24,8 @@
 // (Bitwise equality holds within one binary; another compiler or -march may round differently.)
 //
 // Speed: an n-row call reads every weight from memory once: into one register tile shaped for n
-// (n <= 6), or in blocks of rows that every group of <= 6 inputs passes over while the block is
-// in cache (n > 6). Weights are prefetched 64 KB ahead into L2, so DRAM streams while the FMAs of
+// (n <= 9), or into small tiles of rows that every group of <= 6 inputs passes over while the
+// tile is in L1 (n > 9). Weights are prefetched 64 KB ahead into L2, so DRAM streams while the FMAs of
 // extra rows run: T(n) / T(1) stays low until the arithmetic of n rows outlasts one pass over
 // the weights.
 //
@@ -82,12 +82,13 @@ inline constexpr std::size_t kPacketsPerLanes = kLanes / kPacketSize;
 // Register tiles: a tile accumulates R weight rows x I inputs at once (one load of a weight packet
 // feeds I FMAs, one input packet feeds R). The shape never affects results (every output has
 // its own accumulators and the same reduction), only speed:
-//  * 32 registers, one packet per 16 lanes (AVX-512): all n <= 6 inputs go in ONE tile, shaped to
-//    the register file (R x I accumulators + I inputs + 1 weight <= ~31 registers), so every
-//    weight is loaded exactly once per call, from wherever it is. Larger n take balanced groups
-//    (two up to n = 12, then groups of <= 4) over blocks of weight rows that stay in cache
-//    between the groups (docs/benchmarks.md: n = 7..16 took 21-41 % less time than one 2 x 7 ..
-//    2 x 9 tile or two passes of 8; the group sizes by A/B in one process).
+//  * 32 registers, one packet per 16 lanes (AVX-512): all n <= 9 inputs go in ONE tile, shaped to
+//    the register file (R x I accumulators + min(R, I) resident packets + 1 streamed <= 32; 3 x 9
+//    for n = 9), so every weight is loaded exactly once per call, from wherever it is. Larger n
+//    split into balanced groups of <= 6 inputs, and every group runs on a tile of 4 weight rows
+//    before the next tile: the rows come from memory for the first group and from L1 for the
+//    others (docs/benchmarks.md: n = 7..9 in one tile took 10-25 % less time than two groups over
+//    40-row blocks, and n = 13..16 in 4-row tiles 15-25 % less than groups of 4 over such blocks).
 //  * otherwise (SSE / AVX2 / NEON, 16 registers): 8 / packets-per-16-lanes rows x 1 input.
 inline constexpr bool kWideRegisterFile =
     EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 && kPacketsPerLanes == 1;
@@ -97,14 +98,9 @@ inline constexpr std::size_t kSmallFileTileRows =
 // bytes of weights further on is requested into L2, so DRAM streams during the FMAs instead of
 // after them (measured against 32 KB into L1: a one-row call 30 % faster).
 inline constexpr std::size_t kPrefetchBytes = 64 * 1024;
-// Multi-group calls (n > kOneTileInputs) run the weights in blocks of this many rows: every group
-// of inputs passes over a block while it is still in L1/L2 (40 rows x 1536 floats = 240 KB).
-inline constexpr std::size_t kBlockRows = 40;
-inline constexpr std::size_t kOneTileInputs = 6;  // n <= 6: one tile, no blocking
-inline constexpr std::size_t kTwoGroupInputs = 12;  // 7 <= n <= 12: two groups
-inline constexpr std::size_t kGroupInputs = 4;      // n > 12: groups of <= 4, sizes balanced
-static_assert(kTwoGroupInputs <= 2 * kOneTileInputs && kGroupInputs <= kOneTileInputs,
-              "specdec: every group must fit the one-tile shapes");
+inline constexpr std::size_t kOneTileInputs = 9;  // n <= 9: one tile, one pass over the weights
+inline constexpr std::size_t kGroupInputs = 6;    // n > 9: groups of <= 6 inputs, sizes balanced,
+inline constexpr std::size_t kGroupTileRows = 4;  // all of them on each 4-row tile in turn
 
 using ConstRowsRef = Eigen::Ref<const RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
 using RowsRef = Eigen::Ref<RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
@@ -171,9 +167,8 @@ struct LinearTile {
   const float* bias;   // (kRows) or nullptr
   float* out;          // (kInputs, kRows), row stride out_stride
   std::size_t out_stride;
-  const float* prefetch;  // weights to pull towards the cache meanwhile (or nullptr)
-  std::size_t prefetch_first = 0;  // prefetch rows prefetch_first, + prefetch_step, ... < kRows
-  std::size_t prefetch_step = 1;
+  const float* prefetch;  // weights further on, to pull into L2 meanwhile (or nullptr): kRows
+  std::size_t prefetch_stride = 0;  // rows prefetch_stride apart (normally weight_stride)
 };
 
 // Lambdas of the tile code are force-inlined: in a large translation unit GCC's inlining budget
@@ -215,24 +210,41 @@ inline void linear_tile(const LinearTile& t) noexcept {
     if (t.prefetch != nullptr) {
       // One cache line of each of the next tile's rows per step: the loads of the next weights
       // are in flight while these FMAs run (the hardware prefetcher alone waits for misses).
-      for (std::size_t r = t.prefetch_first; r < kRows; r += t.prefetch_step) {
+      // Unrolled and unconditional: with a runtime loop over the rows here (or a test per
+      // row), a one-row call, whose step is only 8 FMAs, ran 15 % slower.
+      static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
 #if defined(__GNUC__) || defined(__clang__)
         // Locality 2 (prefetcht1): into L2, not L1. L2 tracks more misses in flight than L1,
         // so the stream runs faster (measured: a one-row call 30 % faster than with
         // prefetcht0), and L2 is close enough for the tile's loads.
-        __builtin_prefetch(t.prefetch + r * t.weight_stride + i, 0, 2);
+        __builtin_prefetch(t.prefetch + r * t.prefetch_stride + i, 0, 2);
 #endif
-      }
+      });
     }
     static_for<kPacketsPerLanes>([&](auto p) SPECDEC_GPT_FORCE_INLINE {
       const std::size_t at = i + p * kPacketSize;
-      Packet x[kInputs];
-      static_for<kInputs>(
-          [&](auto j) SPECDEC_GPT_FORCE_INLINE { x[j] = ploadu<Packet>(t.input + j * t.input_stride + at); });
-      static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
-        const Packet w = ploadu<Packet>(t.weight + r * t.weight_stride + at);
-        static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE { acc[r][j][p] = pmadd(w, x[j], acc[r][j][p]); });
-      });
+      // The smaller side stays in registers for the step and the larger one streams through one
+      // register, so R x I accumulators + min(R, I) + 1 fit the register file (3 x 9 = 27 + 4).
+      // Every accumulator still takes the same single FMA per step: the order does not matter.
+      if constexpr (kRows <= kInputs) {
+        Packet w[kRows];
+        static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
+          w[r] = ploadu<Packet>(t.weight + r * t.weight_stride + at);
+        });
+        static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
+          const Packet x = ploadu<Packet>(t.input + j * t.input_stride + at);
+          static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE { acc[r][j][p] = pmadd(w[r], x, acc[r][j][p]); });
+        });
+      } else {
+        Packet x[kInputs];
+        static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
+          x[j] = ploadu<Packet>(t.input + j * t.input_stride + at);
+        });
+        static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
+          const Packet w = ploadu<Packet>(t.weight + r * t.weight_stride + at);
+          static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE { acc[r][j][p] = pmadd(w, x[j], acc[r][j][p]); });
+        });
+      }
     });
   }
 
@@ -303,78 +315,89 @@ inline void linear_tile_dispatch(std::size_t rows, std::size_t inputs,
   linear_tile<kRows, kInputs>(t);
 }
 
-/// Weight rows [begin, end) of a matrix of out_features rows, kRows at a time, against `inputs`
-/// (<= kInputs) inputs from tile.input; tile.weight / bias / out point at row 0 of the matrix.
-/// With `prefetch`, each tile requests the weights kPrefetchBytes further on (up to row
-/// out_features, past `end`: the next block of a blocked call streams in meanwhile).
+/// Weight rows whole tiles ahead of row o that a tile at row o prefetches: >= kPrefetchBytes.
+template <std::size_t kRows>
+constexpr std::size_t prefetch_rows(std::size_t row_floats) noexcept {
+  const std::size_t row_bytes = row_floats * sizeof(float);
+  return ((kPrefetchBytes / row_bytes + kRows - 1) / kRows) * kRows + kRows;
+}
+
+/// All out_features weight rows, kRows at a time, against `inputs` (<= kInputs) inputs from
+/// tile.input; tile.weight / bias / out point at row 0 of the matrix. With `prefetch`, each tile
+/// requests the rows kPrefetchBytes further on.
 template <std::size_t kRows, std::size_t kInputs>
-inline void linear_pass(std::size_t begin, std::size_t end, std::size_t out_features,
-                        std::size_t inputs, LinearTile tile, std::size_t share,
-                        std::size_t shares) noexcept {
-  const bool prefetch = shares > 0;
+inline void linear_pass(std::size_t out_features, std::size_t inputs, LinearTile tile,
+                        bool prefetch) noexcept {
   const float* weight = tile.weight;
   const float* bias = tile.bias;
   float* out = tile.out;
-  const std::size_t row_bytes = tile.weight_stride * sizeof(float);
-  const std::size_t prefetch_rows =
-      ((kPrefetchBytes / row_bytes + kRows - 1) / kRows) * kRows + kRows;  // whole tiles ahead
-  for (std::size_t o = begin; o < end; o += kRows) {
-    const std::size_t rows = std::min(kRows, end - o);
+  const std::size_t ahead = prefetch_rows<kRows>(tile.weight_stride);
+  for (std::size_t o = 0; o < out_features; o += kRows) {
+    const std::size_t rows = std::min(kRows, out_features - o);
     tile.weight = weight + o * tile.weight_stride;
     tile.bias = bias != nullptr ? bias + o : nullptr;
     tile.out = out + o;
-    tile.prefetch = prefetch && o + prefetch_rows + kRows <= out_features
-                        ? tile.weight + prefetch_rows * tile.weight_stride
+    tile.prefetch = prefetch && o + ahead + kRows <= out_features
+                        ? tile.weight + ahead * tile.weight_stride
                         : nullptr;
-    if (prefetch) {  // this pass requests the rows o + r with (o + r) % shares == share
-      tile.prefetch_first = (share + shares - o % shares) % shares;
-      tile.prefetch_step = shares;
-    }
+    tile.prefetch_stride = tile.weight_stride;
     linear_tile_dispatch<kRows, kInputs>(rows, inputs, tile);
   }
 }
 
-/// linear_pass for one group of `inputs` inputs (1..kOneTileInputs), in the tile shape measured
-/// best for it: R x I accumulators + I inputs + 1 weight register <= 32 (bench/gpt_forward_bench,
-/// and A/B runs of candidate shapes in one process).
-inline void linear_group(std::size_t begin, std::size_t end, std::size_t out_features,
-                         std::size_t inputs, const LinearTile& tile, std::size_t share,
-                         std::size_t shares) noexcept {
-  switch (inputs) {
-    case 1: linear_pass<8, 1>(begin, end, out_features, inputs, tile, share, shares); break;
-    case 2: linear_pass<8, 2>(begin, end, out_features, inputs, tile, share, shares); break;
-    case 3: linear_pass<8, 3>(begin, end, out_features, inputs, tile, share, shares); break;
-    case 4: linear_pass<6, 4>(begin, end, out_features, inputs, tile, share, shares); break;
-    case 5: linear_pass<5, 5>(begin, end, out_features, inputs, tile, share, shares); break;
-    default: linear_pass<4, 6>(begin, end, out_features, inputs, tile, share, shares); break;
+/// linear_pass for n = 1..kOneTileInputs inputs in one tile, in the shape measured best for it
+/// (bench/gpt_forward_bench, and A/B runs of candidate shapes in one process).
+inline void linear_one_tile(std::size_t out_features, std::size_t n, const LinearTile& tile,
+                            bool prefetch) noexcept {
+  switch (n) {
+    case 1: linear_pass<8, 1>(out_features, n, tile, prefetch); break;
+    case 2: linear_pass<8, 2>(out_features, n, tile, prefetch); break;
+    case 3: linear_pass<8, 3>(out_features, n, tile, prefetch); break;
+    case 4: linear_pass<6, 4>(out_features, n, tile, prefetch); break;
+    case 5: linear_pass<5, 5>(out_features, n, tile, prefetch); break;
+    case 6: linear_pass<4, 6>(out_features, n, tile, prefetch); break;
+    case 7: linear_pass<3, 7>(out_features, n, tile, prefetch); break;
+    case 8: linear_pass<3, 8>(out_features, n, tile, prefetch); break;
+    default: linear_pass<3, 9>(out_features, n, tile, prefetch); break;
   }
 }
 
-/// How linear_rows splits kOneTileInputs < n <= kMaxInputs inputs into groups of balanced sizes,
-/// one tile shape each: two groups up to kTwoGroupInputs (the 4 x 6 .. 5 x 5 tiles are cheapest
-/// in pairs), groups of <= kGroupInputs beyond (measured: three groups of 5-6 cost 10 % more
-/// than four of 3-4).
-struct InputGroups {
-  static constexpr std::size_t kMax = 8;
-  static constexpr std::size_t kMaxInputs = kGroupInputs * kMax;
-  std::size_t count = 0;
-  std::size_t size[kMax] = {};
-};
-
-inline InputGroups input_groups(std::size_t n) noexcept {
-  InputGroups groups;
-  groups.count = n <= kTwoGroupInputs ? 2 : (n + kGroupInputs - 1) / kGroupInputs;
-  for (std::size_t g = 0; g < groups.count; ++g) {
-    groups.size[g] = n / groups.count + (g < n % groups.count ? 1 : 0);
+/// n > kOneTileInputs inputs: balanced groups of <= kGroupInputs inputs run one after another on
+/// each kGroupTileRows-row tile of weights, so the tile comes from memory (L2, prefetched) once
+/// and from L1 for the other groups. Every group requests rows ahead, interleaved (group g of G:
+/// rows g, g + G, ...), so the stream from DRAM is spread over all the groups' arithmetic instead
+/// of issued in bursts by the first (each line is requested up to G times; repeats hit L2).
+inline void linear_grouped(std::size_t out_features, std::size_t n, const LinearTile& tile,
+                           bool prefetch) noexcept {
+  const std::size_t groups = (n + kGroupInputs - 1) / kGroupInputs;
+  const std::size_t ahead = prefetch_rows<kGroupTileRows>(tile.weight_stride);
+  for (std::size_t o = 0; o < out_features; o += kGroupTileRows) {
+    const std::size_t rows = std::min(kGroupTileRows, out_features - o);
+    LinearTile part = tile;
+    part.weight = tile.weight + o * tile.weight_stride;
+    part.bias = tile.bias != nullptr ? tile.bias + o : nullptr;
+    std::size_t j = 0;
+    for (std::size_t g = 0; g < groups; ++g) {
+      const std::size_t size = n / groups + (g < n % groups ? 1 : 0);
+      part.input = tile.input + j * tile.input_stride;
+      part.out = tile.out + j * tile.out_stride + o;
+      const std::size_t first_row = ahead + g;  // rows g, g + groups, ... of the tiles ahead
+      const std::size_t last_row = first_row + (kGroupTileRows - 1) * groups;
+      part.prefetch = prefetch && o + last_row < out_features
+                          ? part.weight + first_row * tile.weight_stride
+                          : nullptr;
+      part.prefetch_stride = groups * tile.weight_stride;
+      linear_tile_dispatch<kGroupTileRows, kGroupInputs>(rows, size, part);
+      j += size;
+    }
   }
-  return groups;
 }
 
 /// \brief output(j, o) = bias[o] + dot(weight.row(o), input.row(j)) for all j < input.rows().
 ///
 /// weight: (out_features, in_features), input: (n, in_features), output: (n, out_features); bias
 /// has out_features entries or is nullptr. Each weight row is loaded from memory once for all n
-/// inputs (once per 32 inputs on AVX-512; see the tile notes above), and every output is summed
+/// inputs (see the tile notes above), and every output is summed
 /// in the same order whatever n is (see kLanes).
 inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef input,
                         RowsRef output) {
@@ -395,32 +418,15 @@ inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef inp
   const bool prefetch = out_features * tile.length * sizeof(float) > 4 * kPrefetchBytes;
   if constexpr (kWideRegisterFile) {
     // Up to kOneTileInputs inputs: one tile holds them all, so each weight is loaded once. More:
-    // groups of inputs (input_groups) share each block of kBlockRows weight rows, which comes
-    // from memory for the first group and from cache for the others, so the weights still cross
-    // the memory bus once per call (per kMaxInputs inputs). Each group requests its share of the
-    // rows ahead, so the stream is spread over the whole block's arithmetic. The summation order
-    // of every output is unchanged.
-    constexpr std::size_t kMaxInputs = InputGroups::kMaxInputs;
-    for (std::size_t first = 0; first < n; first += kMaxInputs) {
-      const std::size_t count = std::min(kMaxInputs, n - first);
-      if (count <= kOneTileInputs) {
-        tile.input = input.data() + first * tile.input_stride;
-        tile.out = output.data() + first * tile.out_stride;
-        linear_group(0, out_features, out_features, count, tile, 0, prefetch ? 1 : 0);
-        continue;
-      }
-      const InputGroups groups = input_groups(count);
-      for (std::size_t o = 0; o < out_features; o += kBlockRows) {
-        const std::size_t end = std::min(out_features, o + kBlockRows);
-        std::size_t j = first;
-        for (std::size_t g = 0; g < groups.count; ++g) {
-          LinearTile part = tile;
-          part.input = input.data() + j * tile.input_stride;
-          part.out = output.data() + j * tile.out_stride;
-          linear_group(o, end, out_features, groups.size[g], part, g, prefetch ? groups.count : 0);
-          j += groups.size[g];
-        }
-      }
+    // groups of inputs take turns on each small tile of weight rows (linear_grouped), which comes
+    // from memory for the first group and from L1 for the others, so the weights still cross the
+    // memory bus once per call. The summation order of every output is unchanged.
+    tile.input = input.data();
+    tile.out = output.data();
+    if (n <= kOneTileInputs) {
+      linear_one_tile(out_features, n, tile, prefetch);
+    } else {
+      linear_grouped(out_features, n, tile, prefetch);
     }
   } else {
     std::size_t group = 0;
