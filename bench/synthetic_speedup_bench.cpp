@@ -416,11 +416,31 @@ struct RowCostTarget {
   }
 };
 
-enum Workload : std::int64_t { kStationary = 0, kChanging = 1, kUseless = 2 };
+/// The draft of the hard segments in the "draft knows" workload: uniform (all logits 0) over the
+/// target table of tables_for, so its probability of its own token is 1/V there, as a real draft
+/// is unsure where it will be rejected (unlike the noisy tables, which are confidently wrong).
+const Tables& uniform_draft_tables() {
+  static const Tables tables = [] {
+    Tables t = tables_for(90);
+    std::fill(t.draft.begin(), t.draft.end(), 0.0f);
+    double total = 0;
+    for (std::size_t r = 0; r < kVocab; ++r) {
+      total += specdec_bench::overlap(std::span<const float>(t.target).subspan(r * kVocab, kVocab),
+                                      std::span<const float>(t.draft).subspan(r * kVocab, kVocab));
+    }
+    t.overlap = total / static_cast<double>(kVocab);
+    return t;
+  }();
+  return tables;
+}
+
+enum Workload : std::int64_t { kStationary = 0, kChanging = 1, kUseless = 2, kChangingKnown = 3 };
 constexpr std::int64_t kSchedulePolicy = 9, kConfidencePolicy = 10, kGoodputPolicy = 11;
 
 /// Args: workload (0 stationary alpha = 0.8; 1 changing: alpha 0.9 and 0.1 in alternating
-/// segments of 32 positions; 2 useless draft, alpha = 0.05), row cost (percent of a one-row
+/// segments of 32 positions, the hard draft confidently wrong (noisy logits); 2 useless draft,
+/// alpha = 0.05; 3 changing, the draft knows: alpha 0.9 and a uniform draft in alternating
+/// segments of 32 positions), row cost (percent of a one-row
 /// call per extra row: 0 flat, 10 CPU-like), policy (1..8 static K; 9 schedule; 10 confidence
 /// p_min = 0.75; 11 goodput with measured costs; adaptive policies capped at K = 8). c = 0.05.
 /// Each iteration runs plain and speculative decoding on the same prompt and seed, the order
@@ -431,10 +451,11 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
   const auto workload = state.range(0);
   const double row_cost = static_cast<double>(state.range(1)) / 100.0;
   const auto policy = state.range(2);
-  const Tables& easy = tables_for(workload == kUseless ? 5 : workload == kChanging ? 90 : 80);
-  const Tables& hard = tables_for(10);
+  const bool changing = workload == kChanging || workload == kChangingKnown;
+  const Tables& easy = tables_for(workload == kUseless ? 5 : changing ? 90 : 80);
+  const Tables& hard = workload == kChangingKnown ? uniform_draft_tables() : tables_for(10);
   const double cost = target_cost_seconds();
-  SegmentedDraft draft{&easy, &hard, workload == kChanging ? std::size_t{32} : 0, 0.05 * cost};
+  SegmentedDraft draft{&easy, &hard, changing ? std::size_t{32} : 0, 0.05 * cost};
   RowCostTarget target{&easy, cost, row_cost};
   specdec::SpeculativeDecoder<SegmentedDraft, RowCostTarget> speculative(draft, target);
   specdec::AutoregressiveDecoder<RowCostTarget> autoregressive(target);
@@ -493,7 +514,7 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
 
 void draft_length_policy_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"workload", "row_cost", "policy"});
-  for (const std::int64_t workload : {kStationary, kChanging, kUseless}) {
+  for (const std::int64_t workload : {kStationary, kChanging, kUseless, kChangingKnown}) {
     for (const std::int64_t row_cost : {0, 10}) {
       for (std::int64_t policy = 1; policy <= kGoodputPolicy; ++policy) {
         b->Args({workload, row_cost, policy});
