@@ -93,8 +93,8 @@ const char* draft_policy_name(specdec::DraftLengthKind kind) {
   return "?";
 }
 
-/// Draft length used when -k is not given: the shipped pair's best static K at T = 1 and within
-/// noise of the best greedy in the paired sweeps (docs/benchmarks.md, "End to end").
+/// Draft length used when -k is not given: within 2 % of the shipped pair's best static K at
+/// T = 0 and T = 1 in the paired sweeps (docs/benchmarks.md, "End to end").
 constexpr std::size_t kDefaultDraftLength = 5;
 
 /// The most tokens `--draft-length auto` lets a round draft (llama.cpp's n_max default).
