@@ -146,7 +146,7 @@ std::vector<unsigned char> synthetic_spdc(const GptConfig& c, std::uint64_t seed
 /// Dimensions chosen to hit every edge: d_model, d_ff, vocab not multiples of 16, head_dim 8.
 GptConfig odd_config() {
   GptConfig c;
-  c.vocab_size = 41;  // = 1 mod 8, 6, 5, 4, 2: every register-tile shape gets a 1-row edge tile
+  c.vocab_size = 41;  // = 1 mod 8, 6, 5, 4, 2 and 2 mod 3: every tile shape gets an edge tile
   c.max_context = 48;
   c.n_layer = 2;
   c.n_head = 3;
@@ -407,7 +407,7 @@ TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseTarget) {
   batched.reset();
   for (std::size_t length : {12u, 40u}) {
     SCOPED_TRACE(length);
-    // n <= 6: one register tile; n = 7..16: input groups over blocks of weight rows.
+    // n <= 9: one register tile; n = 10..16: input groups taking turns on 4-row weight tiles.
     expect_rows_match_single_rows(batched, reference, std::span(text).first(length), 16);
   }
 }
@@ -423,8 +423,20 @@ TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseOddDimsAndSmallChunks) {
   }
 }
 
+TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseOddDimsUpToSixteenRows) {
+  // Default chunk_rows: every row count 1..16 reaches the kernel whole (one tile up to 9 rows,
+  // input groups beyond), on matrices whose row counts leave an edge tile of every shape.
+  GptModel batched = synthetic_model();
+  GptModel reference = synthetic_model();
+  for (std::size_t length : {16u, 37u}) {
+    SCOPED_TRACE(length);
+    const std::vector<token_t> tokens = random_tokens(length, batched.vocab_size(), length);
+    expect_rows_match_single_rows(batched, reference, tokens, 16);
+  }
+}
+
 TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseInChunksOfMoreThanThirtyTwoRows) {
-  // chunk_rows 48: a call of n > 32 rows runs the grouped kernel more than once per matrix.
+  // chunk_rows 48: a call of 48 rows runs eight input groups on every weight tile.
   GptModel batched = synthetic_model(48);
   GptModel reference = synthetic_model();
   const std::vector<token_t> tokens = random_tokens(48, batched.vocab_size(), 7);
