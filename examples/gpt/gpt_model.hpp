@@ -83,12 +83,13 @@ inline constexpr std::size_t kPacketsPerLanes = kLanes / kPacketSize;
 // feeds I FMAs, one input packet feeds R). The shape never affects results (every output has
 // its own accumulators and the same reduction), only speed:
 //  * 32 registers, one packet per 16 lanes (AVX-512): all n <= 9 inputs go in ONE tile, shaped to
-//    the register file (R x I accumulators + min(R, I) resident packets + 1 streamed <= 32; 3 x 9
-//    for n = 9), so every weight is loaded exactly once per call, from wherever it is. Larger n
-//    split into balanced groups of <= 6 inputs, and every group runs on a tile of 4 weight rows
-//    before the next tile: the rows come from memory for the first group and from L1 for the
-//    others (docs/benchmarks.md: n = 7..9 in one tile took 10-25 % less time than two groups over
-//    40-row blocks, and n = 13..16 in 4-row tiles 15-25 % less than groups of 4 over such blocks).
+//    the register file (R x I accumulators + the resident side's packets + 1 streamed <= 32;
+//    3 x 9 for n = 9), so every weight is loaded exactly once per call, from wherever it is.
+//    Larger n split into balanced groups of <= 6 inputs, and every group runs on a tile of 4
+//    weight rows before the next tile: the rows come from memory for the first group and from
+//    L1 for the others (docs/benchmarks.md, "Batched target calls": n = 7..9 in one tile took
+//    7-17 % less time than two groups over 40-row blocks, n = 13..16 in 4-row tiles 8-16 % less
+//    than groups of 4 over such blocks).
 //  * otherwise (SSE / AVX2 / NEON, 16 registers): 8 / packets-per-16-lanes rows x 1 input.
 inline constexpr bool kWideRegisterFile =
     EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 && kPacketsPerLanes == 1;
