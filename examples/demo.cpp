@@ -93,7 +93,7 @@ const char* draft_policy_name(specdec::DraftLengthKind kind) {
   return "?";
 }
 
-/// Draft length used when -k is not given: within 2 % of the shipped pair's best static K at
+/// Draft length used when -k is not given: within 1-5 % of the shipped pair's best static K at
 /// T = 0 and T = 1 in the paired sweeps (docs/benchmarks.md, "End to end").
 constexpr std::size_t kDefaultDraftLength = 5;
 
