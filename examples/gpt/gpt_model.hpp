@@ -25,9 +25,9 @@
 //
 // Speed: an n-row call reads every weight from memory once: into one register tile shaped for n
 // (n <= 9), or into small tiles of rows that every group of <= 6 inputs passes over while the
-// tile is in L1 (n > 9). Weights are prefetched 64 KB ahead into L2, so DRAM streams while the FMAs of
-// extra rows run: T(n) / T(1) stays low until the arithmetic of n rows outlasts one pass over
-// the weights.
+// tile is in L1 (n > 9). Weights are prefetched 64 KB ahead into L2, so DRAM streams while the
+// FMAs of extra rows run: T(n) / T(1) stays low until the arithmetic of n rows outlasts one pass
+// over the weights.
 //
 // Memory: weights are float32 in [out][in] row-major layout (converted from fp16 at load). All run
 // buffers are allocated in the constructor; a call allocates nothing. Single-threaded.
@@ -169,7 +169,7 @@ struct LinearTile {
   float* out;          // (kInputs, kRows), row stride out_stride
   std::size_t out_stride;
   const float* prefetch;  // weights further on, to pull into L2 meanwhile (or nullptr): kRows
-  std::size_t prefetch_stride = 0;  // rows prefetch_stride apart (normally weight_stride)
+  std::size_t prefetch_stride = 0;  // rows prefetch_stride apart (aim_prefetch sets both)
 };
 
 // Lambdas of the tile code are force-inlined: in a large translation unit GCC's inlining budget
@@ -236,7 +236,9 @@ inline void linear_tile(const LinearTile& t) noexcept {
         });
         static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
           const Packet x = ploadu<Packet>(t.input + j * t.input_stride + at);
-          static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE { acc[r][j][p] = pmadd(w[r], x, acc[r][j][p]); });
+          static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
+            acc[r][j][p] = pmadd(w[r], x, acc[r][j][p]);
+          });
         });
       } else {
         Packet x[kInputs];
@@ -245,7 +247,9 @@ inline void linear_tile(const LinearTile& t) noexcept {
         });
         static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
           const Packet w = ploadu<Packet>(t.weight + r * t.weight_stride + at);
-          static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE { acc[r][j][p] = pmadd(w, x[j], acc[r][j][p]); });
+          static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
+            acc[r][j][p] = pmadd(w, x[j], acc[r][j][p]);
+          });
         });
       }
     });
@@ -325,6 +329,20 @@ constexpr std::size_t prefetch_rows(std::size_t row_floats) noexcept {
   return ((kPrefetchBytes / row_bytes + kRows - 1) / kRows) * kRows + kRows;
 }
 
+/// Points tile.prefetch at the kRows rows a tile at row o requests: rows o + ahead + g,
+/// + groups, + 2 groups, ... (g = 0, groups = 1: the kRows rows `ahead` rows on), or at nothing
+/// when prefetching is off or they would pass the end of the matrix.
+template <std::size_t kRows>
+inline void aim_prefetch(LinearTile& tile, const float* weight, std::size_t o, std::size_t ahead,
+                         std::size_t g, std::size_t groups, std::size_t out_features,
+                         bool prefetch) noexcept {
+  const std::size_t first_row = o + ahead + g;
+  const std::size_t last_row = first_row + (kRows - 1) * groups;
+  tile.prefetch =
+      prefetch && last_row < out_features ? weight + first_row * tile.weight_stride : nullptr;
+  tile.prefetch_stride = groups * tile.weight_stride;
+}
+
 /// All out_features weight rows, kRows at a time, against `inputs` (<= kInputs) inputs from
 /// tile.input; tile.weight / bias / out point at row 0 of the matrix. With `prefetch`, each tile
 /// requests the rows kPrefetchBytes further on.
@@ -340,10 +358,7 @@ inline void linear_pass(std::size_t out_features, std::size_t inputs, LinearTile
     tile.weight = weight + o * tile.weight_stride;
     tile.bias = bias != nullptr ? bias + o : nullptr;
     tile.out = out + o;
-    tile.prefetch = prefetch && o + ahead + kRows <= out_features
-                        ? tile.weight + ahead * tile.weight_stride
-                        : nullptr;
-    tile.prefetch_stride = tile.weight_stride;
+    aim_prefetch<kRows>(tile, weight, o, ahead, 0, 1, out_features, prefetch);
     linear_tile_dispatch<kRows, kInputs>(rows, inputs, tile);
   }
 }
@@ -384,12 +399,7 @@ inline void linear_grouped(std::size_t out_features, std::size_t n, const Linear
       const std::size_t size = n / groups + (g < n % groups ? 1 : 0);
       part.input = tile.input + j * tile.input_stride;
       part.out = tile.out + j * tile.out_stride + o;
-      const std::size_t first_row = ahead + g;  // rows g, g + groups, ... of the tiles ahead
-      const std::size_t last_row = first_row + (kGroupTileRows - 1) * groups;
-      part.prefetch = prefetch && o + last_row < out_features
-                          ? part.weight + first_row * tile.weight_stride
-                          : nullptr;
-      part.prefetch_stride = groups * tile.weight_stride;
+      aim_prefetch<kGroupTileRows>(part, tile.weight, o, ahead, g, groups, out_features, prefetch);
       linear_tile_dispatch<kGroupTileRows, kGroupInputs>(rows, size, part);
       j += size;
     }
@@ -400,8 +410,8 @@ inline void linear_grouped(std::size_t out_features, std::size_t n, const Linear
 ///
 /// weight: (out_features, in_features), input: (n, in_features), output: (n, out_features); bias
 /// has out_features entries or is nullptr. Each weight row is loaded from memory once for all n
-/// inputs (see the tile notes above), and every output is summed
-/// in the same order whatever n is (see kLanes).
+/// inputs (see the tile notes above), and every output is summed in the same order whatever n
+/// is (see kLanes).
 inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef input,
                         RowsRef output) {
   eigen_assert(weight.cols() == input.cols() && output.rows() == input.rows() &&
