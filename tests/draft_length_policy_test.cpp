@@ -276,6 +276,30 @@ TEST(GoodputDraftLengthTest, CalibratesAcceptanceAgainstTheDraftsProbability) {
   EXPECT_TRUE(policy.draft_more(DraftState{1, 8, confident}));
 }
 
+TEST(GoodputDraftLengthTest, CalibrationSeparatesUnsureFromPlausibleAndSureFromFairlySure) {
+  // A draft unsure of its token gives it ~1/V (here 1/256), an ordinary token may get 1/16; at
+  // the top, 0.6 and 0.97 are different degrees of sure. Equal-width bins of [0, 1] put 1/256
+  // and 1/16 together: the estimates must tell each pair apart.
+  GoodputDraftLength policy(GoodputOptions{.forgetting = 1.0, .draft_token_cost = 0.05,
+                                           .verify_row_cost = 0.05});
+  policy.begin(config_with(8));
+  for (int round = 0; round < 60; ++round) {
+    // 1/16 accepted, 1/256 rejected; in other rounds 0.97 accepted, 0.6 rejected.
+    const std::vector<double> low{1.0 / 16, 1.0 / 16, 1.0 / 256};
+    const std::vector<double> high{0.97, 0.97, 0.6};
+    policy.observe(report(3, 2, round % 2 == 0 ? low : high));
+  }
+  const auto survival_of = [&](double probability) {
+    const std::vector<double> drafted{probability};
+    return policy.estimates_for(DraftState{1, 8, drafted}).survival[0];
+  };
+  EXPECT_GT(survival_of(1.0 / 16), 0.8);
+  EXPECT_LT(survival_of(1.0 / 256), 0.2);
+  EXPECT_LT(survival_of(1.0 / 200), 0.2);  // in [1/256, 1/128): the same bin
+  EXPECT_GT(survival_of(0.97), 0.8);
+  EXPECT_LT(survival_of(0.6), 0.2);
+}
+
 TEST(GoodputDraftLengthTest, AcceptanceFollowsTheRecentAcceptanceRate) {
   // Text of changing difficulty: long fully accepted rounds come in runs, and so do rejections
   // at the first token.
