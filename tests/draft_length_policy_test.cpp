@@ -300,6 +300,24 @@ TEST(GoodputDraftLengthTest, CalibrationSeparatesUnsureFromPlausibleAndSureFromF
   EXPECT_LT(survival_of(0.6), 0.2);
 }
 
+TEST(GoodputDraftLengthTest, CalibrationByProbabilityOutlastsALongEasyStretch) {
+  // Hard text, where the draft is unsure (1/256) and rejected; then 40 easy rounds, where it is
+  // sure and accepted. The recent-rate evidence forgets the hard stretch (forgetting 0.9), but
+  // an unsure token must still be expected to fail when the text turns hard again.
+  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.1,
+                                           .verify_row_cost = 0.0});
+  policy.begin(config_with(8));
+  const std::vector<double> unsure{1.0 / 256};
+  for (int round = 0; round < 20; ++round) policy.observe(report(1, 0, unsure));
+  for (int round = 0; round < 40; ++round) {
+    policy.observe(report(8, 8, std::vector<double>(8, 0.95)));
+  }
+  EXPECT_LT(policy.estimates_for(DraftState{1, 8, unsure}).survival[0], 0.2);
+  EXPECT_FALSE(policy.draft_more(DraftState{1, 8, unsure}));  // even with free verify rows
+  const std::vector<double> sure{0.95};
+  EXPECT_TRUE(policy.draft_more(DraftState{1, 8, sure}));
+}
+
 TEST(GoodputDraftLengthTest, AcceptanceFollowsTheRecentAcceptanceRate) {
   // Text of changing difficulty: long fully accepted rounds come in runs, and so do rejections
   // at the first token.

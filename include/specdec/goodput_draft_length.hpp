@@ -46,7 +46,8 @@ namespace specdec {
 /// \brief GoodputDraftLength's parameters.
 struct GoodputOptions {
   /// Weight kept by old acceptance evidence at each drafting round, in (0, 1]: 0.9 remembers
-  /// about ten rounds (follows text whose difficulty changes); 1 never forgets.
+  /// about ten rounds (follows text whose difficulty changes); 1 never forgets. (The calibration
+  /// by the draft's probability keeps all of a generation's evidence whatever this is.)
   double forgetting = 0.9;
   /// Consecutive plain rounds before one token is drafted to probe whether drafting pays
   /// again (>= 1). After four probes in a row that do not restart drafting it doubles with
@@ -149,7 +150,8 @@ namespace detail {
 ///    r high, after a run of rejections low. Within a round every token after the first follows
 ///    an acceptance (it is only judged if its predecessor was accepted), so r rises along it;
 ///  - by the draft's probability of the token (twelve bins, log-scaled: see bin()), as a factor
-///    relative to the mean.
+///    relative to the mean; these counts do not decay within a generation (the mapping belongs
+///    to the model pair, not to the stretch of text).
 /// Every estimate is shrunk towards the one above it (a bin with little evidence borrows the
 /// mean, the mean borrows 1/2), so nothing is extreme on little evidence; with acceptance that
 /// does not change, every level estimates the same rate.
@@ -163,7 +165,10 @@ class AcceptanceCalibration {
   void observe(std::span<const double> probabilities, std::size_t drafted, std::size_t accepted,
                double forgetting) noexcept {
     if (drafted == 0) return;  // a plain step: no verdict
-    for (Counts& counts : bins_) counts.decay(forgetting);
+    // Only the evidence about the text forgets; how the draft's probability maps to acceptance
+    // is a property of the model pair, learned over the whole generation. (Decayed like the
+    // rest, the bin of unsure tokens forgot everything during each easy stretch, and the first
+    // unsure tokens of the next hard one borrowed the easy mean and were drafted on.)
     for (Counts& counts : levels_) counts.decay(forgetting);
     all_.decay(forgetting);
     const std::size_t judged = std::min(drafted, accepted + 1);
@@ -172,6 +177,7 @@ class AcceptanceCalibration {
       bins_[bin(i < probabilities.size() ? probabilities[i] : 1.0)].add(success);
       levels_[level(recent_)].add(success);
       all_.add(success);
+      pair_.add(success);
       recent_ = after_verdict(recent_, success);
     }
   }
@@ -191,8 +197,9 @@ class AcceptanceCalibration {
   }
   /// Acceptance of a drafted token the draft gave `probability`, at recent rate r.
   [[nodiscard]] double at(double probability, double recent) const noexcept {
-    const double by_probability = bins_[bin(probability)].rate(mean(), kShrinkage);
-    return std::clamp(at_recent(recent) * by_probability / mean(), 0.0, 1.0);
+    const double pair_mean = pair_.rate(kPriorMean, kPriorWeight);
+    const double by_probability = bins_[bin(probability)].rate(pair_mean, kShrinkage);
+    return std::clamp(at_recent(recent) * by_probability / pair_mean, 0.0, 1.0);
   }
 
  private:
@@ -236,7 +243,8 @@ class AcceptanceCalibration {
 
   std::array<Counts, kBins> bins_{};
   std::array<Counts, kLevels> levels_{};
-  Counts all_{};
+  Counts all_{};   // decayed: the recent overall rate
+  Counts pair_{};  // not decayed, like bins_: the generation's overall rate
   double recent_ = 0.5;
 };
 
