@@ -496,7 +496,7 @@ class GoodputDraftLength {
   std::vector<double> verify_cost_;  // (K + 1) T_v(n) at n - 1
   double draft_token_cost_ = 0.05;
   std::size_t plain_streak_ = 0;
-  std::size_t probe_wait_ = 1;
+  std::size_t probe_wait_ = options_.probe_interval;  // reset by begin() too
   bool probing_ = false;
   bool predicted_ = false;  // draft_more ran since the last observe
   bool first_round_ = true;  // the next observe() is of a generate()'s first round
