@@ -318,65 +318,6 @@ TEST(GoodputDraftLengthTest, CalibrationByProbabilityOutlastsALongEasyStretch) {
   EXPECT_TRUE(policy.draft_more(DraftState{1, 8, sure}));
 }
 
-TEST(GoodputDraftLengthTest, RejectionsOfUnsureTokensDoNotLowerTheEstimateOfSureOnes) {
-  // Text alternates: easy stretches, where the draft is sure (0.9) and accepted, and hard ones,
-  // where it is unsure (1/256) and rejected. Right after a hard stretch the recent rate is low,
-  // but the draft's probability explains every rejection in it: a sure token must still be
-  // expected to pass about as often as sure tokens do.
-  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.05,
-                                           .verify_row_cost = 0.1});
-  policy.begin(config_with(8));
-  const std::vector<double> unsure{1.0 / 256}, sure(8, 0.9);
-  for (int segment = 0; segment < 4; ++segment) {
-    for (int round = 0; round < 4; ++round) policy.observe(report(8, 7, sure));
-    for (int round = 0; round < 12; ++round) policy.observe(report(1, 0, unsure));
-  }
-  const std::vector<double> one_sure{0.9};
-  EXPECT_GT(policy.estimates_for(DraftState{1, 8, one_sure}).survival[0], 0.75);
-  EXPECT_LT(policy.estimates_for(DraftState{1, 8, unsure}).survival[0], 0.15);
-  // When the draft was confidently wrong instead (sure tokens rejected), the same recent rate
-  // does lower the estimate of a sure token.
-  GoodputDraftLength fooled(GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.05,
-                                           .verify_row_cost = 0.1});
-  fooled.begin(config_with(8));
-  const std::vector<double> one_sure_rejected{0.9};
-  for (int segment = 0; segment < 4; ++segment) {
-    for (int round = 0; round < 4; ++round) fooled.observe(report(8, 7, sure));
-    for (int round = 0; round < 12; ++round) fooled.observe(report(1, 0, one_sure_rejected));
-  }
-  EXPECT_LT(fooled.estimates_for(DraftState{1, 8, one_sure}).survival[0], 0.5);
-}
-
-TEST(GoodputDraftLengthTest, ProbesRejectedAtAnUnsureProbabilityDoNotBackOff) {
-  // A draft that is sure and right on easy text and unsure on hard text: during a long hard
-  // stretch the probes fail, but at a probability the draft itself calls hopeless, so the
-  // policy keeps probing every probe_interval rounds (and catches the easy text when it comes)
-  // instead of backing off as it does for a draft that fails where it is confident.
-  const auto probes_in_hard_stretch = [](double probe_probability) {
-    GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .probe_interval = 2,
-                                             .draft_token_cost = 0.1, .verify_row_cost = 0.1});
-    policy.begin(config_with(8));
-    for (int round = 0; round < 10; ++round) {
-      policy.observe(report(8, 8, std::vector<double>(8, 0.9)));  // easy text: sure, accepted
-    }
-    const std::vector<double> probed{probe_probability}, none;
-    for (int round = 0; round < 10; ++round) policy.observe(report(1, 0, probed));
-    int probes = 0;
-    for (int round = 0; round < 60; ++round) {
-      if (policy.draft_more(DraftState{0, 8, none})) {
-        ++probes;
-        EXPECT_FALSE(policy.draft_more(DraftState{1, 8, probed}));
-        policy.observe(report(1, 0, probed));
-      } else {
-        policy.observe(report(0, 0));
-      }
-    }
-    return probes;
-  };
-  EXPECT_GE(probes_in_hard_stretch(1.0 / 256), 20);  // one probe after every 2 plain rounds
-  EXPECT_LT(probes_in_hard_stretch(0.9), 12);        // confidently wrong: the waits double
-}
-
 TEST(GoodputDraftLengthTest, AcceptanceFollowsTheRecentAcceptanceRate) {
   // Text of changing difficulty: long fully accepted rounds come in runs, and so do rejections
   // at the first token.

@@ -145,25 +145,16 @@ namespace detail {
 
 /// Acceptance learned from rounds, as decayed (accepted, judged) counts:
 ///  - by the recent acceptance rate, a short moving average r over the last few judged tokens
-///    (r <- 3/4 r + 1/4 verdict), in four levels: the acceptance of a token not drafted yet.
-///    Text whose difficulty changes shows up here: acceptances come in runs, then rejections;
-///    after a run of acceptances a rejection leaves r high, after a run of rejections low.
-///    Within a round every token after the first follows an acceptance (it is only judged if its
-///    predecessor was accepted), so r rises along it;
-///  - by the draft's probability of the token (twelve bins, log-scaled: see bin()); these counts
-///    do not decay within a generation (the mapping belongs to the model pair, not to the
-///    stretch of text);
-///  - for a drafted token, the bin's rate times how far recent verdicts fell short of (or
-///    exceeded) what their bins predicted, per level of r: the *residual* of the recent rate.
-///    Where the draft's probability explains the recent rejections (it was unsure of the
-///    tokens it lost), the residual stays near 1 and a token it is sure of keeps its bin's
-///    rate right after a hard stretch; where it does not (a draft confidently wrong), the
-///    residual falls and takes every bin down with it. (The product of the bin's rate and the
-///    level's raw rate counted the same rejections twice: a sure token after a stretch of unsure
-///    ones was estimated at the unsure ones' rate.)
+///    (r <- 3/4 r + 1/4 verdict), in four levels. Text whose difficulty changes shows up here:
+///    acceptances come in runs, then rejections; after a run of acceptances a rejection leaves
+///    r high, after a run of rejections low. Within a round every token after the first follows
+///    an acceptance (it is only judged if its predecessor was accepted), so r rises along it;
+///  - by the draft's probability of the token (twelve bins, log-scaled: see bin()), as a factor
+///    relative to the mean; these counts do not decay within a generation (the mapping belongs
+///    to the model pair, not to the stretch of text).
 /// Every estimate is shrunk towards the one above it (a bin with little evidence borrows the
-/// mean, the mean borrows 1/2, a residual with little evidence 1), so nothing is extreme on
-/// little evidence; with acceptance that does not change, every level estimates the same rate.
+/// mean, the mean borrows 1/2), so nothing is extreme on little evidence; with acceptance that
+/// does not change, every level estimates the same rate.
 class AcceptanceCalibration {
  public:
   static constexpr std::size_t kBins = 12, kLevels = 4;
@@ -179,15 +170,11 @@ class AcceptanceCalibration {
     // rest, the bin of unsure tokens forgot everything during each easy stretch, and the first
     // unsure tokens of the next hard one borrowed the easy mean and were drafted on.)
     for (Counts& counts : levels_) counts.decay(forgetting);
-    for (Counts& counts : residuals_) counts.decay(forgetting);
     all_.decay(forgetting);
     const std::size_t judged = std::min(drafted, accepted + 1);
     for (std::size_t i = 0; i < judged; ++i) {
       const bool success = i < accepted;
-      const std::size_t b = bin(i < probabilities.size() ? probabilities[i] : 1.0);
-      // Residual: verdicts against what the bin predicted (judged counts predicted mass).
-      residuals_[level(recent_)].add(success, by_probability(b));
-      bins_[b].add(success);
+      bins_[bin(i < probabilities.size() ? probabilities[i] : 1.0)].add(success);
       levels_[level(recent_)].add(success);
       all_.add(success);
       pair_.add(success);
@@ -210,22 +197,9 @@ class AcceptanceCalibration {
   }
   /// Acceptance of a drafted token the draft gave `probability`, at recent rate r.
   [[nodiscard]] double at(double probability, double recent) const noexcept {
-    const double residual = residuals_[level(recent)].rate(1.0, kShrinkage);
-    return std::clamp(by_probability(bin(probability)) * residual, 0.0, 1.0);
-  }
-  /// Acceptance of a token the draft gave `probability`, by that probability alone (the
-  /// generation's evidence, whatever the recent text).
-  [[nodiscard]] double by_probability_alone(double probability) const noexcept {
-    return by_probability(bin(probability));
-  }
-  /// The highest acceptance by probability among bins with at least `evidence` verdicts (0 when
-  /// none has): what the draft achieves where it is surest, whatever the recent text.
-  [[nodiscard]] double best_bin(double evidence) const noexcept {
-    double best = 0;
-    for (std::size_t b = 0; b < kBins; ++b) {
-      if (bins_[b].judged >= evidence) best = std::max(best, by_probability(b));
-    }
-    return best;
+    const double pair_mean = pair_.rate(kPriorMean, kPriorWeight);
+    const double by_probability = bins_[bin(probability)].rate(pair_mean, kShrinkage);
+    return std::clamp(at_recent(recent) * by_probability / pair_mean, 0.0, 1.0);
   }
 
  private:
@@ -238,9 +212,9 @@ class AcceptanceCalibration {
       accepted *= forgetting;
       judged *= forgetting;
     }
-    void add(bool success, double weight = 1.0) noexcept {
+    void add(bool success) noexcept {
       accepted += success ? 1.0 : 0.0;
-      judged += weight;
+      judged += 1.0;
     }
     [[nodiscard]] double rate(double prior, double weight) const noexcept {
       return (accepted + prior * weight) / (judged + weight);
@@ -266,13 +240,9 @@ class AcceptanceCalibration {
   static std::size_t level(double recent) noexcept {
     return std::min(kLevels - 1, static_cast<std::size_t>(std::max(0.0, recent) * kLevels));
   }
-  [[nodiscard]] double by_probability(std::size_t b) const noexcept {
-    return bins_[b].rate(pair_.rate(kPriorMean, kPriorWeight), kShrinkage);
-  }
 
   std::array<Counts, kBins> bins_{};
   std::array<Counts, kLevels> levels_{};
-  std::array<Counts, kLevels> residuals_{};  // judged = the acceptances the bins predicted
   Counts all_{};   // decayed: the recent overall rate
   Counts pair_{};  // not decayed, like bins_: the generation's overall rate
   double recent_ = 0.5;
@@ -430,16 +400,8 @@ class GoodputDraftLength {
       // Back off only after kProbesBeforeBackoff probes in a row failed to restart drafting:
       // text that turns easy again is noticed within probe_interval rounds (where every plain
       // round it misses costs most of a round's gain), while a draft that stays useless costs
-      // a few probes per generate() before the waits double. A probe the draft itself called
-      // hopeless does not count: rejected at a probability the calibration says is not worth
-      // a verify row, from a draft that elsewhere is sure enough to be worth one, it says the
-      // text is still hard, not that the draft has become useless; backing off there made the
-      // decoder miss the start of easy text for up to 16 rounds (docs/benchmarks.md).
-      if (probing_ && !(report.accepted == 0 && unsure_probe(report))) {
-        ++failed_probes_;
-      } else if (!probing_) {
-        failed_probes_ = 0;
-      }
+      // a few probes per generate() before the waits double.
+      failed_probes_ = probing_ ? failed_probes_ + 1 : 0;
       const std::size_t doublings =
           std::min<std::size_t>(kMaxProbeDoublings, failed_probes_ > kProbesBeforeBackoff
                                                         ? failed_probes_ - kProbesBeforeBackoff
@@ -509,21 +471,6 @@ class GoodputDraftLength {
     }
   }
 
-  /// Whether a probe's token came with a probability at which drafting does not pay (a round
-  /// of one token accepted as often as tokens of that probability are yields less per second
-  /// than a plain step), from a draft whose best-evidenced bin (>= kTrustedBinVerdicts
-  /// verdicts) does pay. The recent rate is left out on purpose: it is what the probe tests.
-  [[nodiscard]] bool unsure_probe(const RoundReport& report) const noexcept {
-    if (report.token_probabilities.empty() || verify_cost_.size() < 2) return false;
-    const auto one_token_rate = [&](double acceptance) {
-      return (1.0 + acceptance) / (draft_token_cost_ + verify_cost_[1]);
-    };
-    const double plain_rate = 1.0 / verify_cost_[0];
-    const double probed = calibration_.by_probability_alone(report.token_probabilities[0]);
-    return one_token_rate(probed) < plain_rate &&
-           one_token_rate(calibration_.best_bin(kTrustedBinVerdicts)) > plain_rate;
-  }
-
   void refresh_costs() noexcept {
     if (options_.fixed_costs() || !measured_.known()) {
       // Fixed costs, or (until the first drafting round is timed) unit costs with a cheap
@@ -556,7 +503,6 @@ class GoodputDraftLength {
   static constexpr std::size_t kFirstExploreInterval = 8, kMaxExploreInterval = 128;
   std::size_t explore_interval_ = kFirstExploreInterval;
   static constexpr std::size_t kProbesBeforeBackoff = 4, kMaxProbeDoublings = 4;
-  static constexpr double kTrustedBinVerdicts = 8;
   std::size_t failed_probes_ = 0;  // probes since drafting last resumed
   std::size_t rounds_since_exploring_ = 0;
   std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or less in an exploring round
