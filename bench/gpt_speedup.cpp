@@ -131,6 +131,12 @@ Options parse_args(int argc, char** argv) {
   if (o.k_min == 0 || o.k_min > o.k_max) {
     throw UsageError("--k-min must be in 1..--k-max");
   }
+  // The TSV is written next to the JSON with the extension replaced: an --out that already
+  // ends in .tsv would name both files the same, and the TSV would overwrite the JSON.
+  if (!o.out.empty() && std::filesystem::path(o.out).extension() == ".tsv") {
+    throw UsageError("--out " + o.out + ": expected the JSON file's name (e.g. results.json); "
+                     "the TSV is written next to it with the extension .tsv");
+  }
   return o;
 }
 
