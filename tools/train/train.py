@@ -10,6 +10,15 @@ workers of two runs (plus compilers) slowed each step by 5-10x.
 
 The learning-rate schedule (linear warm-up, cosine decay) runs on elapsed wall-clock time, so a
 budget always ends at the low learning rate. A checkpoint is written every few minutes and at the end.
+
+--quote-fraction F makes that share of the training windows end in a quotation: a passage of 1-3
+consecutive verses (with 0-2 verses after it) is followed by the same text again from the passage's
+first byte, cut anywhere; with --quote-shuffle S, that share of the passages have the words of
+each verse shuffled (both occurrences alike), so that memory of the training text cannot predict
+the quotation and only copying can. The corpus holds every verse once, so on plain windows nothing rewards
+copying from the context; quotations do (what code editing, summaries and chat with quotes ask of
+a real LLM, and what prompt-lookup drafting relies on). `quote_acc` in the log is the target's
+argmax accuracy on the quoted bytes of held-out passages it has never seen.
 """
 import argparse
 import math
@@ -57,6 +66,81 @@ def load(path):
     return torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8).long()
 
 
+def line_starts(data):
+    """Offsets of every line start (after each newline) in a byte tensor, plus len(data)."""
+    starts = (data == 10).nonzero().flatten() + 1
+    return torch.cat([torch.zeros(1, dtype=torch.long), starts[starts < len(data)],
+                      torch.tensor([len(data)])])
+
+
+def quote_window(data, starts, block, g, shuffle=0.0):
+    """block + 1 bytes ending in a quotation of an earlier passage of the same window; returns the
+    window and the offset where the quotation starts."""
+    while True:
+        i = int(torch.randint(1, len(starts) - 8, (1,), generator=g))
+        verses = int(torch.randint(1, 4, (1,), generator=g))
+        after = int(torch.randint(0, 3, (1,), generator=g))
+        s, e = int(starts[i]), int(starts[i + verses + after])
+        room = block + 1 - (e - s)   # bytes left for the quotation
+        if room >= 24 and e - (block + 1) >= 0:
+            break
+    m = int(torch.randint(16, room + 1, (1,), generator=g))
+    a = e - (block + 1 - m)
+    passage = data[s:e]
+    if float(torch.rand(1, generator=g)) < shuffle:
+        passage = shuffled_words(passage, g)
+    quoted = torch.cat([passage, data[e:s + m]])[:m]
+    window = torch.cat([data[a:s], passage, quoted])
+    return window, block + 1 - m
+
+
+def shuffled_words(passage, g):
+    """The passage with the words of each verse (after its "Book C:V" reference) in a random order:
+    text the model cannot predict from memory, so only copying predicts its quotation."""
+    lines = bytes(passage.tolist()).split(b"\n")
+    out = []
+    for line in lines:
+        words = line.split(b" ")
+        head = 3 if words[0][:1].isdigit() else 2
+        body = words[head:]
+        order = torch.randperm(len(body), generator=g).tolist()
+        out.append(b" ".join(words[:head] + [body[i] for i in order]))
+    return torch.tensor(list(b"\n".join(out)), dtype=torch.long)
+
+
+def batch_windows(data, starts, block, batch, quote_fraction, g, shuffle=0.0):
+    rows, quote_at = [], []
+    for _ in range(batch):
+        if quote_fraction > 0 and float(torch.rand(1, generator=g)) < quote_fraction:
+            w, q = quote_window(data, starts, block, g, shuffle)
+        else:
+            i = int(torch.randint(len(data) - block - 1, (1,), generator=g))
+            w, q = data[i:i + block + 1], block + 1
+        rows.append(w)
+        quote_at.append(q)
+    w = torch.stack(rows)
+    return w[:, :-1], w[:, 1:], quote_at
+
+
+@torch.no_grad()
+def quote_accuracy(model, data, block, windows=64, seed=0):
+    """Argmax accuracy on the quoted bytes (after the first 4 of each quotation) of windows built
+    from `data`: how well the model copies a passage it was just shown."""
+    model.eval()
+    g = torch.Generator().manual_seed(seed)
+    starts = line_starts(data)
+    hits = total = 0
+    for _ in range(windows // 16):
+        x, y, quote_at = batch_windows(data, starts, block, 16, 1.0, g)
+        pred = model(x).argmax(-1)
+        for r, q in enumerate(quote_at):
+            lo = q - 1 + 4        # y index of the 5th quoted byte
+            hits += int((pred[r, lo:] == y[r, lo:]).sum())
+            total += y.shape[1] - lo
+    model.train()
+    return hits / max(total, 1)
+
+
 @torch.no_grad()
 def bits_per_byte(model, data, block, batches=16, batch=16, seed=0):
     model.eval()
@@ -83,6 +167,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--init", help="start from the weights of an exported .spdc file (continue training)")
     ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast matmuls (AVX512-BF16 CPUs)")
+    ap.add_argument("--quote-fraction", type=float, default=0.0,
+                    help="share of training windows that end in a quotation of an earlier passage")
+    ap.add_argument("--quote-shuffle", type=float, default=0.0,
+                    help="share of quoted passages whose words are shuffled (both occurrences alike)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -99,7 +187,17 @@ def main():
     train, held = load(Path(a.corpus) / "train.txt"), load(Path(a.corpus) / "heldout.txt")
     block = cfg.max_context
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{a.preset}: {n_params} parameters, block {block}, batch {a.batch}, {a.minutes} min", flush=True)
+    print(f"{a.preset}: {n_params} parameters, block {block}, batch {a.batch}, {a.minutes} min, "
+          f"lr {lr_max}, quote fraction {a.quote_fraction} (shuffled {a.quote_shuffle}), init {a.init}", flush=True)
+    train_starts = line_starts(train)
+    windows = torch.Generator().manual_seed(a.seed)
+
+    def evaluate(batches):
+        text = f"heldout_bpb={bits_per_byte(model, held, block, batches=batches):.3f}"
+        return text + (f" quote_acc={quote_accuracy(model, held, block):.3f}" if a.quote_fraction > 0 else "")
+
+    if a.init:
+        print(f"start: {evaluate(16)}", flush=True)
 
     budget = a.minutes * 60
     warmup = min(0.05 * budget, 120.0)
@@ -116,9 +214,13 @@ def main():
         lr = lr_max * min(1.0, elapsed / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        ix = torch.randint(len(train) - block - 1, (a.batch,))
-        x = torch.stack([train[i:i + block] for i in ix])
-        y = torch.stack([train[i + 1:i + block + 1] for i in ix])
+        if a.quote_fraction > 0:
+            x, y, _ = batch_windows(train, train_starts, block, a.batch, a.quote_fraction, windows,
+                                    a.quote_shuffle)
+        else:  # plain windows, drawn exactly as before the quotation option existed
+            ix = torch.randint(len(train) - block - 1, (a.batch,))
+            x = torch.stack([train[i:i + block] for i in ix])
+            y = torch.stack([train[i + 1:i + block + 1] for i in ix])
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
             logits = model(x)
         loss = F.cross_entropy(logits.float().reshape(-1, 256), y.reshape(-1))
@@ -132,9 +234,9 @@ def main():
         if time.time() - last_ckpt > 300:
             save()
             last_ckpt = time.time()
-            print(f"checkpoint: heldout_bpb={bits_per_byte(model, held, block):.3f}", flush=True)
+            print(f"checkpoint: {evaluate(16)}", flush=True)
     save()
-    print(f"done: {step} steps, heldout_bpb={bits_per_byte(model, held, block, batches=32):.3f}", flush=True)
+    print(f"done: {step} steps, {evaluate(32)}", flush=True)
 
 
 if __name__ == "__main__":
