@@ -40,12 +40,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt import GPT  # noqa: E402
-from train import PRESETS, bits_per_byte, load, load_spdc  # noqa: E402
-
-
-def line_starts(data):
-    """Offsets just after every newline (the start of a verse), as a tensor."""
-    return (data == 10).nonzero().flatten() + 1
+from train import PRESETS, bits_per_byte, line_starts, load, load_spdc  # noqa: E402
 
 
 @torch.no_grad()

@@ -15,10 +15,10 @@ budget always ends at the low learning rate. A checkpoint is written every few m
 consecutive verses (with 0-2 verses after it) is followed by the same text again from the passage's
 first byte, cut anywhere; with --quote-shuffle S, that share of the passages have the words of
 each verse shuffled (both occurrences alike), so that memory of the training text cannot predict
-the quotation and only copying can. The corpus holds every verse once, so on plain windows nothing rewards
-copying from the context; quotations do (what code editing, summaries and chat with quotes ask of
-a real LLM, and what prompt-lookup drafting relies on). `quote_acc` in the log is the target's
-argmax accuracy on the quoted bytes of held-out passages it has never seen.
+the quotation and only copying can. The corpus holds every verse once, so on plain windows
+nothing rewards copying from the context; quotations do (what code editing, summaries and chat
+with quotes ask of a real LLM, and what prompt-lookup drafting relies on). `quote_acc` in the log
+is the model's argmax accuracy on the quoted bytes of held-out passages it has never seen.
 """
 import argparse
 import math
@@ -67,17 +67,16 @@ def load(path):
 
 
 def line_starts(data):
-    """Offsets of every line start (after each newline) in a byte tensor, plus len(data)."""
-    starts = (data == 10).nonzero().flatten() + 1
-    return torch.cat([torch.zeros(1, dtype=torch.long), starts[starts < len(data)],
-                      torch.tensor([len(data)])])
+    """Offsets just after every newline (the start of a verse), as a tensor; the corpus ends in a
+    newline, so the last is len(data)."""
+    return (data == 10).nonzero().flatten() + 1
 
 
 def quote_window(data, starts, block, g, shuffle=0.0):
     """block + 1 bytes ending in a quotation of an earlier passage of the same window; returns the
     window and the offset where the quotation starts."""
     while True:
-        i = int(torch.randint(1, len(starts) - 8, (1,), generator=g))
+        i = int(torch.randint(0, len(starts) - 8, (1,), generator=g))
         verses = int(torch.randint(1, 4, (1,), generator=g))
         after = int(torch.randint(0, 3, (1,), generator=g))
         s, e = int(starts[i]), int(starts[i + verses + after])
