@@ -18,7 +18,13 @@ each verse shuffled (both occurrences alike), so that memory of the training tex
 the quotation and only copying can. The corpus holds every verse once, so on plain windows
 nothing rewards copying from the context; quotations do (what code editing, summaries and chat
 with quotes ask of a real LLM, and what prompt-lookup drafting relies on). `quote_acc` in the log
-is the model's argmax accuracy on the quoted bytes of held-out passages it has never seen.
+is the model's argmax accuracy on the quoted bytes of held-out passages it has never seen, and
+`copy_acc` the same on passages whose words are shuffled (only copying predicts those).
+
+--drill-fraction D makes that share of the windows a copying drill instead: a few verses of plain
+text, then one passage of 1-2 verses with its words shuffled, repeated until the window is full.
+After its first occurrence every byte of the window is predictable by copying and by nothing
+else, several times the density of copyable bytes of a quotation window.
 """
 import argparse
 import math
@@ -107,10 +113,28 @@ def shuffled_words(passage, g):
     return torch.tensor(list(b"\n".join(out)), dtype=torch.long)
 
 
-def batch_windows(data, starts, block, batch, quote_fraction, g, shuffle=0.0):
+def drill_window(data, starts, block, g):
+    """block + 1 bytes: plain text, then a word-shuffled passage repeated to the end of the
+    window; returns the window and the offset where the first repetition starts."""
+    while True:
+        i = int(torch.randint(0, len(starts) - 4, (1,), generator=g))
+        verses = int(torch.randint(1, 3, (1,), generator=g))
+        s, e = int(starts[i]), int(starts[i + verses])
+        lead = int(torch.randint(0, block // 4, (1,), generator=g))
+        if 2 * (e - s) + lead + 16 <= block + 1 and s - lead >= 0:
+            break
+    passage = shuffled_words(data[s:e], g)
+    reps = (block + 1 - lead) // len(passage) + 1
+    window = torch.cat([data[s - lead:s]] + [passage] * reps)[:block + 1]
+    return window, lead + len(passage)
+
+
+def batch_windows(data, starts, block, batch, quote_fraction, g, shuffle=0.0, drill_fraction=0.0):
     rows, quote_at = [], []
     for _ in range(batch):
-        if quote_fraction > 0 and float(torch.rand(1, generator=g)) < quote_fraction:
+        if drill_fraction > 0 and float(torch.rand(1, generator=g)) < drill_fraction:
+            w, q = drill_window(data, starts, block, g)
+        elif quote_fraction > 0 and float(torch.rand(1, generator=g)) < quote_fraction:
             w, q = quote_window(data, starts, block, g, shuffle)
         else:
             i = int(torch.randint(len(data) - block - 1, (1,), generator=g))
@@ -122,7 +146,7 @@ def batch_windows(data, starts, block, batch, quote_fraction, g, shuffle=0.0):
 
 
 @torch.no_grad()
-def quote_accuracy(model, data, block, windows=64, seed=0):
+def quote_accuracy(model, data, block, windows=64, seed=0, shuffle=0.0):
     """Argmax accuracy on the quoted bytes (after the first 4 of each quotation) of windows built
     from `data`: how well the model copies a passage it was just shown."""
     model.eval()
@@ -130,7 +154,7 @@ def quote_accuracy(model, data, block, windows=64, seed=0):
     starts = line_starts(data)
     hits = total = 0
     for _ in range(windows // 16):
-        x, y, quote_at = batch_windows(data, starts, block, 16, 1.0, g)
+        x, y, quote_at = batch_windows(data, starts, block, 16, 1.0, g, shuffle)
         pred = model(x).argmax(-1)
         for r, q in enumerate(quote_at):
             lo = q - 1 + 4        # y index of the 5th quoted byte
@@ -170,6 +194,8 @@ def main():
                     help="share of training windows that end in a quotation of an earlier passage")
     ap.add_argument("--quote-shuffle", type=float, default=0.0,
                     help="share of quoted passages whose words are shuffled (both occurrences alike)")
+    ap.add_argument("--drill-fraction", type=float, default=0.0,
+                    help="share of training windows that repeat one word-shuffled passage to the end")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -187,13 +213,17 @@ def main():
     block = cfg.max_context
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{a.preset}: {n_params} parameters, block {block}, batch {a.batch}, {a.minutes} min, "
-          f"lr {lr_max}, quote fraction {a.quote_fraction} (shuffled {a.quote_shuffle}), init {a.init}", flush=True)
+          f"lr {lr_max}, quote fraction {a.quote_fraction} (shuffled {a.quote_shuffle}), "
+          f"drill fraction {a.drill_fraction}, init {a.init}", flush=True)
     train_starts = line_starts(train)
     windows = torch.Generator().manual_seed(a.seed)
 
     def evaluate(batches):
         text = f"heldout_bpb={bits_per_byte(model, held, block, batches=batches):.3f}"
-        return text + (f" quote_acc={quote_accuracy(model, held, block):.3f}" if a.quote_fraction > 0 else "")
+        if a.quote_fraction > 0 or a.drill_fraction > 0:
+            text += (f" quote_acc={quote_accuracy(model, held, block):.3f}"
+                     f" copy_acc={quote_accuracy(model, held, block, shuffle=1.0):.3f}")
+        return text
 
     if a.init:
         print(f"start: {evaluate(16)}", flush=True)
@@ -213,9 +243,9 @@ def main():
         lr = lr_max * min(1.0, elapsed / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        if a.quote_fraction > 0:
+        if a.quote_fraction > 0 or a.drill_fraction > 0:
             x, y, _ = batch_windows(train, train_starts, block, a.batch, a.quote_fraction, windows,
-                                    a.quote_shuffle)
+                                    a.quote_shuffle, a.drill_fraction)
         else:  # plain windows, drawn exactly as before the quotation option existed
             ix = torch.randint(len(train) - block - 1, (a.batch,))
             x = torch.stack([train[i:i + block] for i in ix])
