@@ -435,17 +435,21 @@ const Tables& uniform_draft_tables() {
 }
 
 enum Workload : std::int64_t { kStationary = 0, kChanging = 1, kUseless = 2, kChangingKnown = 3 };
-constexpr std::int64_t kSchedulePolicy = 9, kConfidencePolicy = 10, kGoodputPolicy = 11;
+constexpr std::int64_t kSchedulePolicy = 9, kConfidencePolicy = 10, kGoodputPolicy = 11,
+                       kLowConfidencePolicy = 12;
 
 /// Args: workload (0 stationary alpha = 0.8; 1 changing: alpha 0.9 and 0.1 in alternating
 /// segments of 32 positions, the hard draft confidently wrong (noisy logits); 2 useless draft,
 /// alpha = 0.05; 3 changing, the draft knows: alpha 0.9 and a uniform draft in alternating
 /// segments of 32 positions), row cost (percent of a one-row call per extra row: 0 flat, 10
 /// CPU-like), policy (1..8 static K; 9 schedule; 10 confidence
-/// p_min = 0.75; 11 goodput with measured costs; adaptive policies capped at K = 8). c = 0.05.
+/// p_min = 0.75; 11 goodput with measured costs; 12 confidence p_min = 0.01, i.e. draft on
+/// while the draft is not unsure; adaptive policies capped at K = 8). c = 0.05.
 /// Each iteration runs plain and speculative decoding on the same prompt and seed, the order
 /// alternating. Counters: speedup (tokens/s ratio, wall), speedup_cpu (thread CPU time),
-/// tau, mean_k (drafted per round), plain_frac (rounds run as plain steps), and for goodput
+/// tau, mean_k (drafted per round), plain_frac (rounds run as plain steps), speedup_model (the
+/// cost model applied to the counted rounds: the ratio without timing noise; with
+/// SPECDEC_BENCH_FIXED_COSTS=1 goodput is given that cost model instead of measuring), and for goodput
 /// pred_vs_meas (the policy's predicted model-time rate / the measured one).
 void BM_DraftLengthPolicy(benchmark::State& state) {
   const auto workload = state.range(0);
@@ -465,11 +469,17 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
   config.draft_length = policy <= static_cast<std::int64_t>(kMaxDraft)
                             ? static_cast<std::size_t>(policy) : kMaxDraft;
   config.draft_length_policy.kind = policy == kSchedulePolicy     ? specdec::DraftLengthKind::schedule
-                                    : policy == kConfidencePolicy ? specdec::DraftLengthKind::confidence
+                                    : policy == kConfidencePolicy || policy == kLowConfidencePolicy
+                                        ? specdec::DraftLengthKind::confidence
                                     : policy == kGoodputPolicy    ? specdec::DraftLengthKind::goodput
                                                                   : specdec::DraftLengthKind::fixed;
   config.draft_length_policy.goodput.forgetting =
       env_double("SPECDEC_BENCH_FORGETTING", config.draft_length_policy.goodput.forgetting);
+  if (policy == kLowConfidencePolicy) config.draft_length_policy.confidence.min_probability = 0.01;
+  if (env_double("SPECDEC_BENCH_FIXED_COSTS", 0) != 0) {  // goodput told the cost model
+    config.draft_length_policy.goodput.draft_token_cost = 0.05;
+    config.draft_length_policy.goodput.verify_row_cost = row_cost;
+  }
 
   static std::uint64_t next_seed = 2'000'000;
   RunTimes times[2];
@@ -505,6 +515,11 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
   state.counters["plain_frac"] =
       static_cast<double>(sum.plain_rounds()) / static_cast<double>(std::max<std::size_t>(sum.rounds, 1));
   state.counters["alpha_hat"] = sum.alpha_hat();
+  // The speedup the cost model gives the counted rounds (plain decoding: one unit per token;
+  // a round: one unit, 0.05 per drafted token, row_cost per extra row): free of timing noise.
+  state.counters["speedup_model"] =
+      static_cast<double>(sum.emitted) /
+      (static_cast<double>(sum.rounds) + (0.05 + row_cost) * static_cast<double>(sum.drafted));
   if (sum.predicted_seconds > 0) {
     const double measured = static_cast<double>(sum.emitted) / (sum.draft_seconds + sum.target_seconds);
     state.counters["pred_vs_meas"] = sum.predicted_tokens_per_second() / measured;
@@ -516,7 +531,7 @@ void draft_length_policy_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"workload", "row_cost", "policy"});
   for (const std::int64_t workload : {kStationary, kChanging, kUseless, kChangingKnown}) {
     for (const std::int64_t row_cost : {0, 10}) {
-      for (std::int64_t policy = 1; policy <= kGoodputPolicy; ++policy) {
+      for (std::int64_t policy = 1; policy <= kLowConfidencePolicy; ++policy) {
         b->Args({workload, row_cost, policy});
       }
     }
