@@ -8,8 +8,9 @@
 // for each K in --ks, and the schedule, confidence (p_min 0.75) and goodput policies capped at
 // --cap — and one plain run per prompt shared by all of them (before or after them, alternating),
 // each run with fresh KV caches, all with the same seed. One decoder serves every run, so the
-// goodput policy's measured costs carry over from prompt to prompt as they would in an
-// application; its acceptance estimates start over at every generate().
+// goodput policy's measured costs and its calibration by the draft's probability carry over
+// from prompt to prompt as they would in an application; its evidence about the text starts
+// over at every generate().
 // Per (T, policy): speedup over the plain run (median over prompts, and aggregate: total plain
 // seconds / total speculative seconds), tokens per round, mean drafted per round, the fraction
 // of rounds run as plain steps, and (T = 0) whether every output equals the plain one.

@@ -300,6 +300,78 @@ TEST(GoodputDraftLengthTest, CalibrationSeparatesUnsureFromPlausibleAndSureFromF
   EXPECT_LT(survival_of(0.6), 0.2);
 }
 
+TEST(GoodputDraftLengthTest, CalibrationByProbabilityCarriesOverWhileTheSamplingStaysTheSame) {
+  // One generate() learns that unsure tokens (1/256) fail and sure ones (0.95) pass; the next
+  // one, with the same sampling parameters, starts from that, while the evidence about the text
+  // (the recent rate) starts over. New sampling parameters, a logits processor or
+  // keep_calibration = false start from nothing.
+  const std::vector<double> unsure{1.0 / 256}, sure{0.95};
+  auto learnt = [&](GoodputDraftLength& policy, const GenerationConfig& config) {
+    policy.begin(config);
+    for (int round = 0; round < 30; ++round) {
+      policy.observe(report(4, 3, std::vector<double>{0.95, 0.95, 0.95, 1.0 / 256}));
+    }
+  };
+  auto unsure_survival = [&](GoodputDraftLength& policy) {
+    return policy.estimates_for(DraftState{1, 8, unsure}).survival[0];
+  };
+  const GoodputOptions options{.draft_token_cost = 0.05, .verify_row_cost = 0.05};
+  GoodputDraftLength fresh(options);
+  fresh.begin(config_with(8));
+  const double prior = unsure_survival(fresh);
+  EXPECT_GT(prior, 0.3);
+
+  GenerationConfig config = config_with(8);
+  GoodputDraftLength policy(options);
+  learnt(policy, config);
+  EXPECT_LT(unsure_survival(policy), 0.1);
+  policy.begin(config);  // the next generate()
+  EXPECT_LT(unsure_survival(policy), 0.1);
+  EXPECT_GT(policy.estimates_for(DraftState{1, 8, sure}).survival[0], 0.8);
+  EXPECT_FALSE(policy.draft_more(DraftState{1, 8, unsure}));
+
+  GenerationConfig hotter = config;
+  hotter.sampling.temperature = 1.5f;
+  policy.begin(hotter);
+  EXPECT_DOUBLE_EQ(unsure_survival(policy), prior);
+
+  learnt(policy, config);
+  GenerationConfig processed = config;
+  processed.sampling.logits_processor = [](std::span<const token_t>, std::span<float>) {};
+  policy.begin(processed);
+  EXPECT_DOUBLE_EQ(unsure_survival(policy), prior);
+
+  GoodputOptions forgetful = options;
+  forgetful.keep_calibration = false;
+  GoodputDraftLength alone(forgetful);
+  learnt(alone, config);
+  alone.begin(config);
+  EXPECT_DOUBLE_EQ(unsure_survival(alone), prior);
+}
+
+TEST(GoodputDraftLengthTest, ASureTokenAfterAHardStretchIsRatedByItsProbability) {
+  // Easy and hard stretches alternate, and the draft knows which is which: sure (0.95) and
+  // accepted in the easy ones, unsure (1/256) and rejected in the hard ones. Right after a hard
+  // stretch the recent rate is low; the product of the two estimates then counts the hardness
+  // twice (the level is low because of the unsure tokens the bins already explain) and would
+  // rate a sure token far below the 0.95 acceptance its bin has seen. The estimators' weights
+  // learn from the verdicts that the bin alone predicts them.
+  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.05,
+                                           .verify_row_cost = 0.05});
+  policy.begin(config_with(8));
+  const std::vector<double> unsure{1.0 / 256}, sure{0.95};
+  const std::vector<double> easy_round{0.95, 0.95, 0.95, 0.95};
+  double first_stretch = 0;
+  for (int stretch = 0; stretch < 6; ++stretch) {
+    for (int round = 0; round < 8; ++round) policy.observe(report(4, 4, easy_round));
+    for (int round = 0; round < 16; ++round) policy.observe(report(1, 0, unsure));
+    if (stretch == 0) first_stretch = policy.estimates_for(DraftState{1, 8, sure}).survival[0];
+  }
+  EXPECT_LT(first_stretch, 0.5);  // at first the product dominates (0.23)
+  EXPECT_GT(policy.estimates_for(DraftState{1, 8, sure}).survival[0], 0.8);  // (0.83)
+  EXPECT_LT(policy.estimates_for(DraftState{1, 8, unsure}).survival[0], 0.1);
+}
+
 TEST(GoodputDraftLengthTest, CalibrationByProbabilityOutlastsALongEasyStretch) {
   // Hard text, where the draft is unsure (1/256) and rejected; then 40 easy rounds, where it is
   // sure and accepted. The recent-rate evidence forgets the hard stretch (forgetting 0.9), but
@@ -681,8 +753,17 @@ TEST(PolicyDecoderTest, GoodputFallsBackToPlainStepsWithAnUnrelatedDraftAndDraft
     } else {             // unrelated draft: mostly plain steps
       EXPECT_GT(result.stats.plain_rounds(), result.stats.rounds * 8 / 10);
     }
-    // Same seed, same tokens (fixed costs: no decision depends on a timing).
-    EXPECT_EQ(decoder.generate(std::vector<token_t>{1, 2}, config).tokens, result.tokens);
+    // Fixed costs: no decision depends on a timing. The calibration by the draft's probability
+    // carries over, so the same sequence of calls on a fresh decoder gives the same tokens...
+    specdec::SpeculativeDecoder replay(draft, target);
+    EXPECT_EQ(replay.generate(std::vector<token_t>{1, 2}, config).tokens, result.tokens);
+    const auto second = decoder.generate(std::vector<token_t>{1, 2}, config).tokens;
+    EXPECT_EQ(replay.generate(std::vector<token_t>{1, 2}, config).tokens, second);
+    // ...and without keep_calibration every call is a function of its own arguments.
+    config.draft_length_policy.goodput.keep_calibration = false;
+    const auto alone = decoder.generate(std::vector<token_t>{1, 2}, config).tokens;
+    EXPECT_EQ(decoder.generate(std::vector<token_t>{1, 2}, config).tokens, alone);
+    EXPECT_EQ(replay.generate(std::vector<token_t>{1, 2}, config).tokens, alone);
   }
 }
 

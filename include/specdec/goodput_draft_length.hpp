@@ -50,7 +50,7 @@ struct GoodputOptions {
   /// by the draft's probability keeps all of a generation's evidence whatever this is.)
   double forgetting = 0.9;
   /// Consecutive plain rounds before one token is drafted to probe whether drafting pays
-  /// again (>= 1). After four probes in a row that do not restart drafting it doubles with
+  /// again (>= 1). After eight probes in a row that do not restart drafting it doubles with
   /// every further one, up to 16 times (so a useless draft costs one draft token and one
   /// verify row per 16 rounds in the long run, while text that turns easy again after a hard
   /// stretch is noticed within probe_interval rounds). 1 measured as good as or better than 4
@@ -63,6 +63,11 @@ struct GoodputOptions {
   /// online from the round timings.
   double draft_token_cost = -1;
   double verify_row_cost = -1;
+  /// Keep the calibration by the draft's probability from one generate() to the next while
+  /// the sampling parameters stay the same (it describes the model pair, not the text). With
+  /// fixed costs the same seed then gives the same tokens for the same sequence of generate()
+  /// calls on a decoder; false makes every call a function of its own arguments.
+  bool keep_calibration = true;
 
   bool operator==(const GoodputOptions&) const = default;
 
@@ -143,23 +148,45 @@ struct GoodputEstimates {
 
 namespace detail {
 
-/// Acceptance learned from rounds, as decayed (accepted, judged) counts:
+/// Acceptance learned from rounds, as (accepted, judged) counts:
 ///  - by the recent acceptance rate, a short moving average r over the last few judged tokens
-///    (r <- 3/4 r + 1/4 verdict), in four levels. Text whose difficulty changes shows up here:
-///    acceptances come in runs, then rejections; after a run of acceptances a rejection leaves
-///    r high, after a run of rejections low. Within a round every token after the first follows
-///    an acceptance (it is only judged if its predecessor was accepted), so r rises along it;
-///  - by the draft's probability of the token (twelve bins, log-scaled: see bin()), as a factor
-///    relative to the mean; these counts do not decay within a generation (the mapping belongs
-///    to the model pair, not to the stretch of text).
-/// Every estimate is shrunk towards the one above it (a bin with little evidence borrows the
-/// mean, the mean borrows 1/2), so nothing is extreme on little evidence; with acceptance that
-/// does not change, every level estimates the same rate.
+///    (r <- 3/4 r + 1/4 verdict), in four levels, decayed. Text whose difficulty changes shows
+///    up here: acceptances come in runs, then rejections; after a run of acceptances a rejection
+///    leaves r high, after a run of rejections low. Within a round every token after the first
+///    follows an acceptance (it is only judged if its predecessor was accepted), so r rises
+///    along it;
+///  - by the draft's probability of the token (twelve bins, log-scaled: see bin()). These
+///    counts do not decay, and they carry over from one generation to the next (capped, see
+///    start_generation()): how the draft's probability maps to acceptance belongs to the model
+///    pair and the sampling parameters, not to the stretch of text.
+/// A drafted token's acceptance combines the two through two estimators, weighted by how well
+/// each has predicted the verdicts so far (see at()). Every rate is shrunk towards the one
+/// above it (a bin with little evidence borrows the mean, the mean borrows 1/2), so nothing is
+/// extreme on little evidence; with acceptance that does not change, every level estimates the
+/// same rate.
 class AcceptanceCalibration {
  public:
-  static constexpr std::size_t kBins = 12, kLevels = 4;
+  static constexpr std::size_t kBins = 12, kLevels = 4, kEstimators = 2;
 
+  /// Forgets everything (a new model pair or new sampling parameters).
   void reset() noexcept { *this = AcceptanceCalibration{}; }
+
+  /// A new generation with the same pair and sampling parameters: the evidence about the text
+  /// (levels, recent rate, decayed mean) starts over; the pair's (the bins, their mean, the
+  /// estimators' weights) is kept, each bin scaled down to at most kCarriedJudged tokens so
+  /// that it keeps adapting. (On the synthetic workloads, 256 tokens per generate(), relearning
+  /// the bins every time cost 1-2 % of the speed; docs/benchmarks.md.)
+  void start_generation() noexcept {
+    const auto bins = bins_;
+    const Counts pair = pair_;
+    const auto weights = weights_;
+    reset();
+    bins_ = bins;
+    pair_ = pair;
+    weights_ = weights;
+    for (Counts& counts : bins_) counts.cap(kCarriedJudged);
+    pair_.cap(kCarriedJudged * static_cast<double>(kBins));
+  }
 
   /// One round: tokens [0, accepted) accepted, token `accepted` (if drafted) rejected.
   void observe(std::span<const double> probabilities, std::size_t drafted, std::size_t accepted,
@@ -174,7 +201,9 @@ class AcceptanceCalibration {
     const std::size_t judged = std::min(drafted, accepted + 1);
     for (std::size_t i = 0; i < judged; ++i) {
       const bool success = i < accepted;
-      bins_[bin(i < probabilities.size() ? probabilities[i] : 1.0)].add(success);
+      const double probability = i < probabilities.size() ? probabilities[i] : 1.0;
+      weigh_estimators(estimators(probability, recent_), success);  // before the counts learn it
+      bins_[bin(probability)].add(success);
       levels_[level(recent_)].add(success);
       all_.add(success);
       pair_.add(success);
@@ -195,16 +224,35 @@ class AcceptanceCalibration {
   [[nodiscard]] double at_recent(double recent) const noexcept {
     return levels_[level(recent)].rate(mean(), kShrinkage);
   }
-  /// Acceptance of a drafted token the draft gave `probability`, at recent rate r.
+  /// Acceptance of a drafted token the draft gave `probability`, at recent rate r: the
+  /// estimators' predictions weighted by their record. The product (the level's rate times the
+  /// bin's factor over the mean) is right when the two say different things, and is the level's
+  /// rate where the probability says nothing (a draft confidently wrong), but it counts twice
+  /// what they both say: when the draft's probability itself tracks the text's difficulty (a
+  /// draft unsure exactly where it will be rejected), the level is low at the start of each
+  /// easy stretch, and the product then rated tokens the draft was sure of at a fifth of their
+  /// acceptance. The bin's rate alone is right there; the weights find out which, from the
+  /// verdicts. (A third estimator, the level's rate alone, measured no better on the synthetic
+  /// workloads and, where the position in the round predicts the verdicts as well as the
+  /// probability does, rated tokens the draft was unsure of as likely as any.)
   [[nodiscard]] double at(double probability, double recent) const noexcept {
-    const double pair_mean = pair_.rate(kPriorMean, kPriorWeight);
-    const double by_probability = bins_[bin(probability)].rate(pair_mean, kShrinkage);
-    return std::clamp(at_recent(recent) * by_probability / pair_mean, 0.0, 1.0);
+    const std::array<double, kEstimators> predictions = estimators(probability, recent);
+    double acceptance = 0;
+    for (std::size_t e = 0; e < kEstimators; ++e) acceptance += weights_[e] * predictions[e];
+    return acceptance;
   }
+  /// The estimators' weights (the product, the bin's rate; they sum to 1).
+  [[nodiscard]] const std::array<double, kEstimators>& weights() const noexcept { return weights_; }
 
  private:
   static constexpr double kPriorMean = 0.5, kPriorWeight = 1.0, kShrinkage = 2.0;
   static constexpr double kRecentKeep = 0.75;
+  static constexpr double kCarriedJudged = 64;
+  /// Estimator weights: a prediction counts as at least kLikelihoodFloor likely (one surprise
+  /// does not zero a weight), and after each verdict kShare of the weight is spread evenly
+  /// (fixed share), so a weight that fell can recover when the text changes character.
+  static constexpr double kLikelihoodFloor = 0.02, kShare = 0.01;
+  static constexpr std::array<double, kEstimators> kPriorWeights{0.75, 0.25};
 
   struct Counts {
     double accepted = 0, judged = 0;
@@ -219,7 +267,33 @@ class AcceptanceCalibration {
     [[nodiscard]] double rate(double prior, double weight) const noexcept {
       return (accepted + prior * weight) / (judged + weight);
     }
+    void cap(double max_judged) noexcept {
+      if (judged > max_judged) decay(max_judged / judged);
+    }
   };
+
+  /// Predictions for a drafted token: the product of the level's rate and the bin's factor;
+  /// the bin's rate.
+  [[nodiscard]] std::array<double, kEstimators> estimators(double probability,
+                                                           double recent) const noexcept {
+    const double pair_mean = pair_.rate(kPriorMean, kPriorWeight);
+    const double by_probability = bins_[bin(probability)].rate(pair_mean, kShrinkage);
+    return {std::clamp(at_recent(recent) * by_probability / pair_mean, 0.0, 1.0), by_probability};
+  }
+
+  /// Bayes' rule on the estimators (each weight times the likelihood it gave the verdict),
+  /// then the fixed share.
+  void weigh_estimators(const std::array<double, kEstimators>& predictions, bool success) noexcept {
+    double total = 0;
+    for (std::size_t e = 0; e < kEstimators; ++e) {
+      const double p = std::clamp(predictions[e], kLikelihoodFloor, 1.0 - kLikelihoodFloor);
+      weights_[e] *= success ? p : 1.0 - p;
+      total += weights_[e];
+    }
+    for (double& weight : weights_) {
+      weight = (1.0 - kShare) * weight / total + kShare / static_cast<double>(kEstimators);
+    }
+  }
 
   /// Bins on a log scale at both ends: below 1/2 by powers of two of the probability ([1/4, 1/2)
   /// is bin 7, [1/256, 1/128) bin 1, everything under 1/256 bin 0), from 1/2 up by powers of
@@ -244,8 +318,9 @@ class AcceptanceCalibration {
   std::array<Counts, kBins> bins_{};
   std::array<Counts, kLevels> levels_{};
   Counts all_{};   // decayed: the recent overall rate
-  Counts pair_{};  // not decayed, like bins_: the generation's overall rate
+  Counts pair_{};  // not decayed, like bins_: the pair's overall rate
   double recent_ = 0.5;
+  std::array<double, kEstimators> weights_ = kPriorWeights;
 };
 
 /// Draft and verification costs, measured from round timings: t_d as a moving average of
@@ -329,9 +404,11 @@ class MeasuredCosts {
 
 /// \brief The goodput-optimal draft-length policy (see the file comment).
 ///
-/// Acceptance estimates start over at every generate() (the text changes); measured costs
-/// carry over (they describe the hardware). Use it through GenerationConfig
-/// (DraftLengthKind::goodput) or directly as a StrategyDecoder policy.
+/// At every generate() the evidence about the text starts over (the text changes); how the
+/// draft's probability maps to acceptance carries over while the sampling parameters stay the
+/// same (it describes the model pair), and so do the measured costs (they describe the
+/// hardware). Use it through GenerationConfig (DraftLengthKind::goodput) or directly as a
+/// StrategyDecoder policy.
 class GoodputDraftLength {
  public:
   GoodputDraftLength() = default;
@@ -341,7 +418,8 @@ class GoodputDraftLength {
 
   /// \brief Called by the decoder at the start of each generate(): the cap is the usable
   /// draft length (config.draft_length within the budget; a huge K with a small budget sizes
-  /// nothing huge); acceptance evidence and probing start over.
+  /// nothing huge); probing and the evidence about the text start over, the calibration by
+  /// the draft's probability too if the sampling parameters changed.
   template <class Config>
   void begin(const Config& config) {
     std::size_t cap = config.draft_length;
@@ -349,7 +427,14 @@ class GoodputDraftLength {
     cap_ = std::max<std::size_t>(cap, 1);
     reserve(cap_);
     measured_.resize(cap_ + 1);  // here, not in a round: rounds allocate nothing
-    calibration_.reset();
+    SamplingKey sampling;
+    if constexpr (requires { config.sampling.temperature; }) sampling = SamplingKey::of(config.sampling);
+    if (options_.keep_calibration && sampling.same_as(last_sampling_)) {
+      calibration_.start_generation();
+    } else {
+      calibration_.reset();
+    }
+    last_sampling_ = sampling;
     plain_streak_ = 0;
     probe_wait_ = options_.probe_interval;
     failed_probes_ = 0;
@@ -462,6 +547,33 @@ class GoodputDraftLength {
   [[nodiscard]] std::size_t plain_streak() const noexcept { return plain_streak_; }
 
  private:
+  /// The sampling parameters the calibration by probability was learnt under. A logits
+  /// processor (a repetition penalty, a grammar) may change the distributions from call to
+  /// call, so with one nothing carries over.
+  struct SamplingKey {
+    bool known = false, processed = false;
+    float temperature = 0, top_p = 0, min_p = 0;
+    int top_k = 0;
+    template <class Sampling>
+    static SamplingKey of(const Sampling& sampling) {
+      SamplingKey key;
+      key.known = true;
+      key.temperature = sampling.temperature;
+      key.top_p = sampling.top_p;
+      key.min_p = sampling.min_p;
+      key.top_k = sampling.top_k;
+      if constexpr (requires { static_cast<bool>(sampling.logits_processor); }) {
+        key.processed = static_cast<bool>(sampling.logits_processor);
+      }
+      return key;
+    }
+    [[nodiscard]] bool same_as(const SamplingKey& other) const noexcept {
+      return known && other.known && !processed && !other.processed &&
+             temperature == other.temperature && top_p == other.top_p && min_p == other.min_p &&
+             top_k == other.top_k;
+    }
+  };
+
   void reserve(std::size_t max_length) {
     if (survival_.size() < max_length) survival_.resize(max_length);
     if (acceptance_.size() < max_length) acceptance_.resize(max_length);
@@ -490,6 +602,7 @@ class GoodputDraftLength {
   GoodputOptions options_{};
   std::size_t cap_ = 1;
   detail::AcceptanceCalibration calibration_{};
+  SamplingKey last_sampling_{};
   detail::MeasuredCosts measured_{};
   std::vector<double> survival_;     // (K) P_1..P_j of the current decision
   std::vector<double> acceptance_;   // (K) acceptance of the tokens not drafted yet

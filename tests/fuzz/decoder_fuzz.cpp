@@ -293,6 +293,7 @@ specdec::GenerationConfig fuzz_config(FuzzedDataProvider& data, std::vector<int>
     policy.schedule.initial_draft_length = data.ConsumeIntegralInRange<std::size_t>(0, 20);
     policy.goodput.forgetting = data.ConsumeFloatingPointInRange<double>(-0.5, 1.5);
     policy.goodput.probe_interval = data.ConsumeIntegralInRange<std::size_t>(0, 8);
+    policy.goodput.keep_calibration = data.ConsumeBool();
     if (data.ConsumeBool()) {  // fixed costs (reproducible), or a mismatched pair
       policy.goodput.draft_token_cost = data.ConsumeFloatingPointInRange<double>(-1, 2);
       policy.goodput.verify_row_cost = data.ConsumeFloatingPointInRange<double>(-1, 2);
