@@ -50,7 +50,7 @@ struct GoodputOptions {
   /// by the draft's probability keeps all of a generation's evidence whatever this is.)
   double forgetting = 0.9;
   /// Consecutive plain rounds before one token is drafted to probe whether drafting pays
-  /// again (>= 1). After eight probes in a row that do not restart drafting it doubles with
+  /// again (>= 1). After four probes in a row that do not restart drafting it doubles with
   /// every further one, up to 16 times (so a useless draft costs one draft token and one
   /// verify row per 16 rounds in the long run, while text that turns easy again after a hard
   /// stretch is noticed within probe_interval rounds). 1 measured as good as or better than 4
@@ -175,7 +175,7 @@ class AcceptanceCalibration {
   /// (levels, recent rate, decayed mean) starts over; the pair's (the bins, their mean, the
   /// estimators' weights) is kept, each bin scaled down to at most kCarriedJudged tokens so
   /// that it keeps adapting. (On the synthetic workloads, 256 tokens per generate(), relearning
-  /// the bins every time cost 1-2 % of the speed; docs/benchmarks.md.)
+  /// the bins every time cost up to 2 % of the speed; docs/benchmarks.md.)
   void start_generation() noexcept {
     const auto bins = bins_;
     const Counts pair = pair_;
