@@ -341,6 +341,14 @@ TEST(GoodputDraftLengthTest, CalibrationByProbabilityCarriesOverWhileTheSampling
   policy.begin(processed);
   EXPECT_DOUBLE_EQ(unsure_survival(policy), prior);
 
+  // A config without sampling parameters (a user's own decoder): nothing to key on, start over.
+  struct BareConfig {
+    std::size_t draft_length = 8;
+  };
+  learnt(policy, config);
+  policy.begin(BareConfig{});
+  EXPECT_DOUBLE_EQ(unsure_survival(policy), prior);
+
   GoodputOptions forgetful = options;
   forgetful.keep_calibration = false;
   GoodputDraftLength alone(forgetful);

@@ -428,7 +428,14 @@ class GoodputDraftLength {
     reserve(cap_);
     measured_.resize(cap_ + 1);  // here, not in a round: rounds allocate nothing
     SamplingKey sampling;
-    if constexpr (requires { config.sampling.temperature; }) sampling = SamplingKey::of(config.sampling);
+    if constexpr (requires {
+                    config.sampling.temperature;
+                    config.sampling.top_p;
+                    config.sampling.min_p;
+                    config.sampling.top_k;
+                  }) {
+      sampling = SamplingKey::of(config.sampling);
+    }
     if (options_.keep_calibration && sampling.same_as(last_sampling_)) {
       calibration_.start_generation();
     } else {
