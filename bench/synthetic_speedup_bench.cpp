@@ -459,7 +459,8 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
   const Tables& easy = tables_for(workload == kUseless ? 5 : changing ? 90 : 80);
   const Tables& hard = workload == kChangingKnown ? uniform_draft_tables() : tables_for(10);
   const double cost = target_cost_seconds();
-  SegmentedDraft draft{&easy, &hard, changing ? std::size_t{32} : 0, 0.05 * cost};
+  constexpr double kDraftCost = 0.05;  // c: a draft call per target call
+  SegmentedDraft draft{&easy, &hard, changing ? std::size_t{32} : 0, kDraftCost * cost};
   RowCostTarget target{&easy, cost, row_cost};
   specdec::SpeculativeDecoder<SegmentedDraft, RowCostTarget> speculative(draft, target);
   specdec::AutoregressiveDecoder<RowCostTarget> autoregressive(target);
@@ -477,7 +478,7 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
       env_double("SPECDEC_BENCH_FORGETTING", config.draft_length_policy.goodput.forgetting);
   if (policy == kLowConfidencePolicy) config.draft_length_policy.confidence.min_probability = 0.01;
   if (env_double("SPECDEC_BENCH_FIXED_COSTS", 0) != 0) {  // goodput told the cost model
-    config.draft_length_policy.goodput.draft_token_cost = 0.05;
+    config.draft_length_policy.goodput.draft_token_cost = kDraftCost;
     config.draft_length_policy.goodput.verify_row_cost = row_cost;
   }
 
@@ -516,10 +517,10 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
       static_cast<double>(sum.plain_rounds()) / static_cast<double>(std::max<std::size_t>(sum.rounds, 1));
   state.counters["alpha_hat"] = sum.alpha_hat();
   // The speedup the cost model gives the counted rounds (plain decoding: one unit per token;
-  // a round: one unit, 0.05 per drafted token, row_cost per extra row): free of timing noise.
+  // a round: one unit, c per drafted token, row_cost per extra row): free of timing noise.
   state.counters["speedup_model"] =
       static_cast<double>(sum.emitted) /
-      (static_cast<double>(sum.rounds) + (0.05 + row_cost) * static_cast<double>(sum.drafted));
+      (static_cast<double>(sum.rounds) + (kDraftCost + row_cost) * static_cast<double>(sum.drafted));
   if (sum.predicted_seconds > 0) {
     const double measured = static_cast<double>(sum.emitted) / (sum.draft_seconds + sum.target_seconds);
     state.counters["pred_vs_meas"] = sum.predicted_tokens_per_second() / measured;

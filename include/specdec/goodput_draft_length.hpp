@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <limits>
 #include <optional>
@@ -241,8 +242,6 @@ class AcceptanceCalibration {
     for (std::size_t e = 0; e < kEstimators; ++e) acceptance += weights_[e] * predictions[e];
     return acceptance;
   }
-  /// The estimators' weights (the product, the bin's rate; they sum to 1).
-  [[nodiscard]] const std::array<double, kEstimators>& weights() const noexcept { return weights_; }
 
  private:
   static constexpr double kPriorMean = 0.5, kPriorWeight = 1.0, kShrinkage = 2.0;
@@ -427,13 +426,8 @@ class GoodputDraftLength {
     cap_ = std::max<std::size_t>(cap, 1);
     reserve(cap_);
     measured_.resize(cap_ + 1);  // here, not in a round: rounds allocate nothing
-    SamplingKey sampling;
-    if constexpr (requires {
-                    config.sampling.temperature;
-                    config.sampling.top_p;
-                    config.sampling.min_p;
-                    config.sampling.top_k;
-                  }) {
+    SamplingKey sampling;  // unknown for a config without SamplingParams: nothing carries over
+    if constexpr (requires { { config.sampling } -> std::convertible_to<const SamplingParams&>; }) {
       sampling = SamplingKey::of(config.sampling);
     }
     if (options_.keep_calibration && sampling.same_as(last_sampling_)) {
@@ -561,18 +555,9 @@ class GoodputDraftLength {
     bool known = false, processed = false;
     float temperature = 0, top_p = 0, min_p = 0;
     int top_k = 0;
-    template <class Sampling>
-    static SamplingKey of(const Sampling& sampling) {
-      SamplingKey key;
-      key.known = true;
-      key.temperature = sampling.temperature;
-      key.top_p = sampling.top_p;
-      key.min_p = sampling.min_p;
-      key.top_k = sampling.top_k;
-      if constexpr (requires { static_cast<bool>(sampling.logits_processor); }) {
-        key.processed = static_cast<bool>(sampling.logits_processor);
-      }
-      return key;
+    static SamplingKey of(const SamplingParams& sampling) {
+      return {true, static_cast<bool>(sampling.logits_processor), sampling.temperature,
+              sampling.top_p, sampling.min_p, sampling.top_k};
     }
     [[nodiscard]] bool same_as(const SamplingKey& other) const noexcept {
       return known && other.known && !processed && !other.processed &&
