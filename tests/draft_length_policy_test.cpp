@@ -422,6 +422,65 @@ TEST(GoodputDraftLengthTest, AcceptanceFollowsTheRecentAcceptanceRate) {
   EXPECT_GT(estimates.acceptance[4], estimates.acceptance[0]);
 }
 
+TEST(GoodputDraftLengthTest, PlainStepsAfterAHardStretchRaiseTheExpectedAcceptanceAgain) {
+  // Easy and hard stretches: the filter learns both rates, believes the text hard after a run of
+  // first-token rejections, and, with every plain step (no verdict), believes more that the
+  // hard stretch is over, up to the share of easy positions seen.
+  GoodputDraftLength policy(GoodputOptions{.forgetting = 1.0, .draft_token_cost = 0.05,
+                                           .verify_row_cost = 0.1});
+  policy.begin(config_with(8));
+  const std::vector<double> probabilities(8, 0.5);
+  for (int segment = 0; segment < 4; ++segment) {
+    for (int round = 0; round < 4; ++round) policy.observe(report(8, 8, probabilities));
+    for (int round = 0; round < 8; ++round) policy.observe(report(1, 0, probabilities));
+  }
+  auto first_token = [&] { return policy.estimates_for(DraftState{0, 8, {}}).acceptance[0]; };
+  const double hard = first_token();
+  EXPECT_LT(hard, 0.2);
+  double previous = hard;
+  for (int step = 0; step < 40; ++step) {
+    policy.observe(report(0, 0));
+    const double now = first_token();
+    EXPECT_GT(now, previous) << "plain step " << step;
+    previous = now;
+  }
+  EXPECT_GT(previous, hard + 0.25);
+  EXPECT_LT(previous, 0.85);  // the mix of the two stretches, not the easy rate
+  // One fully accepted round makes the easy stretch the likely one again.
+  policy.observe(report(8, 8, probabilities));
+  EXPECT_GT(first_token(), 0.9);
+}
+
+TEST(GoodputDraftLengthTest, WithStationaryAcceptanceTheLastVerdictsMatterLittle) {
+  // Verdicts independent at rate 0.8: both regimes learn about the same rate, so the estimate
+  // after a rejection is not far from the one after an acceptance.
+  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.05,
+                                           .verify_row_cost = 0.1});
+  policy.begin(config_with(8));
+  const std::vector<double> probabilities(8, 0.5);
+  specdec::Rng rng(7);
+  double after_rejection = 0, after_acceptance = 0;
+  int rejections = 0, acceptances = 0;
+  for (int round = 0; round < 2000; ++round) {
+    std::size_t accepted = 0;
+    while (accepted < 4 && rng.uniform01() < 0.8) ++accepted;
+    policy.observe(report(4, accepted, probabilities));
+    if (round < 200) continue;
+    const double estimate = policy.estimates_for(DraftState{0, 8, {}}).acceptance[0];
+    if (accepted < 4) {
+      after_rejection += estimate;
+      ++rejections;
+    } else {
+      after_acceptance += estimate;
+      ++acceptances;
+    }
+  }
+  after_rejection /= rejections;
+  after_acceptance /= acceptances;
+  EXPECT_NEAR(after_acceptance, 0.8, 0.06);
+  EXPECT_LT(after_acceptance - after_rejection, 0.15);
+}
+
 TEST(GoodputDraftLengthTest, FallsBackToPlainStepsWhenDraftingCannotPayAndProbesWithBackoff) {
   GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .probe_interval = 4,
                                            .draft_token_cost = 0.1, .verify_row_cost = 0.1});

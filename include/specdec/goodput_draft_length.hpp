@@ -9,8 +9,8 @@
 /// that drafted tokens 1..i are all accepted, and costs m t_d + T_v(m + 1): t_d per draft token
 /// and T_v(n) for a target call over n rows. Before each draft token the policy knows the
 /// probabilities of the j tokens drafted so far (so P_1..P_j, through the calibration) and
-/// projects the rest with the acceptance it expects of each further token (from the recent
-/// acceptance rate): P_{j+k} = P_j a_1 ... a_k. It drafts token j + 1 iff
+/// projects the rest with the acceptance it expects of each further token (from its belief
+/// about whether the text is in an easy or a hard stretch): P_{j+k} = P_j a_1 ... a_k. It drafts token j + 1 iff
 /// the m in [j, limit] maximising
 ///
 ///     G(m) = (1 + sum_{i<=m} P_i) / (m t_d + T_v(m + 1))
@@ -46,9 +46,10 @@ namespace specdec {
 
 /// \brief GoodputDraftLength's parameters.
 struct GoodputOptions {
-  /// Weight kept by old acceptance evidence at each drafting round, in (0, 1]: 0.9 remembers
-  /// about ten rounds (follows text whose difficulty changes); 1 never forgets. (The calibration
-  /// by the draft's probability keeps all of a generation's evidence whatever this is.)
+  /// Weight kept by old evidence about the text's easy and hard stretches (their acceptance
+  /// rates and shares) at each drafting round, in (0, 1]: 0.9 remembers about ten rounds; 1
+  /// never forgets. (Which stretch the text is in is tracked verdict by verdict whatever this
+  /// is; the calibration by the draft's probability keeps all of a generation's evidence.)
   double forgetting = 0.9;
   /// Consecutive plain rounds before one token is drafted to probe whether drafting pays
   /// again (>= 1). After four probes in a row that do not restart drafting it doubles with
@@ -149,34 +150,38 @@ struct GoodputEstimates {
 
 namespace detail {
 
-/// Acceptance learned from rounds, as (accepted, judged) counts:
-///  - by the recent acceptance rate, a short moving average r over the last few judged tokens
-///    (r <- 3/4 r + 1/4 verdict), in four levels, decayed. Text whose difficulty changes shows
-///    up here: acceptances come in runs, then rejections; after a run of acceptances a rejection
-///    leaves r high, after a run of rejections low. Within a round every token after the first
-///    follows an acceptance (it is only judged if its predecessor was accepted), so r rises
-///    along it;
+/// Acceptance learned from rounds:
+///  - by the state of the text, through a two-regime filter: the text is taken to be easy or
+///    hard for the draft at each position (boilerplate and quotations against novel content),
+///    to stay so from one position to the next except with probability kHazard, and each regime
+///    to have its own acceptance rate. The filter keeps the belief b that the next judged token
+///    is in the easy regime (Bayes' rule on every verdict, then the chance of a change; a plain
+///    step, with no verdict, only moves b towards the share of easy positions seen so far, so a
+///    hard stretch is believed over after a while without drafting). The two rates and that
+///    share are learnt from the verdicts each regime is held responsible for (the posterior),
+///    decayed with `forgetting`. Within a round every token after the first follows an
+///    acceptance, so b rises along it. With stationary acceptance both regimes learn the same
+///    rate and b does not matter;
 ///  - by the draft's probability of the token (twelve bins, log-scaled: see bin()). These
 ///    counts do not decay, and they carry over from one generation to the next (capped, see
 ///    start_generation()): how the draft's probability maps to acceptance belongs to the model
 ///    pair and the sampling parameters, not to the stretch of text.
 /// A drafted token's acceptance combines the two through two estimators, weighted by how well
-/// each has predicted the verdicts so far (see at()). Every rate is shrunk towards the one
-/// above it (a bin with little evidence borrows the mean, the mean borrows 1/2), so nothing is
-/// extreme on little evidence; with acceptance that does not change, every level estimates the
-/// same rate.
+/// each has predicted the verdicts so far (see at()). Every rate is shrunk towards a prior (a
+/// bin with little evidence borrows the pair's mean, the mean 1/2, the regimes 0.8 and 0.2),
+/// so nothing is extreme on little evidence.
 class AcceptanceCalibration {
  public:
-  static constexpr std::size_t kBins = 12, kLevels = 4, kEstimators = 2;
+  static constexpr std::size_t kBins = 12, kEstimators = 2;
 
   /// Forgets everything (a new model pair or new sampling parameters).
   void reset() noexcept { *this = AcceptanceCalibration{}; }
 
   /// A new generation with the same pair and sampling parameters: the evidence about the text
-  /// (levels, recent rate, decayed mean) starts over; the pair's (the bins, their mean, the
-  /// estimators' weights) is kept, each bin scaled down to at most kCarriedJudged tokens so
-  /// that it keeps adapting. (On the synthetic workloads, 256 tokens per generate(), relearning
-  /// the bins every time cost up to 2 % of the speed; docs/benchmarks.md.)
+  /// (the regimes, the belief) starts over; the pair's (the bins, their mean, the estimators'
+  /// weights) is kept, each bin scaled down to at most kCarriedJudged tokens so that it keeps
+  /// adapting. (On the synthetic workloads, 256 tokens per generate(), relearning the bins
+  /// every time cost up to 2 % of the speed; docs/benchmarks.md.)
   void start_generation() noexcept {
     const auto bins = bins_;
     const Counts pair = pair_;
@@ -192,52 +197,59 @@ class AcceptanceCalibration {
   /// One round: tokens [0, accepted) accepted, token `accepted` (if drafted) rejected.
   void observe(std::span<const double> probabilities, std::size_t drafted, std::size_t accepted,
                double forgetting) noexcept {
-    if (drafted == 0) return;  // a plain step: no verdict
+    if (drafted == 0) {  // a plain step: a position passes without a verdict
+      belief_ = drift(belief_);
+      return;
+    }
     // Only the evidence about the text forgets; how the draft's probability maps to acceptance
     // is a property of the model pair, learned over the whole generation. (Decayed like the
     // rest, the bin of unsure tokens forgot everything during each easy stretch, and the first
     // unsure tokens of the next hard one borrowed the easy mean and were drafted on.)
-    for (Counts& counts : levels_) counts.decay(forgetting);
-    all_.decay(forgetting);
+    easy_.decay(forgetting);
+    hard_.decay(forgetting);
+    easy_share_.decay(forgetting);
     const std::size_t judged = std::min(drafted, accepted + 1);
     for (std::size_t i = 0; i < judged; ++i) {
       const bool success = i < accepted;
       const double probability = i < probabilities.size() ? probabilities[i] : 1.0;
-      weigh_estimators(estimators(probability, recent_), success);  // before the counts learn it
+      weigh_estimators(estimators(probability, belief_), success);  // before the counts learn it
       bins_[bin(probability)].add(success);
-      levels_[level(recent_)].add(success);
-      all_.add(success);
       pair_.add(success);
-      recent_ = after_verdict(recent_, success);
+      const double easy = posterior(belief_, success);  // responsibility of the easy regime
+      easy_.add(success, easy);
+      hard_.add(success, 1.0 - easy);
+      easy_share_.add(true, easy);
+      easy_share_.add(false, 1.0 - easy);
+      belief_ = drift(easy);
     }
+    belief_ = drift(belief_);  // the position of the round's correction or bonus token
   }
 
-  /// The overall acceptance rate.
-  [[nodiscard]] double mean() const noexcept { return all_.rate(kPriorMean, kPriorWeight); }
-  /// The recent acceptance rate r the next round starts from.
-  [[nodiscard]] double recent() const noexcept { return recent_; }
-  /// r after one more verdict.
-  [[nodiscard]] static double after_verdict(double recent, bool accepted) noexcept {
-    return kRecentKeep * recent + (1 - kRecentKeep) * (accepted ? 1.0 : 0.0);
+  /// The belief b the next round starts from: the probability that its first token is judged
+  /// in the easy regime.
+  [[nodiscard]] double belief() const noexcept { return belief_; }
+  /// b for the next token after a verdict on this one.
+  [[nodiscard]] double after_verdict(double belief, bool accepted) const noexcept {
+    return drift(posterior(belief, accepted));
   }
 
-  /// Acceptance of a token not drafted yet, at recent rate r.
-  [[nodiscard]] double at_recent(double recent) const noexcept {
-    return levels_[level(recent)].rate(mean(), kShrinkage);
+  /// Acceptance of a token not drafted yet, at belief b: the regimes' rates mixed by b.
+  [[nodiscard]] double at_belief(double belief) const noexcept {
+    return belief * easy_rate() + (1.0 - belief) * hard_rate();
   }
-  /// Acceptance of a drafted token the draft gave `probability`, at recent rate r: the
-  /// estimators' predictions weighted by their record. The product (the level's rate times the
-  /// bin's factor over the mean) is right when the two say different things, and is the level's
-  /// rate where the probability says nothing (a draft confidently wrong), but it counts twice
-  /// what they both say: when the draft's probability itself tracks the text's difficulty (a
-  /// draft unsure exactly where it will be rejected), the level is low at the start of each
-  /// easy stretch, and the product then rated tokens the draft was sure of at a fifth of their
-  /// acceptance. The bin's rate alone is right there; the weights find out which, from the
-  /// verdicts. (A third estimator, the level's rate alone, measured no better on the synthetic
-  /// workloads and, where the position in the round predicts the verdicts as well as the
-  /// probability does, rated tokens the draft was unsure of as likely as any.)
-  [[nodiscard]] double at(double probability, double recent) const noexcept {
-    const std::array<double, kEstimators> predictions = estimators(probability, recent);
+  /// Acceptance of a drafted token the draft gave `probability`, at belief b: the estimators'
+  /// predictions weighted by their record. The product (the rate at b times the bin's factor
+  /// over the mean) is right when the two say different things, and is the rate at b where
+  /// the probability says nothing (a draft confidently wrong), but it counts twice what they
+  /// both say: when the draft's probability itself tracks the text's difficulty (a draft unsure
+  /// exactly where it will be rejected), b is low at the start of each easy stretch, and the
+  /// product then rated tokens the draft was sure of at a fraction of their acceptance. The
+  /// bin's rate alone is right there; the weights find out which, from the verdicts. (A third
+  /// estimator, the rate at b alone, measured no better on the synthetic workloads and, where
+  /// the position in the round predicts the verdicts as well as the probability does, rated
+  /// tokens the draft was unsure of as likely as any.)
+  [[nodiscard]] double at(double probability, double belief) const noexcept {
+    const std::array<double, kEstimators> predictions = estimators(probability, belief);
     double acceptance = 0;
     for (std::size_t e = 0; e < kEstimators; ++e) acceptance += weights_[e] * predictions[e];
     return acceptance;
@@ -245,7 +257,11 @@ class AcceptanceCalibration {
 
  private:
   static constexpr double kPriorMean = 0.5, kPriorWeight = 1.0, kShrinkage = 2.0;
-  static constexpr double kRecentKeep = 0.75;
+  /// The regimes' prior rates, and the chance that the text changes regime from one position
+  /// to the next: stretches of a few dozen tokens. (On the synthetic workloads of changing
+  /// difficulty every hazard from 1/64 to 1/16 measured within 1-2 % of 1/32, and the prior
+  /// rates 0.9 / 0.1 and 0.7 / 0.3 within 1 % of these; docs/benchmarks.md.)
+  static constexpr double kEasyPrior = 0.8, kHardPrior = 0.2, kHazard = 1.0 / 32;
   static constexpr double kCarriedJudged = 64;
   /// Estimator weights: a prediction counts as at least kLikelihoodFloor likely (one surprise
   /// does not zero a weight), and after each verdict kShare of the weight is spread evenly
@@ -259,9 +275,9 @@ class AcceptanceCalibration {
       accepted *= forgetting;
       judged *= forgetting;
     }
-    void add(bool success) noexcept {
-      accepted += success ? 1.0 : 0.0;
-      judged += 1.0;
+    void add(bool success, double weight = 1.0) noexcept {
+      accepted += success ? weight : 0.0;
+      judged += weight;
     }
     [[nodiscard]] double rate(double prior, double weight) const noexcept {
       return (accepted + prior * weight) / (judged + weight);
@@ -271,13 +287,31 @@ class AcceptanceCalibration {
     }
   };
 
-  /// Predictions for a drafted token: the product of the level's rate and the bin's factor;
-  /// the bin's rate.
+  [[nodiscard]] double easy_rate() const noexcept { return easy_.rate(kEasyPrior, kShrinkage); }
+  [[nodiscard]] double hard_rate() const noexcept { return hard_.rate(kHardPrior, kShrinkage); }
+
+  /// b after a verdict (before the chance of a change).
+  [[nodiscard]] double posterior(double belief, bool accepted) const noexcept {
+    const double easy = accepted ? easy_rate() : 1.0 - easy_rate();
+    const double hard = accepted ? hard_rate() : 1.0 - hard_rate();
+    const double evidence = belief * easy + (1.0 - belief) * hard;
+    return evidence > 0 ? belief * easy / evidence : belief;
+  }
+  /// b one position later: with probability 2 kHazard the regime is drawn afresh, easy with
+  /// the share of easy positions seen (so with a useless draft, whose "easy" positions are
+  /// rare, plain steps do not talk the policy into drafting again; the probes do that).
+  [[nodiscard]] double drift(double belief) const noexcept {
+    const double easy_share = easy_share_.rate(kPriorMean, kShrinkage);
+    return (1.0 - 2.0 * kHazard) * belief + 2.0 * kHazard * easy_share;
+  }
+
+  /// Predictions for a drafted token: the product of the rate at b and the bin's factor; the
+  /// bin's rate.
   [[nodiscard]] std::array<double, kEstimators> estimators(double probability,
-                                                           double recent) const noexcept {
+                                                           double belief) const noexcept {
     const double pair_mean = pair_.rate(kPriorMean, kPriorWeight);
     const double by_probability = bins_[bin(probability)].rate(pair_mean, kShrinkage);
-    return {std::clamp(at_recent(recent) * by_probability / pair_mean, 0.0, 1.0), by_probability};
+    return {std::clamp(at_belief(belief) * by_probability / pair_mean, 0.0, 1.0), by_probability};
   }
 
   /// Bayes' rule on the estimators (each weight times the likelihood it gave the verdict),
@@ -310,15 +344,12 @@ class AcceptanceCalibration {
     const double tail = std::floor(-std::log2(std::max(1.0 - probability, 0.0))) - 1;  // >= 0
     return 8 + static_cast<std::size_t>(std::clamp(tail, 0.0, 3.0));
   }
-  static std::size_t level(double recent) noexcept {
-    return std::min(kLevels - 1, static_cast<std::size_t>(std::max(0.0, recent) * kLevels));
-  }
 
   std::array<Counts, kBins> bins_{};
-  std::array<Counts, kLevels> levels_{};
-  Counts all_{};   // decayed: the recent overall rate
   Counts pair_{};  // not decayed, like bins_: the pair's overall rate
-  double recent_ = 0.5;
+  Counts easy_{}, hard_{};  // verdicts by the regime held responsible (decayed)
+  Counts easy_share_{};     // "accepted" = positions held easy (decayed)
+  double belief_ = kPriorMean;
   std::array<double, kEstimators> weights_ = kPriorWeights;
 };
 
@@ -478,11 +509,11 @@ class GoodputDraftLength {
   [[nodiscard]] static constexpr bool reads_token_probabilities() noexcept { return true; }
 
   void observe(const RoundReport& report) {
+    calibration_.observe(report.token_probabilities, report.drafted, report.accepted,
+                         options_.forgetting);
     if (report.drafted == 0) {
       ++plain_streak_;
     } else {
-      calibration_.observe(report.token_probabilities, report.drafted, report.accepted,
-                           options_.forgetting);
       // Back off only after kProbesBeforeBackoff probes in a row failed to restart drafting:
       // text that turns easy again is noticed within probe_interval rounds (where every plain
       // round it misses costs most of a round's gain), while a draft that stays useless costs
@@ -520,20 +551,19 @@ class GoodputDraftLength {
   [[nodiscard]] GoodputEstimates estimates_for(const DraftState& state) {
     const std::size_t j = state.drafted;
     reserve(std::max(j, std::min(state.limit, cap_)));  // no-op once begin() has sized them
-    using Calibration = detail::AcceptanceCalibration;
     double survival = 1.0;
-    double recent = calibration_.recent();
+    double belief = calibration_.belief();
     for (std::size_t i = 0; i < j; ++i) {
       const double probability =
           i < state.token_probabilities.size() ? state.token_probabilities[i] : 1.0;
-      survival *= calibration_.at(probability, recent);
+      survival *= calibration_.at(probability, belief);
       survival_[i] = survival;
-      recent = Calibration::after_verdict(recent, true);  // token i + 1 is judged only then
+      belief = calibration_.after_verdict(belief, true);  // token i + 1 is judged only then
     }
     const std::size_t rest = std::min(state.limit, cap_) > j ? std::min(state.limit, cap_) - j : 0;
     for (std::size_t k = 0; k < rest; ++k) {
-      acceptance_[k] = calibration_.at_recent(recent);
-      recent = Calibration::after_verdict(recent, true);
+      acceptance_[k] = calibration_.at_belief(belief);
+      belief = calibration_.after_verdict(belief, true);
     }
     GoodputEstimates estimates;
     estimates.survival = std::span<const double>(survival_.data(), j);

@@ -24,7 +24,10 @@ is the model's argmax accuracy on the quoted bytes of held-out passages it has n
 --drill-fraction D makes that share of the windows a copying drill instead: a few verses of plain
 text, then one passage of 1-2 verses with its words shuffled, repeated until the window is full.
 After its first occurrence every byte of the window is predictable by copying and by nothing
-else, several times the density of copyable bytes of a quotation window.
+else, several times the density of copyable bytes of a quotation window. --drill-letters L
+makes that share of the drill passages random letters instead (each letter of the passage
+replaced by a random one of the same case; spaces, digits and punctuation kept): within a word
+the shuffled passage is still predictable from spelling, a random one only by copying.
 """
 import argparse
 import math
@@ -113,7 +116,18 @@ def shuffled_words(passage, g):
     return torch.tensor(list(b"\n".join(out)), dtype=torch.long)
 
 
-def drill_window(data, starts, block, g):
+def random_letters(passage, g):
+    """The passage with every ASCII letter replaced by a random letter of the same case."""
+    out = passage.clone()
+    lower = (out >= 97) & (out <= 122)
+    upper = (out >= 65) & (out <= 90)
+    draws = torch.randint(0, 26, out.shape, generator=g)
+    out[lower] = 97 + draws[lower]
+    out[upper] = 65 + draws[upper]
+    return out
+
+
+def drill_window(data, starts, block, g, letters=0.0):
     """block + 1 bytes: plain text, then a word-shuffled passage repeated to the end of the
     window; returns the window and the offset where the first repetition starts."""
     while True:
@@ -124,16 +138,19 @@ def drill_window(data, starts, block, g):
         if 2 * (e - s) + lead + 16 <= block + 1 and s - lead >= 0:
             break
     passage = shuffled_words(data[s:e], g)
+    if letters > 0 and float(torch.rand(1, generator=g)) < letters:
+        passage = random_letters(passage, g)
     reps = (block + 1 - lead) // len(passage) + 1
     window = torch.cat([data[s - lead:s]] + [passage] * reps)[:block + 1]
     return window, lead + len(passage)
 
 
-def batch_windows(data, starts, block, batch, quote_fraction, g, shuffle=0.0, drill_fraction=0.0):
+def batch_windows(data, starts, block, batch, quote_fraction, g, shuffle=0.0, drill_fraction=0.0,
+                  letters=0.0):
     rows, quote_at = [], []
     for _ in range(batch):
         if drill_fraction > 0 and float(torch.rand(1, generator=g)) < drill_fraction:
-            w, q = drill_window(data, starts, block, g)
+            w, q = drill_window(data, starts, block, g, letters)
         elif quote_fraction > 0 and float(torch.rand(1, generator=g)) < quote_fraction:
             w, q = quote_window(data, starts, block, g, shuffle)
         else:
@@ -196,6 +213,8 @@ def main():
                     help="share of quoted passages whose words are shuffled (both occurrences alike)")
     ap.add_argument("--drill-fraction", type=float, default=0.0,
                     help="share of training windows that repeat one word-shuffled passage to the end")
+    ap.add_argument("--drill-letters", type=float, default=0.0,
+                    help="share of drill passages made of random letters (only copying predicts them)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -214,7 +233,7 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{a.preset}: {n_params} parameters, block {block}, batch {a.batch}, {a.minutes} min, "
           f"lr {lr_max}, quote fraction {a.quote_fraction} (shuffled {a.quote_shuffle}), "
-          f"drill fraction {a.drill_fraction}, init {a.init}", flush=True)
+          f"drill fraction {a.drill_fraction} (random letters {a.drill_letters}), init {a.init}", flush=True)
     train_starts = line_starts(train)
     windows = torch.Generator().manual_seed(a.seed)
 
@@ -245,7 +264,7 @@ def main():
             g["lr"] = lr
         if a.quote_fraction > 0 or a.drill_fraction > 0:
             x, y, _ = batch_windows(train, train_starts, block, a.batch, a.quote_fraction, windows,
-                                    a.quote_shuffle, a.drill_fraction)
+                                    a.quote_shuffle, a.drill_fraction, a.drill_letters)
         else:  # plain windows, drawn exactly as before the quotation option existed
             ix = torch.randint(len(train) - block - 1, (a.batch,))
             x = torch.stack([train[i:i + block] for i in ix])
