@@ -6,8 +6,9 @@
 //
 // For every T, specdec::measure_speedup over the prompts with one setting per policy — static K
 // for each K in --ks, and the schedule, confidence (p_min 0.75) and goodput policies capped at
-// --cap — and one plain run per prompt shared by all of them (before or after them, alternating),
-// each run with fresh KV caches, all with the same seed. One decoder serves every run, so the
+// --cap — and one plain run per prompt shared by all of them (before or after them, alternating;
+// the settings' order rotated by one per prompt), each run with fresh KV caches, all with the
+// same seed. One decoder serves every run, so the
 // goodput policy's measured costs and its calibration by the draft's probability carry over
 // from prompt to prompt as they would in an application; its evidence about the text starts
 // over at every generate().
@@ -203,7 +204,7 @@ int main(int argc, char** argv) try {
     rows.insert(rows.end(), table.rows.begin(), table.rows.end());
   }
   std::printf("%zu held-out prompts x %zu tokens, one plain run per prompt shared by every "
-              "setting, order alternating; load %s at start, %s at end\n\n",
+              "setting, order alternating and rotating; load %s at start, %s at end\n\n",
               prompts.size(), o.tokens, load_start.c_str(), load_average().c_str());
   std::printf("| T | policy | speedup (median) | IQR | aggregate | tokens/round | mean K | plain "
               "rounds | alpha_hat | greedy identical |\n"

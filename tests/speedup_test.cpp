@@ -109,19 +109,32 @@ TEST(SpeedupTest, AlternatesTheOrderPerPromptAndResetsBeforeEveryRun) {
   EXPECT_EQ(table.rows[0].pairs(), 3u);
 }
 
-TEST(SpeedupTest, SharedBaselineRunsPlainOncePerPromptOnAlternatingSides) {
+// Records the draft length of every generate() call, then forwards it.
+template <class Decoder>
+struct DraftLengthLog {
+  Decoder* decoder;
+  std::vector<std::size_t>* lengths;
+  GenerationResult generate(std::span<const token_t> prompt, const GenerationConfig& config) {
+    lengths->push_back(config.draft_length);
+    return decoder->generate(prompt, config);
+  }
+};
+
+TEST(SpeedupTest, SharedBaselineRunsPlainOncePerPromptOnAlternatingSidesAndRotatesTheSettings) {
   RecordedPair models;
   RecordedPair::Draft draft{&models};
   RecordedPair::Target target{&models};
-  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::SpeculativeDecoder speculative_decoder(draft, target);
+  std::vector<std::size_t> lengths;
+  DraftLengthLog<decltype(speculative_decoder)> speculative{&speculative_decoder, &lengths};
   specdec::AutoregressiveDecoder plain(target);
-  const auto prompts = prompts_for_test(2);
+  const auto prompts = prompts_for_test(3);
   const std::vector<std::size_t> draft_lengths{1, 2, 4};
   specdec::SpeedupOptions options;
   options.shared_baseline = true;
   std::vector<std::size_t> progress;
   options.on_prompt = [&](std::size_t i, std::size_t count) {
-    EXPECT_EQ(count, 2u);
+    EXPECT_EQ(count, 3u);
     progress.push_back(i);
   };
 
@@ -131,10 +144,13 @@ TEST(SpeedupTest, SharedBaselineRunsPlainOncePerPromptOnAlternatingSides) {
 
   EXPECT_EQ(runs_of(models.log),
             "SSSP"
-            "PSSS");
-  EXPECT_EQ(progress, (std::vector<std::size_t>{0, 1}));
+            "PSSS"
+            "SSSP");
+  // Prompt i starts with setting i mod 3: none always runs first or last.
+  EXPECT_EQ(lengths, (std::vector<std::size_t>{1, 2, 4, 2, 4, 1, 4, 1, 2}));
+  EXPECT_EQ(progress, (std::vector<std::size_t>{0, 1, 2}));
   for (const SpeedupRow& row : table.rows) {
-    EXPECT_EQ(row.pairs(), 2u);
+    EXPECT_EQ(row.pairs(), 3u);
     EXPECT_EQ(row.greedy_mismatches, 0u);
   }
   // The one plain run per prompt is pooled into every row.
