@@ -160,8 +160,8 @@ namespace detail {
 ///    hard stretch is believed over after a while without drafting). The two rates and that
 ///    share are learnt from the verdicts each regime is held responsible for (the posterior),
 ///    decayed with `forgetting`. Within a round every token after the first follows an
-///    acceptance, so b rises along it. With stationary acceptance both regimes learn the same
-///    rate and b does not matter;
+///    acceptance, so b rises along it. With stationary acceptance both regimes learn about the
+///    same rate and b matters little;
 ///  - by the draft's probability of the token (twelve bins, log-scaled: see bin()). These
 ///    counts do not decay, and they carry over from one generation to the next (capped, see
 ///    start_generation()): how the draft's probability maps to acceptance belongs to the model
@@ -218,7 +218,7 @@ class AcceptanceCalibration {
       const double easy = posterior(belief_, success);  // responsibility of the easy regime
       easy_.add(success, easy);
       hard_.add(success, 1.0 - easy);
-      easy_share_.add(true, easy);
+      easy_share_.add(true, easy);  // one position: easy with probability `easy`
       easy_share_.add(false, 1.0 - easy);
       belief_ = drift(easy);
     }
