@@ -10,8 +10,8 @@
 /// and T_v(n) for a target call over n rows. Before each draft token the policy knows the
 /// probabilities of the j tokens drafted so far (so P_1..P_j, through the calibration) and
 /// projects the rest with the acceptance it expects of each further token (from its belief
-/// about whether the text is in an easy or a hard stretch): P_{j+k} = P_j a_1 ... a_k. It drafts token j + 1 iff
-/// the m in [j, limit] maximising
+/// about whether the text is in an easy or a hard stretch): P_{j+k} = P_j a_1 ... a_k. It
+/// drafts token j + 1 iff the m in [j, limit] maximising
 ///
 ///     G(m) = (1 + sum_{i<=m} P_i) / (m t_d + T_v(m + 1))
 ///
