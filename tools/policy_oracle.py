@@ -21,8 +21,13 @@ generation. Prints the tokens per unit cost relative to plain decoding (cost 1 p
   reactive      a causal rule tuned to this workload: draft L while the last round accepted
                 its first two tokens, else plain steps with a one-token probe every P rounds.
 
-  python3 tools/policy_oracle.py
+  python3 tools/policy_oracle.py [--segment 32]
+
+--segment sets the segments' length (the benchmark's SPECDEC_BENCH_SEGMENT); generations are
+256 tokens or four segments, whichever is longer, and the filter's change probability is
+1/segment (the library's filter assumes 1/32 whatever the text).
 """
+import argparse
 import random
 
 SEGMENT, TOKENS, CAP, DRAFT_COST = 32, 256, 8, 0.05
@@ -83,7 +88,7 @@ def clairvoyant_round(row_cost):
     return choose
 
 
-def known_filter(row_cost, hazard=1 / SEGMENT):
+def known_filter(row_cost, hazard):
     def drift(b):
         return (1 - hazard) * b + hazard * (1 - b)
 
@@ -125,13 +130,18 @@ def reactive(probe_every, length):
 
 
 def main():
+    global SEGMENT, TOKENS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--segment", type=int, default=SEGMENT)
+    SEGMENT = parser.parse_args().segment
+    TOKENS = max(TOKENS, 4 * SEGMENT)
     for row_cost, name in ((0.0, "flat"), (0.1, "+10 %/row")):
         statics = [speedup(static(k), row_cost) for k in range(1, CAP + 1)]
         best = max(statics)
         best_k = statics.index(best) + 1
         oracle = speedup(clairvoyant, row_cost)
         oracle_round = speedup(clairvoyant_round(row_cost), row_cost)
-        filtered = speedup(known_filter(row_cost), row_cost, seed=2)
+        filtered = speedup(known_filter(row_cost, hazard=1 / SEGMENT), row_cost, seed=2)
         reactive_best = max((speedup(reactive(p, length), row_cost, seed=2), p, length)
                             for p in (1, 2, 3, 4) for length in (4, 6, 8))
         print(f"{name}: static K=1..8 " + " ".join(f"{s:.2f}" for s in statics) +
