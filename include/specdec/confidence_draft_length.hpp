@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "specdec/detail/error.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/strategies.hpp"
 
@@ -18,7 +19,10 @@ struct ConfidenceOptions {
   /// this; in [0, 1]. llama.cpp's default p_min.
   double min_probability = 0.75;
 
-  bool operator==(const ConfidenceOptions&) const = default;
+  /// Exactly (not `= default`: see GoodputOptions::operator==).
+  [[nodiscard]] bool operator==(const ConfidenceOptions& other) const noexcept {
+    return detail::exactly_equal(min_probability, other.min_probability);
+  }
 
   /// \brief Throws std::invalid_argument naming the bad field.
   void validate() const {

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "specdec/detail/error.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/strategies.hpp"
 
@@ -71,7 +72,15 @@ struct GoodputOptions {
   /// calls on a decoder; false makes every call a function of its own arguments.
   bool keep_calibration = true;
 
-  bool operator==(const GoodputOptions&) const = default;
+  /// Field by field, exactly (not `= default`, which would compare the doubles with == and make
+  /// users' -Wfloat-equal builds warn).
+  [[nodiscard]] bool operator==(const GoodputOptions& other) const noexcept {
+    return detail::exactly_equal(forgetting, other.forgetting) &&
+           probe_interval == other.probe_interval &&
+           detail::exactly_equal(draft_token_cost, other.draft_token_cost) &&
+           detail::exactly_equal(verify_row_cost, other.verify_row_cost) &&
+           keep_calibration == other.keep_calibration;
+  }
 
   [[nodiscard]] bool fixed_costs() const noexcept {
     return draft_token_cost >= 0 && verify_row_cost >= 0;
@@ -399,7 +408,11 @@ class MeasuredCosts {
     for (std::size_t n = 1; n < mean_.size(); ++n) {
       if (weight_[n] <= 0) continue;
       const double w = weight_[n], x = static_cast<double>(n - 1), y = mean_[n];
-      sw += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
+      sw += w;
+      sx += w * x;
+      sy += w * y;
+      sxx += w * x * x;
+      sxy += w * x * y;
       ++points;
     }
     double intercept = 1.0, slope = kPriorRowCost;
@@ -591,7 +604,8 @@ class GoodputDraftLength {
     }
     [[nodiscard]] bool same_as(const SamplingKey& other) const noexcept {
       return known && other.known && !processed && !other.processed &&
-             temperature == other.temperature && top_p == other.top_p && min_p == other.min_p &&
+             detail::exactly_equal(temperature, other.temperature) &&
+             detail::exactly_equal(top_p, other.top_p) && detail::exactly_equal(min_p, other.min_p) &&
              top_k == other.top_k;
     }
   };

@@ -30,6 +30,7 @@
 #include <Eigen/Core>
 
 #include "specdec/detail/error.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/row_kernels.hpp"
 #include "specdec/detail/simd_warnings.hpp"
 #include "specdec/softmax.hpp"
@@ -59,7 +60,7 @@ struct SamplingParams {
   static constexpr float kMinTemperature = 1e-30f;
 
   /// \brief True for temperature 0 (argmax decoding).
-  [[nodiscard]] bool greedy() const noexcept { return temperature == 0.0f; }
+  [[nodiscard]] bool greedy() const noexcept { return detail::exactly_equal(temperature, 0.0f); }
 
   /// \brief Throws std::invalid_argument naming the first bad field and its allowed range.
   void validate() const {
@@ -287,7 +288,7 @@ template <class Scalar>
       const std::size_t end = std::min((g + 1) * kGroupSize, vocab_size);
       for (std::size_t i = g * kGroupSize; i < end; ++i) {
         candidates[count] = logits[i];  // branchless gather
-        count += logits[i] >= floor ? 1 : 0;
+        count += logits[i] >= floor ? std::size_t{1} : std::size_t{0};
       }
     }
   } else {
@@ -353,7 +354,7 @@ template <class Scalar>
   }
   double masses[kMassLevels] = {};
   double total = 0;
-  const bool masked = floor != neg_inf;
+  const bool masked = !detail::is_minus_infinity(floor);
   const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
   for_each_block(vocab_size, [&](std::size_t offset, std::size_t length) {
     const Scalar* x = logits.data() + offset;
@@ -404,12 +405,12 @@ template <class Scalar>
   const std::span<const Scalar> stored(weights.data(), vocab_size);
   std::size_t count = 0;
   for (int round = 0;; ++round) {
-    const bool last = round == kNucleusRefinements || lo == neg_inf;
+    const bool last = round == kNucleusRefinements || detail::is_minus_infinity(lo);
     const std::size_t capacity = last ? vocab_size : kNucleusCandidates;
     // The bracket's mass sits in tokens of weight at most w(hi): when that needs more than
     // `capacity` tokens, skip the doomed gather.
     const double max_weight =
-        hi == pos_inf ? 1.0
+        detail::is_plus_infinity(hi) ? 1.0
                       : std::exp((static_cast<double>(hi) - static_cast<double>(max_logit)) *
                                  static_cast<double>(inv_temperature));
     const bool surely_too_many =
@@ -420,12 +421,12 @@ template <class Scalar>
     }
     // Too many: sum the mass above levels spread evenly inside the bracket (from the max down
     // when the bracket is open above) and keep one slice.
-    const double top = hi == pos_inf ? static_cast<double>(max_logit) : static_cast<double>(hi);
+    const double top = detail::is_plus_infinity(hi) ? static_cast<double>(max_logit) : static_cast<double>(hi);
     const double step = (top - static_cast<double>(lo)) /
-                        static_cast<double>(hi == pos_inf ? kRefineLevels : kRefineLevels + 1);
+                        static_cast<double>(detail::is_plus_infinity(hi) ? kRefineLevels : kRefineLevels + 1);
     Scalar inner[kRefineLevels];
     for (std::size_t j = 0; j < kRefineLevels; ++j) {
-      const double offset = static_cast<double>(hi == pos_inf ? j : j + 1) * step;
+      const double offset = static_cast<double>(detail::is_plus_infinity(hi) ? j : j + 1) * step;
       inner[j] = static_cast<Scalar>(top - offset);
     }
     double inner_masses[kRefineLevels];
@@ -750,7 +751,7 @@ template <class Scalar>
     detail::throw_invalid_argument("sample: weights_scratch has ", weights_scratch.size(),
                                    " entries; expected ", vocab_size);
   }
-  const bool masked = dist.threshold != -std::numeric_limits<Scalar>::infinity();
+  const bool masked = !detail::is_minus_infinity(dist.threshold);
   const bool flush = !detail::packet_exp_of_minus_inf_is_zero<Scalar>();
   auto block = [&](std::size_t offset, std::size_t length, Scalar* out) {
     const Scalar* logits = dist.logits.data() + offset;
@@ -773,7 +774,7 @@ template <class Scalar>
         sums[b] = 0;
         continue;
       }
-      if (dist.block_references[b] != reference) {  // references only grow: few exps
+      if (!detail::exactly_equal(dist.block_references[b], reference)) {  // references only grow: few exps
         reference = dist.block_references[b];
         factor =
             std::exp(detail::reference_shift(reference, dist.max_logit, dist.inv_temperature));

@@ -29,6 +29,7 @@
 #include <Eigen/Core>
 
 #include "specdec/detail/error.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/row_kernels.hpp"
 #include "specdec/sampling.hpp"
 #include "specdec/softmax.hpp"
@@ -112,7 +113,7 @@ template <class Scalar>
   // w p(y) - q(y) as w_p(y) (w / Z_p) - w_q(y) / Z_q, with the divisions done once.
   const Scalar inv_p_normalizer = p_scale / p.normalizer;
   const Scalar inv_q_normalizer = Scalar(1) / q_normalizer;
-  const bool masked = p.threshold != -std::numeric_limits<Scalar>::infinity();
+  const bool masked = !detail::is_minus_infinity(p.threshold);
   const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
   return [=, &p](std::size_t offset, std::size_t length, Scalar* out) {
     const Scalar* p_logits = p.logits.data() + offset;
@@ -213,7 +214,7 @@ template <class Scalar>
                                    scratch.size(), " entries; expected a token in [0, ",
                                    vocab_size, ") and ", vocab_size, " entries");
   }
-  const bool masked = p.threshold != -std::numeric_limits<Scalar>::infinity();
+  const bool masked = !detail::is_minus_infinity(p.threshold);
   const bool flush = !detail::packet_exp_of_minus_inf_is_zero<Scalar>();
   const auto x = static_cast<std::size_t>(excluded);
   auto block = [&](std::size_t offset, std::size_t length, Scalar* out) -> Scalar {

@@ -15,6 +15,7 @@
 #include <Eigen/Core>
 
 #include "specdec/detail/online_softmax.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/row_scan.hpp"
 #include "specdec/detail/simd_warnings.hpp"
@@ -45,7 +46,7 @@ template <class Scalar>
     }
   }
   for (; i < end; ++i) {
-    if (values[i] == max) return static_cast<token_t>(i);
+    if (exactly_equal(values[i], max)) return static_cast<token_t>(i);
   }
   return static_cast<token_t>(offset);  // unreachable
 }

@@ -18,6 +18,7 @@
 #endif
 
 #include "specdec/detail/packet_exp.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/scaled_exponent.hpp"
 #include "specdec/detail/simd_warnings.hpp"
@@ -132,7 +133,7 @@ Scalar dispatch_exp_block(bool masked, bool flush, const Scalar* logits, std::si
 template <class Scalar>
 [[nodiscard]] double exp_sum(std::span<const Scalar> logits, Scalar reference,
                              Scalar inv_temperature, Scalar threshold) noexcept {
-  const bool masked = threshold != -std::numeric_limits<Scalar>::infinity();
+  const bool masked = !is_minus_infinity(threshold);
   const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
   double total = 0;
   for_each_block(logits.size(), [&](std::size_t offset, std::size_t length) {
@@ -151,7 +152,7 @@ template <class Scalar>
 double store_weights(std::span<const Scalar> logits, Scalar reference, Scalar inv_temperature,
                      Scalar threshold, std::span<Scalar> weights,
                      std::span<Scalar> block_sums = {}) noexcept {
-  const bool masked = threshold != -std::numeric_limits<Scalar>::infinity();
+  const bool masked = !is_minus_infinity(threshold);
   const bool flush = !packet_exp_of_minus_inf_is_zero<Scalar>();
   double total = 0;
   for_each_block(logits.size(), [&](std::size_t offset, std::size_t length) {

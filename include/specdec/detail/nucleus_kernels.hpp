@@ -150,7 +150,7 @@ template <class Scalar>
   auto take = [&](std::size_t i) {
     candidate_logits[count] = logits[i];
     candidate_weights[count] = weights[i];
-    count += (logits[i] >= lo && logits[i] < hi) ? 1 : 0;
+    count += (logits[i] >= lo && logits[i] < hi) ? std::size_t{1} : std::size_t{0};
   };
   std::size_t i = 0;
 #if defined(__AVX512F__)

@@ -17,6 +17,7 @@
 #include <Eigen/Core>
 
 #include "specdec/detail/exp_weights.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/row_scan.hpp"
@@ -140,7 +141,7 @@ template <class Scalar>
       break;
     }
     if (scan.max > running_max) {
-      if (running_max != neg_inf) {
+      if (!is_minus_infinity(running_max)) {
         sum *= std::exp(reference_shift(running_max, scan.max, inv_temperature));
       }
       running_max = scan.max;
@@ -152,7 +153,7 @@ template <class Scalar>
         next_offset < size ? std::min(kBlockSize, size - next_offset) : 0;
     BlockScan<Scalar> next_scan;
     Scalar block = 0;
-    if (running_max == neg_inf) {
+    if (is_minus_infinity(running_max)) {
       // Every logit so far is -inf: weight 0, nothing to exponentiate.
       if (next_length > 0) next_scan = scan_block(data + next_offset, next_length);
     } else {
@@ -234,7 +235,7 @@ template <class Scalar>
     }
     row_max = std::max(row_max, scan.max);
     if (scan.max > reference &&
-        (reference == neg_inf || (static_cast<double>(scan.max) - static_cast<double>(reference)) *
+        (is_minus_infinity(reference) || (static_cast<double>(scan.max) - static_cast<double>(reference)) *
                                          static_cast<double>(inv_temperature) >
                                      kMaxWeightExponent)) {
       reference = scan.max;
@@ -246,7 +247,7 @@ template <class Scalar>
         next_offset < size ? std::min(kBlockSize, size - next_offset) : 0;
     block_references[block] = reference;
     BlockScan<Scalar> next_scan;
-    if (reference == neg_inf) {
+    if (is_minus_infinity(reference)) {
       // Every logit so far is -inf: weight 0; a later rescale leaves these zeros alone.
       std::fill_n(weights.data() + offset, length, Scalar(0));
       block_sums[block] = 0;
@@ -278,7 +279,8 @@ template <class Scalar>
   double total = 0;
   for (std::size_t block = 0; block < block_count(size); ++block) {
     const Scalar block_reference = block_references[block];
-    if (block_reference != reference && block_sums[block] != Scalar(0)) [[unlikely]] {
+    if (!exactly_equal(block_reference, reference) && !exactly_equal(block_sums[block], Scalar(0)))
+        [[unlikely]] {
       const auto factor = static_cast<Scalar>(
           std::exp(reference_shift(block_reference, reference, inv_temperature)));
       const std::size_t offset = block * kBlockSize;

@@ -10,6 +10,7 @@
 #include <immintrin.h>  // the AVX-512 overloads (Eigen omits it without vectorization)
 #endif
 
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/simd_warnings.hpp"
 
 /// Inlines every call inside a kernel, Eigen's pexp included: GCC 12 otherwise keeps pexp out
@@ -83,7 +84,7 @@ template <class Scalar>
     using Packet = typename ei::packet_traits<Scalar>::type;
     static const bool is_zero = [] {
       const Packet minus_inf = ei::pset1<Packet>(-std::numeric_limits<Scalar>::infinity());
-      return ei::predux_max(packet_exp(minus_inf)) == Scalar(0);
+      return exactly_equal(ei::predux_max(packet_exp(minus_inf)), Scalar(0));
     }();
     return is_zero;
   } else {

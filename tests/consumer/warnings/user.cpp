@@ -1,9 +1,11 @@
-// A user's translation unit, built by scripts/consumer-test.sh with -Wall -Wextra -Wpedantic
-// -Werror by GCC and by Clang, portable and with -march=native (where the AVX-512 kernels are
-// compiled): including specdec must not make a user's build warn. It includes only
-// <specdec/specdec.hpp> and instantiates what a program does with it: speculative and plain
-// decoding, greedy and sampled (T = 1, top-p, top-k with min-p), with a logits processor, and
-// checks that greedy speculative decoding reproduces greedy plain decoding.
+// A user's translation unit, built by scripts/consumer-test.sh as an error on -Wall -Wextra
+// -Wpedantic and the stricter warnings of CMakeLists.txt, by GCC and by Clang, portable and with
+// -march=native (where the AVX-512 kernels are compiled): including specdec must not make a
+// user's build warn. It includes only <specdec/specdec.hpp> and instantiates what a program does
+// with it: speculative and plain decoding, greedy and sampled (T = 1, top-p, top-k with min-p),
+// with a logits processor, token-level and block verification, every built-in draft-length
+// policy, n-gram lookup alone and before the draft model; it checks that greedy speculative
+// decoding reproduces greedy plain decoding.
 
 #include <cstddef>
 #include <cstdint>
@@ -98,6 +100,31 @@ int main() {
     std::fprintf(stderr, "consumer warnings test: FAILED, %zu sampled tokens; expected %zu\n",
                  sampled_tokens, 6 * config.max_new_tokens);
     return 1;
+  }
+  // Every draft-length policy, both verifiers, n-gram lookup: greedy must still be plain greedy.
+  config.sampling = specdec::SamplingParams{};
+  config.sampling.temperature = 0.0f;
+  config.draft_length = 8;
+  specdec::NgramDecoder lookup(target, {.min_ngram = 2, .max_ngram = 4});
+  specdec::NgramThenModelDecoder combined(draft, target);
+  for (const specdec::DraftLengthKind kind :
+       {specdec::DraftLengthKind::schedule, specdec::DraftLengthKind::confidence,
+        specdec::DraftLengthKind::goodput}) {
+    config.draft_length_policy.kind = kind;
+    for (const specdec::VerifierKind verifier :
+         {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
+      config.verifier = verifier;
+      if (speculative.generate(prompt, config).tokens != greedy_plain.tokens ||
+          lookup.generate(prompt, config).tokens != greedy_plain.tokens ||
+          combined.generate(prompt, config).tokens != greedy_plain.tokens) {
+        std::fprintf(stderr, "consumer warnings test: FAILED, a policy or verifier changed greedy\n");
+        return 1;
+      }
+      config.sampling.temperature = 1.0f;  // and sampled, for the verifiers' sampling paths
+      sampled_tokens += speculative.generate(prompt, config).tokens.size();
+      sampled_tokens += combined.generate(prompt, config).tokens.size();
+      config.sampling.temperature = 0.0f;
+    }
   }
   std::printf("consumer warnings test: OK (%zu greedy tokens in %zu rounds, %zu sampled)\n",
               greedy.tokens.size(), static_cast<std::size_t>(greedy.stats.rounds),
