@@ -14,8 +14,9 @@
 # Both consumers compile with -Wall -Wextra -Werror and run a greedy generation whose tokens
 # they check. They use the build dir's C++ compiler. Then
 #  4. tests/consumer/warnings: a user program (speculative and plain decoding, greedy and
-#     sampled with top-p / top-k / min-p) compiled with -O2 -Wall -Wextra -Wpedantic -Werror in
-#     four modes: GCC and Clang, each portable and with -march=native; built and run in each.
+#     sampled with top-p / top-k / min-p, every draft-length policy, both verifiers, n-gram
+#     lookup) compiled with -O2 -Wall -Wextra -Wpedantic -Werror and the stricter warnings its
+#     CMakeLists.txt lists (-Wconversion, -Wfloat-equal, ...) in four modes: GCC and Clang, each portable and with -march=native; built and run in each.
 #     All four run; the step fails if any of them does, naming it.
 # Exits non-zero on the first failing step.
 # Environment: JOBS (default 2) parallel build jobs; KEEP_WORK=1 keeps the temporary dir;
@@ -76,7 +77,7 @@ cmake --build "$work/add_subdirectory" -j "$jobs"
 
 gcc="${SPECDEC_GCC:-g++}"
 clang="${SPECDEC_CLANG:-clang++}"
-step "warnings: a user program with -Wall -Wextra -Wpedantic -Werror ($gcc, $clang)"
+step "warnings: a user program with -Wall -Wextra -Wpedantic -Werror and stricter warnings ($gcc, $clang)"
 failed=()
 for mode in "gcc portable" "gcc native" "clang portable" "clang native"; do
   read -r family arch <<<"$mode"
