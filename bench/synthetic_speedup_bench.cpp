@@ -441,8 +441,8 @@ constexpr std::int64_t kSchedulePolicy = 9, kConfidencePolicy = 10, kGoodputPoli
 /// Args: workload (0 stationary alpha = 0.8; 1 changing: alpha 0.9 and 0.1 in alternating
 /// segments of 32 positions, the hard draft confidently wrong (noisy logits); 2 useless draft,
 /// alpha = 0.05; 3 changing, the draft knows: alpha 0.9 and a uniform draft in alternating
-/// segments of 32 positions; SPECDEC_BENCH_SEGMENT sets another length), row cost (percent of a one-row call per extra row: 0 flat, 10
-/// CPU-like), policy (1..8 static K; 9 schedule; 10 confidence
+/// segments of 32 positions; SPECDEC_BENCH_SEGMENT sets another length), row cost (percent of
+/// a one-row call per extra row: 0 flat, 10 CPU-like), policy (1..8 static K; 9 schedule; 10 confidence
 /// p_min = 0.75; 11 goodput with measured costs; 12 confidence p_min = 0.01, i.e. draft on
 /// while the draft is not unsure; adaptive policies capped at K = 8). c = 0.05.
 /// Each iteration runs plain and speculative decoding on the same prompt and seed, the order

@@ -605,8 +605,8 @@ class GoodputDraftLength {
     [[nodiscard]] bool same_as(const SamplingKey& other) const noexcept {
       return known && other.known && !processed && !other.processed &&
              detail::exactly_equal(temperature, other.temperature) &&
-             detail::exactly_equal(top_p, other.top_p) && detail::exactly_equal(min_p, other.min_p) &&
-             top_k == other.top_k;
+             detail::exactly_equal(top_p, other.top_p) &&
+             detail::exactly_equal(min_p, other.min_p) && top_k == other.top_k;
     }
   };
 

@@ -406,13 +406,14 @@ template <class Scalar>
   std::size_t count = 0;
   for (int round = 0;; ++round) {
     const bool last = round == kNucleusRefinements || detail::is_minus_infinity(lo);
+    const bool open_above = detail::is_plus_infinity(hi);
     const std::size_t capacity = last ? vocab_size : kNucleusCandidates;
     // The bracket's mass sits in tokens of weight at most w(hi): when that needs more than
     // `capacity` tokens, skip the doomed gather.
     const double max_weight =
-        detail::is_plus_infinity(hi) ? 1.0
-                      : std::exp((static_cast<double>(hi) - static_cast<double>(max_logit)) *
-                                 static_cast<double>(inv_temperature));
+        open_above ? 1.0
+                   : std::exp((static_cast<double>(hi) - static_cast<double>(max_logit)) *
+                              static_cast<double>(inv_temperature));
     const bool surely_too_many =
         !last && mass_at_lo - mass_above > static_cast<double>(capacity) * max_weight;
     if (!surely_too_many) {
@@ -421,12 +422,12 @@ template <class Scalar>
     }
     // Too many: sum the mass above levels spread evenly inside the bracket (from the max down
     // when the bracket is open above) and keep one slice.
-    const double top = detail::is_plus_infinity(hi) ? static_cast<double>(max_logit) : static_cast<double>(hi);
+    const double top = open_above ? static_cast<double>(max_logit) : static_cast<double>(hi);
     const double step = (top - static_cast<double>(lo)) /
-                        static_cast<double>(detail::is_plus_infinity(hi) ? kRefineLevels : kRefineLevels + 1);
+                        static_cast<double>(open_above ? kRefineLevels : kRefineLevels + 1);
     Scalar inner[kRefineLevels];
     for (std::size_t j = 0; j < kRefineLevels; ++j) {
-      const double offset = static_cast<double>(detail::is_plus_infinity(hi) ? j : j + 1) * step;
+      const double offset = static_cast<double>(open_above ? j : j + 1) * step;
       inner[j] = static_cast<Scalar>(top - offset);
     }
     double inner_masses[kRefineLevels];
@@ -774,7 +775,8 @@ template <class Scalar>
         sums[b] = 0;
         continue;
       }
-      if (!detail::exactly_equal(dist.block_references[b], reference)) {  // references only grow: few exps
+      // References only grow: few exps.
+      if (!detail::exactly_equal(dist.block_references[b], reference)) {
         reference = dist.block_references[b];
         factor =
             std::exp(detail::reference_shift(reference, dist.max_logit, dist.inv_temperature));

@@ -14,8 +14,8 @@
 
 #include <Eigen/Core>
 
-#include "specdec/detail/online_softmax.hpp"
 #include "specdec/detail/exact_float.hpp"
+#include "specdec/detail/online_softmax.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/row_scan.hpp"
 #include "specdec/detail/simd_warnings.hpp"

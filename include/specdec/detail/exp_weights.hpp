@@ -17,8 +17,8 @@
 #include <immintrin.h>  // the AVX-512 overloads (Eigen omits it without vectorization)
 #endif
 
-#include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/exact_float.hpp"
+#include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/scaled_exponent.hpp"
 #include "specdec/detail/simd_warnings.hpp"

@@ -16,8 +16,8 @@
 
 #include <Eigen/Core>
 
-#include "specdec/detail/exp_weights.hpp"
 #include "specdec/detail/exact_float.hpp"
+#include "specdec/detail/exp_weights.hpp"
 #include "specdec/detail/packet_exp.hpp"
 #include "specdec/detail/row_blocks.hpp"
 #include "specdec/detail/row_scan.hpp"
@@ -235,9 +235,10 @@ template <class Scalar>
     }
     row_max = std::max(row_max, scan.max);
     if (scan.max > reference &&
-        (is_minus_infinity(reference) || (static_cast<double>(scan.max) - static_cast<double>(reference)) *
-                                         static_cast<double>(inv_temperature) >
-                                     kMaxWeightExponent)) {
+        (is_minus_infinity(reference) ||
+         (static_cast<double>(scan.max) - static_cast<double>(reference)) *
+                 static_cast<double>(inv_temperature) >
+             kMaxWeightExponent)) {
       reference = scan.max;
     }
     const std::size_t block = offset / kBlockSize;

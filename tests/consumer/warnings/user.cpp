@@ -117,7 +117,8 @@ int main() {
       if (speculative.generate(prompt, config).tokens != greedy_plain.tokens ||
           lookup.generate(prompt, config).tokens != greedy_plain.tokens ||
           combined.generate(prompt, config).tokens != greedy_plain.tokens) {
-        std::fprintf(stderr, "consumer warnings test: FAILED, a policy or verifier changed greedy\n");
+        std::fprintf(stderr,
+                     "consumer warnings test: FAILED, a policy or verifier changed greedy\n");
         return 1;
       }
       config.sampling.temperature = 1.0f;  // and sampled, for the verifiers' sampling paths
