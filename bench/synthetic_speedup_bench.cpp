@@ -442,15 +442,15 @@ constexpr std::int64_t kSchedulePolicy = 9, kConfidencePolicy = 10, kGoodputPoli
 /// segments of 32 positions, the hard draft confidently wrong (noisy logits); 2 useless draft,
 /// alpha = 0.05; 3 changing, the draft knows: alpha 0.9 and a uniform draft in alternating
 /// segments of 32 positions; SPECDEC_BENCH_SEGMENT sets another length), row cost (percent of
-/// a one-row call per extra row: 0 flat, 10 CPU-like), policy (1..8 static K; 9 schedule; 10 confidence
-/// p_min = 0.75; 11 goodput with measured costs; 12 confidence p_min = 0.01, i.e. draft on
-/// while the draft is not unsure; adaptive policies capped at K = 8). c = 0.05.
+/// a one-row call per extra row: 0 flat, 10 CPU-like), policy (1..8 static K; 9 schedule;
+/// 10 confidence p_min = 0.75; 11 goodput with measured costs; 12 confidence p_min = 0.01, i.e.
+/// draft on while the draft is not unsure; adaptive policies capped at K = 8). c = 0.05.
 /// Each iteration runs plain and speculative decoding on the same prompt and seed, the order
 /// alternating. Counters: speedup (tokens/s ratio, wall), speedup_cpu (thread CPU time),
 /// tau, mean_k (drafted per round), plain_frac (rounds run as plain steps), speedup_model (the
 /// cost model applied to the counted rounds: the ratio without timing noise; with
-/// SPECDEC_BENCH_FIXED_COSTS=1 goodput is given that cost model instead of measuring), and for goodput
-/// pred_vs_meas (the policy's predicted model-time rate / the measured one).
+/// SPECDEC_BENCH_FIXED_COSTS=1 goodput is given that cost model instead of measuring), and for
+/// goodput pred_vs_meas (the policy's predicted model-time rate / the measured one).
 void BM_DraftLengthPolicy(benchmark::State& state) {
   const auto workload = state.range(0);
   const double row_cost = static_cast<double>(state.range(1)) / 100.0;

@@ -16,7 +16,8 @@
 #  4. tests/consumer/warnings: a user program (speculative and plain decoding, greedy and
 #     sampled with top-p / top-k / min-p, every draft-length policy, both verifiers, n-gram
 #     lookup) compiled with -O2 -Wall -Wextra -Wpedantic -Werror and the stricter warnings its
-#     CMakeLists.txt lists (-Wconversion, -Wfloat-equal, ...) in four modes: GCC and Clang, each portable and with -march=native; built and run in each.
+#     CMakeLists.txt lists (-Wconversion, -Wfloat-equal, ...) in four modes: GCC and Clang,
+#     each portable and with -march=native; built and run in each.
 #     All four run; the step fails if any of them does, naming it.
 # Exits non-zero on the first failing step.
 # Environment: JOBS (default 2) parallel build jobs; KEEP_WORK=1 keeps the temporary dir;
