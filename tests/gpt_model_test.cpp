@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gpt/fp16.hpp"
@@ -390,6 +391,43 @@ TEST(GptKernel, TransposedReductionEqualsPreduxBitwise) {
 }
 #endif
 
+// The kernel on its own, on shapes the shipped models do not have: rows wide enough to be taken
+// in slices (every n >= 4 on 1546 floats) with a length that is no multiple of 16 (the last slice
+// runs the tail code), and row counts that leave a short last block and edge tiles. Every row of
+// an n-row call must equal the one-row call bit for bit, and be the dot product it claims to be.
+TEST(GptKernel, LinearRowsBatchedEqualsSingleRowsBitwiseOnWideAndOddMatrices) {
+  namespace ex = specdec::examples::detail;
+  using specdec::examples::RowMajorMatrixXf;
+  const std::pair<Eigen::Index, Eigen::Index> shapes[] = {{37, 1546}, {50, 800}, {97, 384}, {29, 20}};
+  for (const auto& [out_features, in_features] : shapes) {
+    std::mt19937 gen(static_cast<unsigned>(out_features * 1000 + in_features));
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    RowMajorMatrixXf weight(out_features, in_features);
+    RowMajorMatrixXf input(40, in_features);
+    Eigen::VectorXf bias(out_features);
+    for (Eigen::Index i = 0; i < weight.size(); ++i) weight.data()[i] = value(gen);
+    for (Eigen::Index i = 0; i < input.size(); ++i) input.data()[i] = value(gen);
+    for (Eigen::Index i = 0; i < bias.size(); ++i) bias[i] = value(gen);
+    RowMajorMatrixXf one(1, out_features);
+    for (Eigen::Index n = 1; n <= 40; ++n) {
+      SCOPED_TRACE(::testing::Message() << out_features << " x " << in_features << ", n " << n);
+      RowMajorMatrixXf rows(n, out_features);
+      ex::linear_rows(weight, bias.data(), input.topRows(n), rows);
+      for (Eigen::Index j = 0; j < n; ++j) {
+        ex::linear_rows(weight, bias.data(), input.middleRows(j, 1), one);
+        ASSERT_TRUE(bitwise_equal(std::span<const float>(one.data(), one.size()),
+                                  std::span<const float>(&rows(j, 0), one.size())))
+            << "row " << j;
+        for (Eigen::Index o = 0; o < out_features; ++o) {
+          double dot = bias[o];
+          for (Eigen::Index i = 0; i < in_features; ++i) dot += double(weight(o, i)) * input(j, i);
+          ASSERT_NEAR(rows(j, o), dot, 1e-4 * (1.0 + std::abs(dot))) << "row " << j << ", output " << o;
+        }
+      }
+    }
+  }
+}
+
 TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseDraft) {
   GptModel batched = GptModel::from_file(kDraftPath);
   GptModel reference = GptModel::from_file(kDraftPath);
@@ -407,7 +445,8 @@ TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseTarget) {
   batched.reset();
   for (std::size_t length : {12u, 40u}) {
     SCOPED_TRACE(length);
-    // n <= 9: one register tile; n = 10..16: input groups taking turns on 4-row weight tiles.
+    // n <= 9: one register tile; n = 10..16: two groups taking turns on 24-row blocks. fc2's
+    // 1536-wide rows go in slices for n >= 4.
     expect_rows_match_single_rows(batched, reference, std::span(text).first(length), 16);
   }
 }

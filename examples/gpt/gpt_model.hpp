@@ -24,10 +24,12 @@
 // (Bitwise equality holds within one binary; another compiler or -march may round differently.)
 //
 // Speed: an n-row call reads every weight from memory once: into one register tile shaped for n
-// (n <= 9), or into small tiles of rows that every group of <= 6 inputs passes over while the
-// tile is in L1 (n > 9). Weights are prefetched 64 KB ahead into L2, so DRAM streams while the
-// FMAs of extra rows run: T(n) / T(1) stays low until the arithmetic of n rows outlasts one pass
-// over the weights.
+// (n <= 9); for n <= 18 two such groups take turns on each block of 24 rows while it is in L2;
+// beyond, small tiles of rows that every group of <= 6 inputs passes over while the tile is in
+// L1. Weights are prefetched ahead into L2, inputs too wide to stay in L1 are taken a 384-wide
+// slice at a time, and every operand the tile reuses is pinned to a register, so DRAM streams
+// while the FMAs of extra rows run: T(n) / T(1) stays low until the arithmetic of n rows
+// outlasts one pass over the weights.
 //
 // Memory: weights are float32 in [out][in] row-major layout (converted from fp16 at load). All run
 // buffers are allocated in the constructor; a call allocates nothing. Single-threaded.
@@ -85,11 +87,11 @@ inline constexpr std::size_t kPacketsPerLanes = kLanes / kPacketSize;
 //  * 32 registers, one packet per 16 lanes (AVX-512): all n <= 9 inputs go in ONE tile, shaped to
 //    the register file (R x I accumulators + the resident side's packets + 1 streamed <= 32;
 //    3 x 9 for n = 9), so every weight is loaded exactly once per call, from wherever it is.
-//    Larger n split into balanced groups of <= 6 inputs, and every group runs on a tile of 4
-//    weight rows before the next tile: the rows come from memory for the first group and from
-//    L1 for the others (docs/benchmarks.md, "Batched target calls": n = 7..9 in one tile took
-//    7-17 % less time than two groups over 40-row blocks, n = 13..16 in 4-row tiles 8-16 % less
-//    than groups of 4 over such blocks).
+//    n = 10..18: two balanced groups, each in one such tile, take turns on each block of 24
+//    weight rows (linear_blocked): the block comes from memory for the first group and from L2
+//    for the second. Larger n (prompt chunks): balanced groups of <= 6 inputs, every group on a
+//    tile of 4 weight rows before the next tile (linear_grouped). Measured in
+//    docs/benchmarks.md, "Batched target calls".
 //  * otherwise (SSE / AVX2 / NEON, 16 registers): 8 / packets-per-16-lanes rows x 1 input.
 inline constexpr bool kWideRegisterFile =
     EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 && kPacketsPerLanes == 1;
@@ -102,6 +104,12 @@ inline constexpr std::size_t kPrefetchBytes = 64 * 1024;
 inline constexpr std::size_t kOneTileInputs = 9;  // n <= 9: one tile, one pass over the weights
 inline constexpr std::size_t kGroupInputs = 6;    // n > 9: groups of <= 6 inputs, sizes balanced,
 inline constexpr std::size_t kGroupTileRows = 4;  // all of them on each 4-row tile in turn
+// Inputs larger than kInputBytesInL1 are taken kSliceFloats elements at a time (sliced()), over
+// blocks of about kSliceBlockRows weight rows.
+inline constexpr std::size_t kInputBytesInL1 = 24 * 1024;
+inline constexpr std::size_t kSliceFloats = 384;
+inline constexpr std::size_t kSliceBlockRows = 24;
+inline constexpr std::size_t kBlockedGroups = 2;  // n <= 18: linear_blocked, more: linear_grouped
 
 using ConstRowsRef = Eigen::Ref<const RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
 using RowsRef = Eigen::Ref<RowMajorMatrixXf, 0, Eigen::OuterStride<>>;
@@ -170,6 +178,13 @@ struct LinearTile {
   std::size_t out_stride;
   const float* prefetch;  // weights further on, to pull into L2 meanwhile (or nullptr): kRows
   std::size_t prefetch_stride = 0;  // rows prefetch_stride apart (aim_prefetch sets both)
+  // A tile may cover a slice [begin, end) of the input dimension (a multiple of kLanes apart):
+  // it then resumes its lane sums from `partial` (begin > 0) and leaves them there (end <
+  // length) instead of starting from zero and reducing them. The lanes hold exactly what one
+  // pass over the whole row would hold at that point, so slicing changes no result.
+  std::size_t begin = 0;
+  std::size_t end = 0;      // linear_rows sets it to length
+  float* partial = nullptr;  // kRows x kInputs x kLanes lane sums between slices
 };
 
 // Lambdas of the tile code are force-inlined: in a large translation unit GCC's inlining budget
@@ -191,23 +206,46 @@ EIGEN_ALWAYS_INLINE void static_for(F&& f) {
   }(std::make_index_sequence<N>{});
 }
 
+/// Makes the compiler treat `packet` as computed here, in a register: every FMA that uses it then
+/// reads that register instead of reloading it from memory. Without it GCC folds the load into
+/// each FMA (a memory operand), so a packet that feeds R FMAs is loaded R times: 3 x 9 tiles ran
+/// 28 vector loads per 27 FMAs instead of 12, and with every load slot busy the tile could no
+/// longer overlap its arithmetic with the weights arriving from DRAM (docs/benchmarks.md,
+/// "Folded loads"). Emits no instruction and changes no result.
+EIGEN_ALWAYS_INLINE void pin_to_register(Packet& packet) noexcept {
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+v"(packet));
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+  asm("" : "+w"(packet));
+#else
+  (void)packet;
+#endif
+}
+
 /// out(j, r) = bias[r] + dot(weight row r, input row j) for a kRows x kInputs tile.
 template <std::size_t kRows, std::size_t kInputs>
 inline void linear_tile(const LinearTile& t) noexcept {
   using Eigen::internal::ploadu;
   using Eigen::internal::pmadd;
   Packet acc[kRows][kInputs][kPacketsPerLanes];
+  const auto partial_at = [&](std::size_t r, std::size_t j, std::size_t p) {
+    return t.partial + ((r * kInputs + j) * kPacketsPerLanes + p) * kPacketSize;
+  };
+  const bool resume = t.begin > 0;
   static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
     static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
-      static_for<kPacketsPerLanes>(
-          [&](auto p) SPECDEC_GPT_FORCE_INLINE { acc[r][j][p] = Eigen::internal::pset1<Packet>(0.0f); });
+      static_for<kPacketsPerLanes>([&](auto p) SPECDEC_GPT_FORCE_INLINE {
+        acc[r][j][p] = resume ? ploadu<Packet>(partial_at(r, j, p))
+                              : Eigen::internal::pset1<Packet>(0.0f);
+      });
     });
   });
 
   // HOT SPOT: the forward spends most of its time in this loop. At n = 1 it streams the weights
   // (memory bound: ~43 MB per token for the target); at larger n the FMAs take over.
   const std::size_t body = t.length - t.length % kLanes;
-  for (std::size_t i = 0; i < body; i += kLanes) {
+  const std::size_t stop = std::min(t.end, body);
+  for (std::size_t i = t.begin; i < stop; i += kLanes) {
     if (t.prefetch != nullptr) {
       // One cache line of each of the next tile's rows per step: the loads of the next weights
       // are in flight while these FMAs run (the hardware prefetcher alone waits for misses).
@@ -233,9 +271,11 @@ inline void linear_tile(const LinearTile& t) noexcept {
         Packet w[kRows];
         static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
           w[r] = ploadu<Packet>(t.weight + r * t.weight_stride + at);
+          pin_to_register(w[r]);
         });
         static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
-          const Packet x = ploadu<Packet>(t.input + j * t.input_stride + at);
+          Packet x = ploadu<Packet>(t.input + j * t.input_stride + at);
+          pin_to_register(x);
           static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
             acc[r][j][p] = pmadd(w[r], x, acc[r][j][p]);
           });
@@ -244,15 +284,28 @@ inline void linear_tile(const LinearTile& t) noexcept {
         Packet x[kInputs];
         static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
           x[j] = ploadu<Packet>(t.input + j * t.input_stride + at);
+          pin_to_register(x[j]);
         });
         static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
-          const Packet w = ploadu<Packet>(t.weight + r * t.weight_stride + at);
+          Packet w = ploadu<Packet>(t.weight + r * t.weight_stride + at);
+          pin_to_register(w);
           static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
             acc[r][j][p] = pmadd(w, x[j], acc[r][j][p]);
           });
         });
       }
     });
+  }
+
+  if (t.end < t.length) {  // a slice: keep the lane sums for the next one
+    static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
+      static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
+        static_for<kPacketsPerLanes>([&](auto p) SPECDEC_GPT_FORCE_INLINE {
+          Eigen::internal::pstoreu(partial_at(r, j, p), acc[r][j][p]);
+        });
+      });
+    });
+    return;
   }
 
   if (body < t.length) {  // length not a multiple of 16: one more zero-padded step, same lanes
@@ -322,6 +375,14 @@ inline void linear_tile_dispatch(std::size_t rows, std::size_t inputs,
   linear_tile<kRows, kInputs>(t);
 }
 
+/// Whether a pass over rows `length` floats long, for `inputs` inputs, goes slice by slice
+/// (linear_blocked): when the inputs would not stay in L1 between tiles. fc2's 1536-wide rows for
+/// 9 inputs are 54 KB of inputs, more than L1 holds beside the weights streaming through it, so
+/// every tile would read them again from L2.
+constexpr bool sliced(std::size_t inputs, std::size_t length) noexcept {
+  return length > kSliceFloats && inputs * length * sizeof(float) > kInputBytesInL1;
+}
+
 /// Weight rows whole tiles ahead of row o that a tile at row o prefetches: >= kPrefetchBytes.
 template <std::size_t kRows>
 constexpr std::size_t prefetch_rows(std::size_t row_floats) noexcept {
@@ -343,48 +404,103 @@ inline void aim_prefetch(LinearTile& tile, const float* weight, std::size_t o, s
   tile.prefetch_stride = groups * tile.weight_stride;
 }
 
-/// All out_features weight rows, kRows at a time, against `inputs` (<= kInputs) inputs from
-/// tile.input; tile.weight / bias / out point at row 0 of the matrix. With `prefetch`, each tile
-/// requests the rows kPrefetchBytes further on.
+/// Tiles of kRows rows over weight rows [first, last) against `inputs` (<= kInputs) inputs from
+/// tile.input, on the slice [tile.begin, tile.end) of the input dimension; tile.weight / bias /
+/// out point at row 0 of the matrix. With `partial`, tile k of the range keeps its lane sums at
+/// partial + k * kRows * kInputs * kLanes between slices. Each tile requests the rows `ahead`
+/// rows on (aim_prefetch, group g of `groups`).
 template <std::size_t kRows, std::size_t kInputs>
-inline void linear_pass(std::size_t out_features, std::size_t inputs, LinearTile tile,
-                        bool prefetch) noexcept {
+inline void linear_range(std::size_t first, std::size_t last, std::size_t out_features,
+                         std::size_t inputs, LinearTile tile, float* partial, std::size_t ahead,
+                         std::size_t g, std::size_t groups, bool prefetch) noexcept {
   const float* weight = tile.weight;
   const float* bias = tile.bias;
   float* out = tile.out;
-  const std::size_t ahead = prefetch_rows<kRows>(tile.weight_stride);
-  for (std::size_t o = 0; o < out_features; o += kRows) {
-    const std::size_t rows = std::min(kRows, out_features - o);
+  std::size_t k = 0;
+  for (std::size_t o = first; o < last; o += kRows, ++k) {
     tile.weight = weight + o * tile.weight_stride;
     tile.bias = bias != nullptr ? bias + o : nullptr;
     tile.out = out + o;
-    aim_prefetch<kRows>(tile, weight, o, ahead, 0, 1, out_features, prefetch);
-    linear_tile_dispatch<kRows, kInputs>(rows, inputs, tile);
+    tile.partial = partial != nullptr ? partial + k * kRows * kInputs * kLanes : nullptr;
+    aim_prefetch<kRows>(tile, weight, o, ahead, g, groups, out_features, prefetch);
+    linear_tile_dispatch<kRows, kInputs>(std::min(kRows, last - o), inputs, tile);
   }
 }
 
-/// linear_pass for n = 1..kOneTileInputs inputs in one tile, in the shape measured best for it
-/// (bench/gpt_forward_bench, and A/B runs of candidate shapes in one process).
-inline void linear_one_tile(std::size_t out_features, std::size_t n, const LinearTile& tile,
-                            bool prefetch) noexcept {
-  switch (n) {
-    case 1: linear_pass<8, 1>(out_features, n, tile, prefetch); break;
-    case 2: linear_pass<8, 2>(out_features, n, tile, prefetch); break;
-    case 3: linear_pass<8, 3>(out_features, n, tile, prefetch); break;
-    case 4: linear_pass<6, 4>(out_features, n, tile, prefetch); break;
-    case 5: linear_pass<5, 5>(out_features, n, tile, prefetch); break;
-    case 6: linear_pass<4, 6>(out_features, n, tile, prefetch); break;
-    case 7: linear_pass<3, 7>(out_features, n, tile, prefetch); break;
-    case 8: linear_pass<3, 8>(out_features, n, tile, prefetch); break;
-    default: linear_pass<3, 9>(out_features, n, tile, prefetch); break;
+/// linear_range for 1..kOneTileInputs inputs in one tile, in the shape measured best for that
+/// many (bench/gpt_forward_bench, and A/B runs of candidate shapes in one process). `ahead` 0:
+/// the whole tiles >= kPrefetchBytes ahead (prefetch_rows).
+inline void linear_range_shaped(std::size_t first, std::size_t last, std::size_t out_features,
+                                std::size_t inputs, const LinearTile& tile, float* partial,
+                                std::size_t ahead, std::size_t g, std::size_t groups,
+                                bool prefetch) noexcept {
+  const auto run = [&]<std::size_t kRows, std::size_t kInputs>() {
+    const std::size_t rows_ahead = ahead != 0 ? ahead : prefetch_rows<kRows>(tile.weight_stride);
+    linear_range<kRows, kInputs>(first, last, out_features, inputs, tile, partial, rows_ahead, g,
+                                 groups, prefetch);
+  };
+  switch (inputs) {
+    case 1: run.template operator()<8, 1>(); break;
+    case 2: run.template operator()<8, 2>(); break;
+    case 3: run.template operator()<8, 3>(); break;
+    case 4: run.template operator()<6, 4>(); break;
+    case 5: run.template operator()<5, 5>(); break;
+    case 6: run.template operator()<4, 6>(); break;
+    case 7: run.template operator()<3, 7>(); break;
+    case 8: run.template operator()<3, 8>(); break;
+    default: run.template operator()<3, 9>(); break;
   }
 }
 
-/// n > kOneTileInputs inputs: balanced groups of <= kGroupInputs inputs run one after another on
-/// each kGroupTileRows-row tile of weights, so the tile comes from memory (L2, prefetched) once
-/// and from L1 for the other groups. Every group requests rows ahead, interleaved (group g of G:
-/// rows g, g + G, ...), so the stream from DRAM is spread over all the groups' arithmetic instead
-/// of issued in bursts by the first (each line is requested up to G times; repeats hit L2).
+/// n <= kBlockedGroups * kOneTileInputs inputs: balanced groups of <= kOneTileInputs, each in
+/// one register tile. One group over inputs that fit L1 is a single pass over the matrix. Else
+/// the rows go in blocks of kSliceBlockRows, and in each block every group runs its tiles in
+/// turn, on one slice of the inputs at a time when they would not stay in L1 (sliced()): the
+/// block comes from DRAM (prefetched into L2 while the block before it computes) once, and from
+/// L2 for the other groups and slices, while each group's inputs stay in L1 across the block.
+inline void linear_blocked(std::size_t out_features, std::size_t n, const LinearTile& tile,
+                           bool prefetch) noexcept {
+  const std::size_t groups = (n + kOneTileInputs - 1) / kOneTileInputs;
+  const std::size_t largest = (n + groups - 1) / groups;  // groups balanced: 10 = 5 + 5, not 9 + 1
+  const bool slice = sliced(largest, tile.length);
+  if (groups == 1 && !slice) {
+    linear_range_shaped(0, out_features, out_features, n, tile, nullptr, 0, 0, 1, prefetch);
+    return;
+  }
+  // Lane sums of every tile of a block, per group, between slices: at most 8 tiles of 3 x 9.
+  alignas(64) float partial[kBlockedGroups][kSliceBlockRows / 3 * 27 * kLanes];
+  const std::size_t slice_floats = slice ? kSliceFloats : tile.length;
+  // The next block, or as many whole blocks ahead as reach kPrefetchBytes.
+  const std::size_t row_bytes = tile.weight_stride * sizeof(float);
+  const std::size_t ahead =
+      slice ? kSliceBlockRows
+            : std::max<std::size_t>(1, (kPrefetchBytes / row_bytes + kSliceBlockRows - 1) /
+                                           kSliceBlockRows) * kSliceBlockRows;
+  for (std::size_t block = 0; block < out_features; block += kSliceBlockRows) {
+    const std::size_t last = std::min(block + kSliceBlockRows, out_features);
+    for (std::size_t begin = 0; begin < tile.length; begin += slice_floats) {
+      LinearTile part = tile;
+      part.begin = begin;
+      part.end = std::min(begin + slice_floats, tile.length);
+      std::size_t j = 0;
+      for (std::size_t g = 0; g < groups; ++g) {
+        const std::size_t size = n / groups + (g < n % groups ? 1 : 0);
+        part.input = tile.input + j * tile.input_stride;
+        part.out = tile.out + j * tile.out_stride;
+        linear_range_shaped(block, last, out_features, size, part, slice ? partial[g] : nullptr,
+                            ahead, g, groups, prefetch);
+        j += size;
+      }
+    }
+  }
+}
+
+/// n > kBlockedGroups * kOneTileInputs inputs (prompt chunks): balanced groups of <= kGroupInputs
+/// inputs run one after another on each kGroupTileRows-row tile of weights, so the tile comes
+/// from memory (L2, prefetched) once and from L1 for the other groups. Every group requests rows
+/// ahead, interleaved (group g of G: rows g, g + G, ...), so the stream from DRAM is spread over
+/// all the groups' arithmetic instead of issued in bursts by the first (each line is requested
+/// up to G times; repeats hit L2).
 inline void linear_grouped(std::size_t out_features, std::size_t n, const LinearTile& tile,
                            bool prefetch) noexcept {
   const std::size_t groups = (n + kGroupInputs - 1) / kGroupInputs;
@@ -427,17 +543,19 @@ inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef inp
                   .out = nullptr,
                   .out_stride = static_cast<std::size_t>(output.outerStride()),
                   .prefetch = nullptr};
+  tile.end = tile.length;
   // Prefetch only real weight matrices (attention calls this with a few keys as "weights").
   const bool prefetch = out_features * tile.length * sizeof(float) > 4 * kPrefetchBytes;
   if constexpr (kWideRegisterFile) {
     // Up to kOneTileInputs inputs: one tile holds them all, so each weight is loaded once. More:
-    // groups of inputs take turns on each small tile of weight rows (linear_grouped), which comes
-    // from memory for the first group and from L1 for the others, so the weights still cross the
-    // memory bus once per call. The summation order of every output is unchanged.
+    // groups of inputs take turns on each block (linear_blocked) or small tile (linear_grouped)
+    // of weight rows, which comes from memory for the first group and from L2 or L1 for the
+    // others, so the weights still cross the memory bus once per call. The summation order of
+    // every output is unchanged.
     tile.input = input.data();
     tile.out = output.data();
-    if (n <= kOneTileInputs) {
-      linear_one_tile(out_features, n, tile, prefetch);
+    if (n <= kBlockedGroups * kOneTileInputs) {
+      linear_blocked(out_features, n, tile, prefetch);
     } else {
       linear_grouped(out_features, n, tile, prefetch);
     }
