@@ -94,9 +94,9 @@ const char* draft_policy_name(specdec::DraftLengthKind kind) {
 }
 
 /// Draft length used when -k is not given: the shipped pair's best static K at T = 0 and T = 1
-/// in the paired sweeps (docs/gpt_speedup.md; the kernel's 11-row call costs what its 10-row
-/// call does, so K = 10 stands out).
-constexpr std::size_t kDefaultDraftLength = 10;
+/// in the paired sweep (docs/gpt_speedup.md): K + 1 = 9 rows are the most the kernel verifies in
+/// one register tile, and a 10-row call costs a step more.
+constexpr std::size_t kDefaultDraftLength = 8;
 
 /// The most tokens `--draft-length auto` lets a round draft (llama.cpp's n_max default).
 constexpr std::size_t kAutoDraftLengthCap = 16;

@@ -211,7 +211,7 @@ EIGEN_ALWAYS_INLINE void static_for(F&& f) {
 /// each FMA (a memory operand), so a packet that feeds R FMAs is loaded R times: 3 x 9 tiles ran
 /// 28 vector loads per 27 FMAs instead of 12, and with every load slot busy the tile could no
 /// longer overlap its arithmetic with the weights arriving from DRAM (docs/benchmarks.md,
-/// "Folded loads"). Emits no instruction and changes no result.
+/// "Registers pinned, wide inputs in slices"). Emits no instruction and changes no result.
 EIGEN_ALWAYS_INLINE void pin_to_register(Packet& packet) noexcept {
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
   asm("" : "+v"(packet));
