@@ -102,10 +102,11 @@ inline constexpr std::size_t kSmallFileTileRows =
 // after them (measured against 32 KB into L1: a one-row call 30 % faster).
 inline constexpr std::size_t kPrefetchBytes = 64 * 1024;
 inline constexpr std::size_t kOneTileInputs = 9;  // n <= 9: one tile, one pass over the weights
-inline constexpr std::size_t kGroupInputs = 6;    // n > 9: groups of <= 6 inputs, sizes balanced,
+inline constexpr std::size_t kGroupInputs = 6;    // n > 18: groups of <= 6 inputs, balanced,
 inline constexpr std::size_t kGroupTileRows = 4;  // all of them on each 4-row tile in turn
-// Inputs larger than kInputBytesInL1 are taken kSliceFloats elements at a time (sliced()), over
-// blocks of about kSliceBlockRows weight rows.
+// n <= 18 (linear_blocked): one or two groups of <= 9 inputs take turns on blocks of
+// kSliceBlockRows weight rows; inputs larger than kInputBytesInL1 are taken kSliceFloats
+// elements at a time (sliced()).
 inline constexpr std::size_t kInputBytesInL1 = 24 * 1024;
 inline constexpr std::size_t kSliceFloats = 384;
 inline constexpr std::size_t kSliceBlockRows = 24;
