@@ -398,7 +398,8 @@ TEST(GptKernel, TransposedReductionEqualsPreduxBitwise) {
 TEST(GptKernel, LinearRowsBatchedEqualsSingleRowsBitwiseOnWideAndOddMatrices) {
   namespace ex = specdec::examples::detail;
   using specdec::examples::RowMajorMatrixXf;
-  const std::pair<Eigen::Index, Eigen::Index> shapes[] = {{37, 1546}, {50, 800}, {97, 384}, {29, 20}};
+  const std::pair<Eigen::Index, Eigen::Index> shapes[] = {
+      {37, 1546}, {50, 800}, {97, 384}, {29, 20}};
   for (const auto& [out_features, in_features] : shapes) {
     std::mt19937 gen(static_cast<unsigned>(out_features * 1000 + in_features));
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -421,7 +422,8 @@ TEST(GptKernel, LinearRowsBatchedEqualsSingleRowsBitwiseOnWideAndOddMatrices) {
         for (Eigen::Index o = 0; o < out_features; ++o) {
           double dot = bias[o];
           for (Eigen::Index i = 0; i < in_features; ++i) dot += double(weight(o, i)) * input(j, i);
-          ASSERT_NEAR(rows(j, o), dot, 1e-4 * (1.0 + std::abs(dot))) << "row " << j << ", output " << o;
+          ASSERT_NEAR(rows(j, o), dot, 1e-4 * (1.0 + std::abs(dot)))
+              << "row " << j << ", output " << o;
         }
       }
     }

@@ -184,7 +184,7 @@ struct LinearTile {
   // length) instead of starting from zero and reducing them. The lanes hold exactly what one
   // pass over the whole row would hold at that point, so slicing changes no result.
   std::size_t begin = 0;
-  std::size_t end = 0;      // linear_rows sets it to length
+  std::size_t end = std::numeric_limits<std::size_t>::max();  // past length: the whole row
   float* partial = nullptr;  // kRows x kInputs x kLanes lane sums between slices
 };
 
@@ -468,8 +468,10 @@ inline void linear_blocked(std::size_t out_features, std::size_t n, const Linear
     linear_range_shaped(0, out_features, out_features, n, tile, nullptr, 0, 0, 1, prefetch);
     return;
   }
-  // Lane sums of every tile of a block, per group, between slices: at most 8 tiles of 3 x 9.
-  alignas(64) float partial[kBlockedGroups][kSliceBlockRows / 3 * 27 * kLanes];
+  // Lane sums of every tile of a block, per group, between slices. The most any shape of
+  // linear_range_shaped needs: 8 tiles of 3 x 9 (5 x 5: 5 tiles of 25; 4 x 6: 6 of 24).
+  constexpr std::size_t kBlockLaneSums = kSliceBlockRows / 3 * 3 * kOneTileInputs * kLanes;
+  alignas(64) float partial[kBlockedGroups][kBlockLaneSums];
   const std::size_t slice_floats = slice ? kSliceFloats : tile.length;
   // The next block, or as many whole blocks ahead as reach kPrefetchBytes.
   const std::size_t row_bytes = tile.weight_stride * sizeof(float);
@@ -544,7 +546,6 @@ inline void linear_rows(ConstRowsRef weight, const float* bias, ConstRowsRef inp
                   .out = nullptr,
                   .out_stride = static_cast<std::size_t>(output.outerStride()),
                   .prefetch = nullptr};
-  tile.end = tile.length;
   // Prefetch only real weight matrices (attention calls this with a few keys as "weights").
   const bool prefetch = out_features * tile.length * sizeof(float) > 4 * kPrefetchBytes;
   if constexpr (kWideRegisterFile) {
