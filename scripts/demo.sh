@@ -7,7 +7,8 @@
 # Environment: BUILD_DIR (default build/release), JOBS (default nproc) parallel build jobs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/install-deps.sh"
+# The Eigen demo needs no llama.cpp: skip its ~10-minute build here (scripts/test.sh does it).
+SPECDEC_WITH_LLAMA_CPP="${SPECDEC_WITH_LLAMA_CPP:-OFF}" "$root/scripts/install-deps.sh"
 build="${BUILD_DIR:-$root/build/release}"
 echo "building specdec-demo in $build ..." >&2
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_BUILD_EXAMPLES=ON >/dev/null

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""specdec over llama.cpp side by side with llama.cpp's own decoding, on the same GGUF files,
+prompts, token counts and threads, in one run.
+
+Per prompt (models/prompts.txt, each seen as "\\n" + line), alternating which side goes first:
+  llama.cpp plain        llama-completion -no-cnv --ignore-eos (its "prompt eval" + "eval" time)
+  llama.cpp speculative  llama-speculative-simple --spec-type draft-simple --spec-draft-n-max K
+                         (its "encoded" + "decoded" time), K in --llama-k
+  specdec                build/.../bench/llama_cpp_speedup: llama.cpp's C-API loop, specdec's
+                         plain decoding over the adapter, and every specdec setting, each paired
+                         with a plain run of its own (tokens / generate() time)
+Every figure is tokens per second of the generation, model loading excluded. The tables give,
+per setting and temperature, the median over prompts of tokens/s and of its ratio to llama.cpp's
+plain decoding of the same prompt (a ratio measured a few seconds apart, on the same host load).
+
+  /usr/bin/python3 bench/llama_cpp_compare.py --build build/release \\
+      --llama ~/.cache/specdec/llama.cpp-de3ff815ea7d --weights f16 --prompts 50 --tokens 200 \\
+      --temps 0,1 --threads 1 --out docs/llama_cpp_compare_f16.json
+"""
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    if result.returncode != 0:
+        sys.exit(f"llama_cpp_compare: {' '.join(map(str, cmd))} failed:\n{result.stderr[-2000:]}")
+    return result.stdout, result.stderr
+
+
+def llama_plain(args, bin_dir, model, prompt, temp, seed):
+    _, err = run([bin_dir / "llama-completion", "-m", model, "-p", prompt, "-n", str(args.tokens),
+                  "-no-cnv", "--ignore-eos", "--temp", str(temp), "-s", str(seed),
+                  "-t", str(args.threads), "-tb", str(args.threads), "-c", "0",
+                  "--no-display-prompt"])
+    prompt_ms = float(re.search(r"prompt eval time =\s*([\d.]+) ms", err).group(1))
+    eval_ms = float(re.search(r"\s eval time =\s*([\d.]+) ms", err).group(1))
+    return args.tokens / ((prompt_ms + eval_ms) / 1000)
+
+
+def llama_speculative(args, bin_dir, target, draft, prompt, temp, seed, k):
+    _, err = run([bin_dir / "llama-speculative-simple", "-m", target, "-md", draft, "-p", prompt,
+                  "-n", str(args.tokens), "--spec-type", "draft-simple",
+                  "--spec-draft-n-max", str(k), "--temp", str(temp), "-s", str(seed),
+                  "-t", str(args.threads), "-tb", str(args.threads),
+                  "-td", str(args.threads), "-c", "0", "--ignore-eos"])
+    enc = re.search(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds", err)
+    dec = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", err)
+    return int(dec.group(1)) / (float(enc.group(2)) + float(dec.group(2)))
+
+
+def specdec_runs(args, bench, target, draft, index, temps):
+    out, _ = run([bench, "-m", target, "-md", draft, "--first", str(index), "--count", "1",
+                  "-n", str(args.tokens), "--temps", ",".join(temps), "-t", str(args.threads),
+                  "-td", str(args.threads)] + (["--settings", args.settings] if args.settings else []))
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build", default=str(ROOT / "build/release"))
+    parser.add_argument("--llama", required=True, help="llama.cpp prefix (bin/ holds its tools)")
+    parser.add_argument("--weights", default="f16", choices=["f16", "f32"])
+    parser.add_argument("--prompts", type=int, default=50)
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--temps", default="0,1")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--llama-k", default="2,4,8,16")
+    parser.add_argument("--settings", default="", help="specdec settings (llama_cpp_speedup)")
+    parser.add_argument("--out", help="write every measurement here (JSON)")
+    args = parser.parse_args()
+
+    build = Path(args.build)
+    bin_dir = Path(args.llama).expanduser() / "bin"
+    bench = build / "bench/llama_cpp_speedup"
+    target = build / f"models/kjv-target-{args.weights}.gguf"
+    draft = build / f"models/kjv-draft-{args.weights}.gguf"
+    temps = args.temps.split(",")
+    ks = [int(k) for k in args.llama_k.split(",")]
+    lines = (ROOT / "models/prompts.txt").read_text().split("\n")[: args.prompts]
+
+    records = []  # {prompt, temperature, setting, tokens_per_second, ...}
+    for index, line in enumerate(lines):
+        prompt = "\n" + line
+        llama_side = []
+
+        def llama_all():
+            for temp in temps:
+                tps = llama_plain(args, bin_dir, target, prompt, temp, index)
+                llama_side.append(dict(prompt=index, temperature=float(temp),
+                                       setting="llama.cpp plain", tokens_per_second=tps))
+                for k in ks:
+                    tps = llama_speculative(args, bin_dir, target, draft, prompt, temp, index, k)
+                    llama_side.append(dict(prompt=index, temperature=float(temp),
+                                           setting=f"llama.cpp spec K={k}", tokens_per_second=tps))
+
+        ours = []
+        if index % 2 == 0:
+            llama_all()
+            ours = specdec_runs(args, bench, target, draft, index, temps)
+        else:
+            ours = specdec_runs(args, bench, target, draft, index, temps)
+            llama_all()
+        for r in ours:
+            r["setting"] = "specdec " + r["setting"]
+            r["tokens_per_second"] = r["tokens"] / r["seconds"]
+        records += llama_side + ours
+        print(f"prompt {index + 1}/{len(lines)}", file=sys.stderr, flush=True)
+
+    if args.out:
+        Path(args.out).write_text(json.dumps(records, indent=0) + "\n")
+    for temp in temps:
+        t = float(temp)
+        base = {r["prompt"]: r["tokens_per_second"] for r in records
+                if r["temperature"] == t and r["setting"] == "llama.cpp plain"}
+        settings = []
+        for r in records:
+            if r["temperature"] == t and r["setting"] not in settings:
+                settings.append(r["setting"])
+        print(f"\n### {args.weights} weights, T = {temp}, {len(lines)} prompts x {args.tokens} "
+              f"tokens, {args.threads} thread(s) per model\n")
+        print("| setting | tokens/s (median) | vs llama.cpp plain (median of per-prompt ratios) "
+              "| vs specdec plain (paired) | tokens/round | greedy identical |")
+        print("|---|---|---|---|---|---|")
+        for s in settings:
+            rows = [r for r in records if r["temperature"] == t and r["setting"] == s]
+            tps = statistics.median(r["tokens_per_second"] for r in rows)
+            ratio = statistics.median(r["tokens_per_second"] / base[r["prompt"]] for r in rows)
+            paired = (f"{statistics.median(r['speedup'] for r in rows):.3f}x"
+                      if "speedup" in rows[0] else "")
+            per_round = (f"{statistics.median(r['tokens_per_round'] for r in rows):.2f}"
+                         if "tokens_per_round" in rows[0] else "")
+            identical = ""
+            if t == 0 and "identical" in rows[0]:
+                identical = f"{sum(r['identical'] for r in rows)}/{len(rows)}"
+            print(f"| {s} | {tps:.0f} | {ratio:.3f}x | {paired} | {per_round} | {identical} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+// llama_cpp_speedup: specdec over llama.cpp (the adapter in specdec/llama_cpp.hpp) on GGUF
+// models, one prompt at a time, every setting paired with plain decoding of the same prompt. A
+// plain program, not Google Benchmark: a data point is a whole generation. Prints one JSON line
+// per (prompt, temperature, setting) on stdout; bench/llama_cpp_compare.py runs it next to
+// llama.cpp's own tools and makes the tables.
+//
+//   llama_cpp_speedup -m TARGET -md DRAFT [--prompts-file F] [--first I] [--count N]
+//                     [-n TOKENS] [--temps 0,1] [-t N] [-td N] [--settings LIST] [--rpc H:P]
+//                     [--call-costs]
+//
+// Settings (comma-separated; default all): llama (llama.cpp's own decoding loop through its C
+// API, llama_sampler greedy / dist, no specdec: what the adapter must not slow down), plain
+// (specdec's AutoregressiveDecoder over the adapter), K1..K16 (SpeculativeDecoder, fixed K),
+// block4 etc. (block verification), goodput (K <= 16 chosen per round), goodput-block, ngram
+// (prompt lookup), ngram-draft (lookup, else the draft model). Every setting except llama and
+// plain is paired with a plain run of the same prompt, the order alternating by prompt; the KV
+// caches are reset before every run, so each run pays for its own prompt.
+//
+// --call-costs instead prints T(n)/T(1) of the target for n = 1..16 (n fresh rows after a
+// 64-token context, median of repeated calls), the verification cost curve the goodput policy
+// measures for itself.
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <specdec/llama_cpp.hpp>
+#include <specdec/specdec.hpp>
+
+namespace {
+
+using specdec::token_t;
+namespace llama = specdec::llama_cpp;
+
+struct Options {
+  std::string target_path, draft_path, prompts_file = SPECDEC_MODELS_DIR "/prompts.txt", rpc;
+  std::size_t first = 0, count = 1, tokens = 200;
+  std::vector<float> temperatures{0.0f};
+  int threads = 1, threads_draft = 1;
+  std::vector<std::string> settings;
+  bool call_costs = false;
+};
+
+std::vector<std::string> split(std::string_view text) {
+  std::vector<std::string> parts;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    parts.emplace_back(text.substr(0, comma));
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return parts;
+}
+
+template <class Number>
+Number number(std::string_view text) {
+  Number value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size()) {
+    throw std::invalid_argument("not a number: '" + std::string(text) + "'");
+  }
+  return value;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    const auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) throw std::invalid_argument(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "-m") o.target_path = value();
+    else if (flag == "-md") o.draft_path = value();
+    else if (flag == "--prompts-file") o.prompts_file = value();
+    else if (flag == "--first") o.first = number<std::size_t>(value());
+    else if (flag == "--count") o.count = number<std::size_t>(value());
+    else if (flag == "-n") o.tokens = number<std::size_t>(value());
+    else if (flag == "-t") o.threads = number<int>(value());
+    else if (flag == "-td") o.threads_draft = number<int>(value());
+    else if (flag == "--rpc") o.rpc = value();
+    else if (flag == "--call-costs") o.call_costs = true;
+    else if (flag == "--settings") o.settings = split(value());
+    else if (flag == "--temps") {
+      o.temperatures.clear();
+      for (const std::string& t : split(value())) o.temperatures.push_back(number<float>(t));
+    } else {
+      throw std::invalid_argument("unknown option '" + std::string(flag) + "'");
+    }
+  }
+  if (o.target_path.empty()) throw std::invalid_argument("-m TARGET is required");
+  if (o.settings.empty()) {
+    o.settings = {"llama", "plain", "K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "goodput",
+                  "block4", "block6", "block8", "goodput-block", "ngram", "ngram-draft"};
+  }
+  return o;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// llama.cpp's own decoding loop through its C API: decode the prompt, then one token per
+/// llama_decode, chosen by llama_sampler (greedy, or temperature then dist with the seed).
+specdec::GenerationResult llama_loop(llama::ContextModel& model, const std::vector<token_t>& prompt,
+                                     const specdec::GenerationConfig& config) {
+  model.reset();
+  llama_sampler* sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
+  if (config.sampling.greedy()) {
+    llama_sampler_chain_add(sampler, llama_sampler_init_greedy());
+  } else {
+    llama_sampler_chain_add(sampler, llama_sampler_init_temp(config.sampling.temperature));
+    llama_sampler_chain_add(sampler,
+                            llama_sampler_init_dist(static_cast<std::uint32_t>(config.seed)));
+  }
+  specdec::GenerationResult result;
+  std::vector<llama_token> batch_tokens(prompt.begin(), prompt.end());
+  const auto start = std::chrono::steady_clock::now();
+  llama_batch batch =
+      llama_batch_get_one(batch_tokens.data(), static_cast<std::int32_t>(batch_tokens.size()));
+  for (std::size_t i = 0; i < config.max_new_tokens; ++i) {
+    if (llama_decode(model.context(), batch) != 0) throw std::runtime_error("llama_decode failed");
+    const llama_token next = llama_sampler_sample(sampler, model.context(), -1);
+    result.tokens.push_back(next);
+    batch_tokens.assign(1, next);
+    batch = llama_batch_get_one(batch_tokens.data(), 1);
+  }
+  result.stats.total_seconds = seconds_since(start);
+  result.stats.emitted = result.tokens.size();
+  llama_sampler_free(sampler);
+  model.reset();
+  return result;
+}
+
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read prompts file '" + path + "'");
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) prompts.push_back(line);
+  return prompts;
+}
+
+void print_call_costs(llama::ContextModel& target) {
+  std::vector<token_t> context(80);
+  for (std::size_t i = 0; i < context.size(); ++i) context[i] = static_cast<token_t>(32 + i % 90);
+  (void)target(context, 16);  // warm-up: every graph shape allocated
+  std::vector<double> medians;
+  for (std::size_t n = 1; n <= 16; ++n) {
+    std::vector<double> times;
+    for (int repeat = 0; repeat < 41; ++repeat) {
+      // The same context again: the adapter keeps context.size() - n positions and computes n.
+      const auto start = std::chrono::steady_clock::now();
+      (void)target(context, n);
+      times.push_back(seconds_since(start));
+    }
+    std::nth_element(times.begin(), times.begin() + 20, times.end());
+    medians.push_back(times[20]);
+    std::printf("{\"n\": %zu, \"seconds\": %.6g, \"ratio\": %.4f}\n", n, times[20],
+                times[20] / medians[0]);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  llama::ModelOptions target_model, draft_model;
+  if (!o.rpc.empty()) {
+    target_model.devices = {llama::rpc_device(o.rpc)};
+    draft_model.cpu_only = true;
+  }
+  auto target = llama::LoadedModel::load(o.target_path, {.threads = o.threads}, target_model);
+  if (o.call_costs) {
+    print_call_costs(target);
+    return 0;
+  }
+  auto draft = llama::LoadedModel::load(o.draft_path.empty() ? o.target_path : o.draft_path,
+                                        {.threads = o.threads_draft}, draft_model);
+  llama::check_compatible(draft.model(), target.model());
+
+  specdec::AutoregressiveDecoder plain(target);
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::NgramDecoder lookup(target, {.min_ngram = 4, .max_ngram = 12});
+  specdec::NgramThenModelDecoder lookup_then_draft(draft, target, {.min_ngram = 4, .max_ngram = 12});
+  const auto reset = [&] {
+    target.reset();
+    draft.reset();
+  };
+  const std::vector<std::string> lines = read_prompts(o.prompts_file);
+  for (std::size_t p = o.first; p < std::min(lines.size(), o.first + o.count); ++p) {
+    std::vector<token_t> prompt{'\n'};
+    for (const unsigned char byte : lines[p]) prompt.push_back(byte);
+    for (const float temperature : o.temperatures) {
+      specdec::GenerationConfig base;
+      base.max_new_tokens = o.tokens;
+      base.sampling.temperature = temperature;
+      base.seed = p;
+      base.max_context = std::min(target.max_context(), draft.max_context());
+      base.logprobs = false;
+      for (const std::string& setting : o.settings) {
+        specdec::GenerationConfig config = base;
+        const auto run_speculative = [&]() -> specdec::GenerationResult {
+          if (setting == "ngram") return lookup.generate(prompt, config);
+          if (setting == "ngram-draft") return lookup_then_draft.generate(prompt, config);
+          return speculative.generate(prompt, config);
+        };
+        if (setting == "llama" || setting == "plain") {
+          reset();
+          const auto result = setting == "llama" ? llama_loop(target, prompt, config)
+                                                 : plain.generate(prompt, config);
+          std::printf("{\"prompt\": %zu, \"temperature\": %g, \"setting\": \"%s\", \"tokens\": "
+                      "%zu, \"seconds\": %.6g}\n",
+                      p, static_cast<double>(temperature), setting.c_str(), result.tokens.size(),
+                      result.stats.total_seconds);
+          continue;
+        }
+        if (setting.starts_with("K")) {
+          config.draft_length = number<std::size_t>(std::string_view(setting).substr(1));
+        } else if (setting.starts_with("block")) {
+          config.draft_length = number<std::size_t>(std::string_view(setting).substr(5));
+          config.verifier = specdec::VerifierKind::block;
+        } else if (setting.starts_with("goodput")) {
+          config.draft_length = 16;
+          config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
+          if (setting == "goodput-block") config.verifier = specdec::VerifierKind::block;
+        } else if (setting == "ngram" || setting == "ngram-draft") {
+          config.draft_length = 8;
+        } else {
+          throw std::invalid_argument("unknown setting '" + setting + "'");
+        }
+        specdec::GenerationResult fast, slow;
+        const bool speculative_first = p % 2 == 0;  // alternate the order by prompt
+        for (int side = 0; side < 2; ++side) {
+          reset();
+          if ((side == 0) == speculative_first) {
+            fast = run_speculative();
+          } else {
+            slow = plain.generate(prompt, config);
+          }
+        }
+        const auto& s = fast.stats;
+        std::printf(
+            "{\"prompt\": %zu, \"temperature\": %g, \"setting\": \"%s\", \"tokens\": %zu, "
+            "\"seconds\": %.6g, \"plain_seconds\": %.6g, \"speedup\": %.5g, \"rounds\": %zu, "
+            "\"tokens_per_round\": %.4g, \"draft_seconds\": %.6g, \"target_seconds\": %.6g, "
+            "\"library_seconds\": %.6g, \"verify_cost\": %.4g, \"identical\": %s}\n",
+            p, static_cast<double>(temperature), setting.c_str(), fast.tokens.size(),
+            s.total_seconds, slow.stats.total_seconds,
+            slow.stats.total_seconds / s.total_seconds *
+                static_cast<double>(fast.tokens.size()) / static_cast<double>(slow.tokens.size()),
+            s.rounds, s.tokens_per_round(), s.draft_seconds, s.target_seconds, s.library_seconds,
+            (s.target_seconds / static_cast<double>(s.target_calls)) /
+                (slow.stats.target_seconds / static_cast<double>(slow.stats.target_calls)),
+            fast.tokens == slow.tokens ? "true" : "false");
+      }
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+} catch (const std::exception& error) {
+  std::fprintf(stderr, "llama_cpp_speedup: %s\n", error.what());
+  return 1;
+}

@@ -1,0 +1,428 @@
+// specdec-llama: speculative decoding of GGUF models through llama.cpp. Streams the text, then
+// runs plain decoding of the same target with the same settings and prints the measured
+// speedup. Flag names follow llama.cpp's (-m, -md, -p, -n, --temp, --spec-draft-n-max, ...),
+// so its users know them. `specdec-llama --help` lists them.
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <specdec/llama_cpp.hpp>
+#include <specdec/specdec.hpp>
+
+namespace {
+
+using specdec::token_t;
+namespace llama = specdec::llama_cpp;
+
+constexpr const char* kHelp = R"(usage: specdec-llama [options]
+
+Generates text with speculative decoding over llama.cpp models (GGUF): the draft proposes K
+tokens, the target verifies them in one llama_decode, and the output is exactly the target's
+(token for token at --temp 0). Streams the text, then runs plain decoding of the target with the
+same settings and prints the measured speedup. Without -m/-md it runs the shipped King James
+Bible pair converted to GGUF at build time (the prompt then follows a newline, as in training).
+
+  -m,  --model PATH          target GGUF (default: the shipped pair's target, f16)
+  -md, --model-draft PATH    draft GGUF (also --spec-draft-model; default: the shipped draft)
+  -p,  --prompt TEXT         prompt (default "Psalms 23:1 ")
+  -n,  --n-predict N         tokens to generate, >= 1 (also --predict; default 200)
+  --spec-draft-n-max K       tokens drafted per target call, or "auto" (the goodput policy,
+                             K <= 16: measures this target's verification cost per row count
+                             and drafts what pays; plain steps when nothing does); also
+                             --draft-max, --draft-n, --draft, -k (default 8)
+  --draft-policy P           fixed | schedule | confidence | goodput (default fixed)
+  --spec-type T              draft-simple (the draft model) | ngram-simple (prompt lookup, no
+                             draft model) | ngram-simple,draft-simple (lookup, else the draft)
+                             (default draft-simple); --proposer model|ngram|both says the same
+  --ngram-min N, --ngram-max N   lookup n-gram lengths (default 4..12 for byte vocabularies,
+                             2..5 otherwise)
+  --verifier token|block     how sampled drafts are verified (default token)
+  --temp T                   temperature >= 0; 0 = greedy (also --temperature; default 0)
+  --top-k N, --top-p P, --min-p P   filters (defaults 0 = off, 1 = off, 0 = off)
+  -s,  --seed N              sampling seed (default 0)
+  -t,  --threads N           target threads (default 1: on a busy host llama.cpp's threads
+                             wait for each other at a spinning barrier)
+  -td, --threads-draft N     draft threads (also --spec-draft-threads; default 1)
+  -c,  --ctx-size N          context length of both models (default: the models' own)
+  -b,  --batch-size N        most tokens per llama_decode (default llama.cpp's)
+  -fa, --flash-attn on|off|auto   (default auto)
+  --rpc HOST:PORT            run the target's layers on a llama.cpp RPC server (ggml-rpc-server);
+                             the draft stays local
+  --ignore-eos               do not stop at the target's end-of-sequence token
+  --json                     print a JSON summary instead of streaming
+  --no-baseline              skip the plain-decoding run
+  -v,  --verbose             llama.cpp's own log on stderr
+  -h,  --help                this text
+
+Exit status: 0 ok, 1 runtime error (unloadable model, incompatible vocabularies, greedy outputs
+that differ), 2 bad usage.
+)";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Proposer { model, ngram, both };
+
+constexpr std::size_t kDefaultDraftLength = 8;
+constexpr std::size_t kAutoDraftLengthCap = 16;
+
+struct Options {
+  std::string target_path = SPECDEC_GGUF_DIR "/kjv-target-f16.gguf";
+  std::string draft_path = SPECDEC_GGUF_DIR "/kjv-draft-f16.gguf";
+  bool shipped_pair = true;  // neither -m nor -md given
+  std::string prompt = "Psalms 23:1 ";
+  specdec::GenerationConfig config;
+  Proposer proposer = Proposer::model;
+  std::optional<std::size_t> ngram_min, ngram_max;
+  llama::ContextOptions target_context, draft_context;
+  std::string rpc;
+  bool ignore_eos = false, json = false, baseline = true, verbose = false, help = false;
+};
+
+template <class Number>
+Number parse_number(std::string_view flag, std::string_view text) {
+  Number value{};
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc{} || stop != end || text.empty()) {
+    const char* expected = std::is_floating_point_v<Number> ? "a number"
+                           : std::is_signed_v<Number>       ? "an integer"
+                                                            : "a non-negative integer";
+    throw UsageError(std::string(flag) + " expects " + expected + ", got '" + std::string(text) +
+                     "'");
+  }
+  return value;
+}
+
+Proposer parse_spec_type(std::string_view text) {
+  if (text == "draft-simple" || text == "model") return Proposer::model;
+  if (text == "ngram-simple" || text == "ngram") return Proposer::ngram;
+  if (text == "ngram-simple,draft-simple" || text == "draft-simple,ngram-simple" ||
+      text == "both") {
+    return Proposer::both;
+  }
+  throw UsageError("--spec-type expects draft-simple, ngram-simple or ngram-simple,draft-simple "
+                   "(--proposer: model, ngram or both), got '" + std::string(text) + "'");
+}
+
+const char* proposer_name(Proposer proposer) {
+  return proposer == Proposer::model ? "draft-simple"
+         : proposer == Proposer::ngram ? "ngram-simple"
+                                       : "ngram-simple,draft-simple";
+}
+
+specdec::DraftLengthKind parse_draft_policy(std::string_view name) {
+  if (name == "fixed") return specdec::DraftLengthKind::fixed;
+  if (name == "schedule") return specdec::DraftLengthKind::schedule;
+  if (name == "confidence") return specdec::DraftLengthKind::confidence;
+  if (name == "goodput") return specdec::DraftLengthKind::goodput;
+  throw UsageError("--draft-policy expects fixed, schedule, confidence or goodput, got '" +
+                   std::string(name) + "'");
+}
+
+const char* draft_policy_name(specdec::DraftLengthKind kind) {
+  switch (kind) {
+    case specdec::DraftLengthKind::fixed: return "fixed";
+    case specdec::DraftLengthKind::schedule: return "schedule";
+    case specdec::DraftLengthKind::confidence: return "confidence";
+    case specdec::DraftLengthKind::goodput: return "goodput";
+  }
+  return "?";
+}
+
+int parse_flash_attention(std::string_view text) {
+  if (text == "auto") return -1;
+  if (text == "off" || text == "0") return 0;
+  if (text == "on" || text == "1") return 1;
+  throw UsageError("--flash-attn expects on, off or auto, got '" + std::string(text) + "'");
+}
+
+Options parse_args(int argc, char** argv) {
+  Options options;
+  specdec::GenerationConfig& config = options.config;
+  config.max_new_tokens = 200;
+  config.sampling.temperature = 0.0f;
+  bool draft_length_given = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    const auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    const auto size_value = [&] { return parse_number<std::size_t>(flag, value()); };
+    const auto float_value = [&] { return parse_number<float>(flag, value()); };
+    const auto threads_value = [&] {
+      const int threads = parse_number<int>(flag, value());
+      if (threads < 1) throw UsageError(std::string(flag) + " expects a thread count >= 1");
+      return threads;
+    };
+    const auto set_draft_length = [&](std::string_view text) {
+      draft_length_given = true;
+      if (text == "auto") {
+        config.draft_length = kAutoDraftLengthCap;
+        config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
+      } else {
+        config.draft_length = parse_number<std::size_t>(flag, text);
+      }
+    };
+    const auto is = [&](std::initializer_list<std::string_view> names) {
+      return std::find(names.begin(), names.end(), flag) != names.end();
+    };
+    // clang-format off
+    if (is({"-h", "--help"})) options.help = true;
+    else if (is({"-m", "--model"})) { options.target_path = value(); options.shipped_pair = false; }
+    else if (is({"-md", "--model-draft", "--spec-draft-model"})) {
+      options.draft_path = value();
+      options.shipped_pair = false;
+    }
+    else if (is({"-p", "--prompt"})) options.prompt = value();
+    else if (is({"-n", "--n-predict", "--predict"})) config.max_new_tokens = size_value();
+    else if (is({"--spec-draft-n-max", "--draft-max", "--draft-n", "--draft", "-k"})) {
+      set_draft_length(value());
+    }
+    else if (is({"--draft-policy"})) config.draft_length_policy.kind = parse_draft_policy(value());
+    else if (is({"--spec-type", "--proposer"})) options.proposer = parse_spec_type(value());
+    else if (is({"--ngram-min"})) options.ngram_min = size_value();
+    else if (is({"--ngram-max"})) options.ngram_max = size_value();
+    else if (is({"--verifier"})) {
+      const std::string_view name = value();
+      if (name == "token") config.verifier = specdec::VerifierKind::token;
+      else if (name == "block") config.verifier = specdec::VerifierKind::block;
+      else throw UsageError("--verifier expects token or block, got '" + std::string(name) + "'");
+    }
+    else if (is({"--temp", "--temperature"})) config.sampling.temperature = float_value();
+    else if (is({"--top-k"})) config.sampling.top_k = parse_number<int>(flag, value());
+    else if (is({"--top-p"})) config.sampling.top_p = float_value();
+    else if (is({"--min-p"})) config.sampling.min_p = float_value();
+    else if (is({"-s", "--seed"})) config.seed = parse_number<std::uint64_t>(flag, value());
+    else if (is({"-t", "--threads"})) options.target_context.threads = threads_value();
+    else if (is({"-td", "--threads-draft", "--spec-draft-threads"})) {
+      options.draft_context.threads = threads_value();
+    }
+    else if (is({"-c", "--ctx-size"})) {
+      options.target_context.n_ctx = options.draft_context.n_ctx =
+          parse_number<std::uint32_t>(flag, value());
+    }
+    else if (is({"-b", "--batch-size"})) {
+      options.target_context.n_batch = options.draft_context.n_batch =
+          parse_number<std::uint32_t>(flag, value());
+    }
+    else if (is({"-fa", "--flash-attn"})) {
+      options.target_context.flash_attention = options.draft_context.flash_attention =
+          parse_flash_attention(value());
+    }
+    else if (is({"--rpc"})) options.rpc = value();
+    else if (is({"--ignore-eos"})) options.ignore_eos = true;
+    else if (is({"--json"})) options.json = true;
+    else if (is({"--no-baseline"})) options.baseline = false;
+    else if (is({"-v", "--verbose"})) options.verbose = true;
+    else throw UsageError("unknown option '" + std::string(flag) + "'");
+    // clang-format on
+  }
+  if (config.max_new_tokens == 0) throw UsageError("--n-predict must be >= 1");
+  if (!draft_length_given) {
+    const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
+    config.draft_length = adaptive ? kAutoDraftLengthCap : kDefaultDraftLength;
+  }
+  try {
+    config.validate();
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+  return options;
+}
+
+/// Text as it is printed: control bytes (other than newline and tab) as \xNN, so generated text
+/// cannot drive the terminal; UTF-8 characters as they are.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const unsigned char byte : text) {
+    if (byte >= 0x20 && byte != 0x7f) {
+      out.push_back(static_cast<char>(byte));
+    } else if (byte == '\n' || byte == '\t') {
+      out.push_back(static_cast<char>(byte));
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+      out += escaped;
+    }
+  }
+  return out;
+}
+
+std::string json_string(std::string_view bytes) {
+  std::string out = "\"";
+  for (const unsigned char byte : bytes) {
+    if (byte == '"' || byte == '\\') {
+      out += {'\\', static_cast<char>(byte)};
+    } else if (byte >= 0x20 && byte < 0x7f) {
+      out += static_cast<char>(byte);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", byte);
+      out += escaped;
+    }
+  }
+  return out + "\"";
+}
+
+double tokens_per_second(const specdec::DecodeStats& stats) {
+  return stats.total_seconds > 0 ? static_cast<double>(stats.emitted) / stats.total_seconds : 0;
+}
+
+std::string detokenize(const llama_vocab* vocab, std::span<const token_t> tokens) {
+  llama::TextDecoder decoder(vocab);
+  std::string text(decoder.push(tokens));
+  return text + decoder.flush();
+}
+
+int run(Options& options) {
+  llama::set_verbose(options.verbose);
+  specdec::GenerationConfig& config = options.config;
+  llama::ModelOptions target_model, draft_model;
+  if (!options.rpc.empty()) {
+    target_model.devices = {llama::rpc_device(options.rpc)};
+    draft_model.cpu_only = true;
+  }
+  auto target = llama::LoadedModel::load(options.target_path, options.target_context, target_model);
+  auto draft = llama::LoadedModel::load(options.draft_path, options.draft_context, draft_model);
+  if (options.proposer != Proposer::ngram) llama::check_compatible(draft.model(), target.model());
+
+  config.max_context = std::min(target.max_context(), draft.max_context());
+  const llama_token eos = llama_vocab_eos(target.vocab());
+  if (!options.ignore_eos && eos != LLAMA_TOKEN_NULL) config.stop_tokens = {eos};
+  // The shipped pair was trained on verses that each follow a newline.
+  const std::string prompt_text = options.shipped_pair ? "\n" + options.prompt : options.prompt;
+  const std::vector<token_t> prompt = llama::tokenize(target.vocab(), prompt_text);
+  if (prompt.empty()) throw UsageError("the prompt tokenizes to nothing; give a non-empty -p");
+
+  const bool byte_vocabulary = target.vocab_size() <= 512;
+  specdec::NgramOptions ngrams = byte_vocabulary ? specdec::NgramOptions{.min_ngram = 4, .max_ngram = 12}
+                                                 : specdec::NgramOptions{};
+  if (options.ngram_min) ngrams.min_ngram = *options.ngram_min;
+  if (options.ngram_max) ngrams.max_ngram = *options.ngram_max;
+
+  // Warm-up outside both timings: the first llama_decode of a shape allocates its graph.
+  target(prompt, 1);
+  draft(prompt, 1);
+  target.reset();
+  draft.reset();
+
+  llama::TextDecoder text(target.vocab());
+  if (!options.json) std::fputs(printable(options.prompt).c_str(), stdout);
+  const auto stream = [&](std::span<const token_t> chunk) {
+    if (!options.json) {
+      std::fputs(printable(text.push(chunk)).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  const auto speculate = [&](auto& decoder) { return decoder.generate(prompt, config, stream); };
+  specdec::GenerationResult fast, slow;
+  if (options.proposer == Proposer::model) {
+    specdec::SpeculativeDecoder decoder(draft, target);
+    fast = speculate(decoder);
+  } else if (options.proposer == Proposer::ngram) {
+    specdec::NgramDecoder decoder(target, ngrams);
+    fast = speculate(decoder);
+  } else {
+    specdec::NgramThenModelDecoder decoder(draft, target, ngrams);
+    fast = speculate(decoder);
+  }
+  if (!options.json) std::printf("%s\n", printable(text.flush()).c_str());
+  if (options.baseline) {
+    target.reset();  // plain decoding pays for the prompt too
+    specdec::AutoregressiveDecoder plain(target);
+    slow = plain.generate(prompt, config);
+  }
+
+  const specdec::DecodeStats& stats = fast.stats;
+  const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
+  const double speedup =
+      options.baseline ? tokens_per_second(stats) / tokens_per_second(slow.stats) : 0;
+  const bool identical = fast.tokens == slow.tokens;
+  if (options.json) {
+    std::printf(
+        "{\n  \"target\": %s,\n  \"draft\": %s,\n  \"prompt\": %s,\n  \"spec_type\": \"%s\",\n"
+        "  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n  \"verifier\": \"%s\",\n"
+        "  \"temperature\": %g,\n  \"seed\": %llu,\n  \"threads\": [%d, %d],\n  \"rpc\": %s,\n"
+        "  \"speculative\": {\"text\": %s, \"new_tokens\": %zu, \"seconds\": %.6g, "
+        "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, "
+        "\"tokens_per_round\": %.6g, \"draft_seconds\": %.6g, \"target_seconds\": %.6g, "
+        "\"library_seconds\": %.6g}",
+        json_string(options.target_path).c_str(), json_string(options.draft_path).c_str(),
+        json_string(options.prompt).c_str(), proposer_name(options.proposer), config.draft_length,
+        draft_policy_name(config.draft_length_policy.kind),
+        config.verifier == specdec::VerifierKind::block ? "block" : "token",
+        static_cast<double>(config.sampling.temperature),
+        static_cast<unsigned long long>(config.seed), options.target_context.threads,
+        options.draft_context.threads, json_string(options.rpc).c_str(),
+        json_string(detokenize(target.vocab(), fast.tokens)).c_str(), stats.emitted,
+        stats.total_seconds, tokens_per_second(stats), stats.rounds, stats.acceptance_rate(),
+        stats.tokens_per_round(), stats.draft_seconds, stats.target_seconds,
+        stats.library_seconds);
+    if (options.baseline) {
+      std::printf(",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
+                  "\"tokens_per_second\": %.6g},\n  \"measured_speedup\": %.6g,\n"
+                  "  \"identical\": %s",
+                  slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats),
+                  speedup, identical ? "true" : "false");
+    }
+    std::printf("\n}\n");
+  } else {
+    std::printf("\nspeculative (%s, %s K %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
+                proposer_name(options.proposer),
+                adaptive ? draft_policy_name(config.draft_length_policy.kind) : "fixed",
+                adaptive ? "<=" : "=", config.draft_length,
+                config.verifier == specdec::VerifierKind::block ? ", block" : "", stats.emitted,
+                stats.total_seconds, tokens_per_second(stats));
+    std::printf("  rounds %zu, tokens per round %.2f, acceptance rate %.3f; time in draft %.1f %%, "
+                "target %.1f %%, library %.1f %%\n",
+                stats.rounds, stats.tokens_per_round(), stats.acceptance_rate(),
+                100 * stats.draft_seconds / stats.total_seconds,
+                100 * stats.target_seconds / stats.total_seconds,
+                100 * stats.library_seconds / stats.total_seconds);
+    if (options.baseline) {
+      std::printf("plain decoding:        %4zu tokens in %.3f s, %7.1f tokens/s\n",
+                  slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats));
+      std::printf("measured speedup:      %.2fx\n", speedup);
+      if (config.sampling.greedy()) {
+        std::printf("greedy outputs identical: %s\n",
+                    identical ? "yes" : "NO (a bug: please report it)");
+      }
+    }
+  }
+  return options.baseline && config.sampling.greedy() && !identical ? 1 : 0;
+}
+
+std::string_view without_prefix(std::string_view message) {
+  return message.starts_with("specdec: ") ? message.substr(9) : message;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options options = parse_args(argc, argv);
+    if (options.help) {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+    return run(options);
+  } catch (const UsageError& error) {
+    std::fprintf(stderr, "specdec-llama: %s (see --help)\n", without_prefix(error.what()).data());
+    return 2;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "specdec-llama: error: %s\n", without_prefix(error.what()).data());
+    return 1;
+  }
+}

@@ -1,0 +1,573 @@
+#pragma once
+/// \file
+/// \brief llama.cpp models (GGUF files) as specdec draft and target models.
+///
+/// Not part of the umbrella header: it needs `<llama.h>`. Link the CMake target
+/// `specdec::llama_cpp` (specdec + llama.cpp's `llama`).
+///
+/// \code
+///   auto target = specdec::llama_cpp::LoadedModel::load("target.gguf", {.threads = 1});
+///   auto draft  = specdec::llama_cpp::LoadedModel::load("draft.gguf", {.threads = 1});
+///   specdec::llama_cpp::check_compatible(draft.model(), target.model());  // one vocabulary
+///   specdec::SpeculativeDecoder decoder(draft, target);                  // both are models
+///   specdec::GenerationConfig config;
+///   config.max_context = std::min(draft.max_context(), target.max_context());
+///   const auto prompt = specdec::llama_cpp::tokenize(target.vocab(), "In the beginning");
+///   specdec::llama_cpp::TextDecoder text(target.vocab());
+///   decoder.generate(prompt, config, [&](std::span<const specdec::token_t> chunk) {
+///     std::fputs(text.push(chunk).c_str(), stdout);  // whole UTF-8 characters only
+///     return true;
+///   });
+/// \endcode
+///
+/// What one call does (ContextModel::operator()(context, n)):
+///   1. plan against the tokens the KV cache holds (plan_cache_update): keep the longest common
+///      prefix, but never past context.size() - n (logits are not cached, only keys/values);
+///   2. roll the KV cache back to that prefix (llama_memory_seq_rm on sequence 0);
+///   3. run the fresh tokens through llama_decode, in chunks of the context's n_batch, with
+///      logits requested only for the last n positions;
+///   4. return a view of llama.cpp's own logits buffer (n rows of V floats, row-major: exactly
+///      specdec's TargetModel layout), valid until this model's next call. Nothing is copied
+///      unless the n rows straddle two n_batch chunks (n > n_batch).
+/// If llama_decode fails, the KV cache is rolled back to the kept prefix and the adapter's
+/// record of cached tokens says the same, so the next call (or a fresh generate()) recomputes
+/// what is missing and gives the output a fresh context would.
+///
+/// Tested with llama.cpp de3ff815ea7d (2026-09-28; node-llama-cpp 3.22.1's bundle), the
+/// version scripts/install-llama-cpp.sh installs.
+
+#include <llama.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "specdec/context_cache.hpp"
+#include "specdec/detail/error.hpp"
+#include "specdec/types.hpp"
+
+namespace specdec::llama_cpp {
+
+/// \brief How a llama_context is created (LoadedModel) and driven (ContextModel).
+struct ContextOptions {
+  std::uint32_t n_ctx = 0;    ///< context length in tokens; 0 = the model's training context
+  std::uint32_t n_batch = 0;  ///< most tokens per llama_decode; 0 = llama.cpp's default
+  std::uint32_t n_ubatch = 0;  ///< most tokens per micro-batch inside it; 0 = llama.cpp's default
+  /// Threads for one-token calls and for batches (prompt, verification). A draft and a target
+  /// usually want different counts. On a busy host prefer 1: llama.cpp's threads meet at a
+  /// spinning barrier, and one preempted thread stalls the others.
+  int threads = 1;
+  int threads_batch = 0;  ///< 0 = `threads`
+  /// Flash attention: -1 auto (llama.cpp decides), 0 off, 1 on.
+  int flash_attention = -1;
+  /// KV cache element type (GGML_TYPE_F16 is llama.cpp's default; GGML_TYPE_F32 matches an f32
+  /// reference most closely).
+  ggml_type kv_type = GGML_TYPE_F16;
+  /// Sequences the context can hold: 1 for chain drafts; a tree call needs one per leaf.
+  std::uint32_t n_seq_max = 1;
+};
+
+/// \brief How a GGUF file is loaded (LoadedModel::load).
+struct ModelOptions {
+  /// Devices to offload the layers to, e.g. an RPC server's from rpc_device(). Empty: every
+  /// device llama.cpp has registered (none but the CPU in a CPU-only build, until an RPC server
+  /// is registered: load a model meant to stay local with `cpu_only`).
+  std::vector<ggml_backend_dev_t> devices;
+  bool cpu_only = false;  ///< offload nothing, whatever devices are registered
+  int n_gpu_layers = -1;  ///< layers offloaded to those devices; -1 = all
+};
+
+namespace detail {
+
+using specdec::detail::throw_domain_error;
+using specdec::detail::throw_invalid_argument;
+
+/// llama.cpp failed at run time (llama_decode): not the caller's input, not the model's output.
+template <class... Parts>
+[[noreturn]] void throw_runtime_error(const Parts&... parts) {
+  throw std::runtime_error(specdec::detail::error_message(parts...));
+}
+
+/// What llama_decode's return code means (llama.h).
+[[nodiscard]] inline std::string_view decode_status_meaning(std::int32_t status) noexcept {
+  switch (status) {
+    case 1: return "no KV cache slot for the batch: the context is full";
+    case 2: return "aborted by the abort callback";
+    case -1: return "invalid input batch";
+    default: return status < -1 ? "fatal error inside llama.cpp" : "unknown status";
+  }
+}
+
+/// The last error llama.cpp logged, kept so that a failed load can say why (llama.cpp reports
+/// the reason through its log callback, not through the return value).
+struct LogState {
+  std::mutex mutex;
+  std::string last_error;
+  bool quiet = true;
+};
+
+inline LogState& log_state() {
+  static LogState state;
+  return state;
+}
+
+inline void log_callback(ggml_log_level level, const char* text, void* /*user*/) {
+  LogState& state = log_state();
+  const std::lock_guard lock(state.mutex);
+  if (level == GGML_LOG_LEVEL_ERROR) {
+    state.last_error = text;
+    while (!state.last_error.empty() &&
+           (state.last_error.back() == '\n' || state.last_error.back() == ' ')) {
+      state.last_error.pop_back();
+    }
+  }
+  if (!state.quiet || level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+}
+
+inline std::string take_last_error() {
+  LogState& state = log_state();
+  const std::lock_guard lock(state.mutex);
+  return std::exchange(state.last_error, {});
+}
+
+/// llama_backend_init() and the log callback, once per process.
+inline void ensure_backend() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llama_log_set(log_callback, nullptr);
+    llama_backend_init();
+  });
+}
+
+struct ModelDeleter {
+  void operator()(llama_model* model) const noexcept { llama_model_free(model); }
+};
+struct ContextDeleter {
+  void operator()(llama_context* context) const noexcept { llama_free(context); }
+};
+
+}  // namespace detail
+
+/// \brief Whether llama.cpp prints its informational log (loading, graph sizes) to stderr.
+/// Errors are always printed. Default: quiet.
+inline void set_verbose(bool verbose) {
+  detail::ensure_backend();
+  detail::LogState& state = detail::log_state();
+  const std::lock_guard lock(state.mutex);
+  state.quiet = !verbose;
+}
+
+/// \brief The vocabulary size of a model (llama_vocab_n_tokens).
+[[nodiscard]] inline std::size_t vocab_size(const llama_model* model) {
+  return static_cast<std::size_t>(llama_vocab_n_tokens(llama_model_get_vocab(model)));
+}
+
+/// \brief Throws std::domain_error unless draft and target share one vocabulary: the same
+/// tokenizer type, the same size, the same BOS/EOS handling and the same text for every token.
+/// (llama.cpp's common_speculative_are_compatible allows sizes that differ by up to 128 tokens;
+/// specdec compares probabilities token by token, so the rows must have the same length.)
+inline void check_compatible(const llama_model* draft, const llama_model* target) {
+  const llama_vocab* d = llama_model_get_vocab(draft);
+  const llama_vocab* t = llama_model_get_vocab(target);
+  if (llama_vocab_type(d) != llama_vocab_type(t)) {
+    detail::throw_domain_error("draft and target tokenizers differ (llama_vocab_type ",
+                               static_cast<int>(llama_vocab_type(d)), " vs ",
+                               static_cast<int>(llama_vocab_type(t)),
+                               "); expected both models to share one vocabulary");
+  }
+  const std::int32_t dn = llama_vocab_n_tokens(d);
+  const std::int32_t tn = llama_vocab_n_tokens(t);
+  if (dn != tn) {
+    detail::throw_domain_error("draft vocabulary has ", dn, " tokens and the target's ", tn,
+                               "; expected both models to share one vocabulary (same size)");
+  }
+  if (llama_vocab_get_add_bos(d) != llama_vocab_get_add_bos(t) ||
+      llama_vocab_bos(d) != llama_vocab_bos(t) ||
+      llama_vocab_get_add_eos(d) != llama_vocab_get_add_eos(t) ||
+      llama_vocab_eos(d) != llama_vocab_eos(t)) {
+    detail::throw_domain_error("draft and target differ in BOS/EOS (draft bos ",
+                               llama_vocab_bos(d), " add ", llama_vocab_get_add_bos(d), ", eos ",
+                               llama_vocab_eos(d), "; target bos ", llama_vocab_bos(t), " add ",
+                               llama_vocab_get_add_bos(t), ", eos ", llama_vocab_eos(t),
+                               "); expected the same special tokens");
+  }
+  for (std::int32_t i = 0; i < tn; ++i) {
+    const char* dt = llama_vocab_get_text(d, i);
+    const char* tt = llama_vocab_get_text(t, i);
+    if (std::strcmp(dt, tt) != 0) {
+      detail::throw_domain_error("draft and target vocabularies differ at token ", i,
+                                 ": draft '", dt, "', target '", tt,
+                                 "'; expected the same text for every token id");
+    }
+  }
+}
+
+/// \brief Text to token ids with the model's tokenizer. `add_special`: add BOS/EOS as the
+/// model's metadata asks; `parse_special`: treat special-token text (e.g. "<|eot|>") as such.
+[[nodiscard]] inline std::vector<token_t> tokenize(const llama_vocab* vocab,
+                                                   std::string_view text, bool add_special = true,
+                                                   bool parse_special = false) {
+  if (text.size() > static_cast<std::size_t>(INT32_MAX) / 2) {
+    detail::throw_invalid_argument("tokenize: text of ", text.size(),
+                                   " bytes; expected at most ", INT32_MAX / 2);
+  }
+  std::vector<llama_token> tokens(text.size() + 2);
+  const auto text_length = static_cast<std::int32_t>(text.size());
+  std::int32_t count = llama_tokenize(vocab, text.data(), text_length, tokens.data(),
+                                      static_cast<std::int32_t>(tokens.size()), add_special,
+                                      parse_special);
+  if (count < 0) {  // -count tokens are needed
+    tokens.resize(static_cast<std::size_t>(-count));
+    count = llama_tokenize(vocab, text.data(), text_length, tokens.data(), -count, add_special,
+                           parse_special);
+  }
+  if (count < 0) {
+    detail::throw_invalid_argument("tokenize: llama_tokenize failed (", count,
+                                   ") on a text of ", text.size(), " bytes");
+  }
+  tokens.resize(static_cast<std::size_t>(count));
+  return {tokens.begin(), tokens.end()};
+}
+
+/// \brief Token ids to text for streaming: push() returns only whole UTF-8 characters and keeps
+/// an incomplete one (a character split across tokens, or across chunks) for the next push.
+class TextDecoder {
+ public:
+  explicit TextDecoder(const llama_vocab* vocab, bool render_special = false) noexcept
+      : vocab_(vocab), render_special_(render_special) {}
+
+  /// \brief Appends the tokens' text; returns what is complete so far (a view into an internal
+  /// buffer, valid until the next push or flush).
+  std::string_view push(std::span<const token_t> tokens) {
+    ready_.clear();
+    for (const token_t token : tokens) append_piece(token);
+    const std::size_t complete = complete_prefix(pending_);
+    ready_.assign(pending_, 0, complete);
+    pending_.erase(0, complete);
+    return ready_;
+  }
+
+  /// \brief Whatever is left (an incomplete character at the end of the generation).
+  std::string flush() { return std::exchange(pending_, {}); }
+
+  /// \brief Length of the longest prefix of `bytes` that does not end inside a UTF-8 character.
+  [[nodiscard]] static std::size_t complete_prefix(std::string_view bytes) noexcept {
+    // Look back at most 3 bytes for the lead byte of the last character.
+    const std::size_t n = bytes.size();
+    for (std::size_t back = 1; back <= std::min<std::size_t>(4, n); ++back) {
+      const auto byte = static_cast<unsigned char>(bytes[n - back]);
+      if ((byte & 0xC0) == 0x80) continue;  // continuation byte: keep looking
+      std::size_t length = 1;
+      if ((byte & 0xE0) == 0xC0) length = 2;
+      else if ((byte & 0xF0) == 0xE0) length = 3;
+      else if ((byte & 0xF8) == 0xF0) length = 4;
+      return back >= length ? n : n - back;  // complete, or hold the partial character
+    }
+    return n;  // only continuation bytes (invalid UTF-8): pass them through
+  }
+
+ private:
+  void append_piece(token_t token) {
+    char buffer[64];
+    std::int32_t length =
+        llama_token_to_piece(vocab_, token, buffer, sizeof buffer, 0, render_special_);
+    if (length >= 0) {
+      pending_.append(buffer, static_cast<std::size_t>(length));
+      return;
+    }
+    std::string piece(static_cast<std::size_t>(-length), '\0');
+    length = llama_token_to_piece(vocab_, token, piece.data(), -length, 0, render_special_);
+    if (length > 0) pending_.append(piece.data(), static_cast<std::size_t>(length));
+  }
+
+  const llama_vocab* vocab_;
+  bool render_special_;
+  std::string pending_;  // bytes of an incomplete trailing character
+  std::string ready_;
+};
+
+/// \brief A specdec DraftModel and TargetModel over a llama_context the caller owns: KV-cache
+/// reuse and rollback on sequence 0, one llama_decode per n_batch fresh tokens, logits only
+/// for the requested rows, handed out as views of llama.cpp's logits buffer.
+///
+/// The context must outlive this object, and nothing else may decode on it or change its
+/// memory while this object is in use (call reset() after you do). Not thread-safe.
+class ContextModel {
+ public:
+  /// \param threads, threads_batch  applied with llama_set_n_threads (0 = leave as is)
+  explicit ContextModel(llama_context* context, int threads = 0, int threads_batch = 0)
+      : context_(context) {
+    if (context_ == nullptr) {
+      detail::throw_invalid_argument("llama_cpp::ContextModel: the llama_context is null");
+    }
+    model_ = llama_get_model(context_);
+    vocab_ = llama_model_get_vocab(model_);
+    vocab_size_ = static_cast<std::size_t>(llama_vocab_n_tokens(vocab_));
+    n_ctx_ = llama_n_ctx(context_);
+    n_batch_ = llama_n_batch(context_);
+    if (threads > 0) {
+      llama_set_n_threads(context_, threads, threads_batch > 0 ? threads_batch : threads);
+    }
+    batch_ = llama_batch_init(static_cast<std::int32_t>(n_batch_), 0, 1);
+    cached_.reserve(n_ctx_);
+    reset();
+  }
+  ~ContextModel() { llama_batch_free(batch_); }
+  ContextModel(const ContextModel&) = delete;
+  ContextModel& operator=(const ContextModel&) = delete;
+  ContextModel(ContextModel&& other) noexcept
+      : context_(std::exchange(other.context_, nullptr)),
+        model_(other.model_),
+        vocab_(other.vocab_),
+        vocab_size_(other.vocab_size_),
+        n_ctx_(other.n_ctx_),
+        n_batch_(other.n_batch_),
+        batch_(std::exchange(other.batch_, llama_batch{})),
+        cached_(std::move(other.cached_)),
+        straddled_rows_(std::move(other.straddled_rows_)) {}
+  ContextModel& operator=(ContextModel&&) = delete;
+
+  /// \brief Draft call: the V next-token logits after the whole context.
+  std::span<const float> operator()(std::span<const token_t> context) {
+    return (*this)(context, 1);
+  }
+
+  /// \brief Target call: n rows of V logits, row i after the first context.size() - n + 1 + i
+  /// tokens. \throws std::invalid_argument for a context longer than n_ctx, n outside
+  /// [1, context.size()] or a token outside [0, V); std::runtime_error if llama_decode fails
+  /// (the KV cache is rolled back first).
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    check_call(context, n);
+    const CacheUpdate plan = plan_cache_update(cached_, context, n);
+    if (plan.keep < cached_.size()) roll_back(plan.keep);
+    const std::span<const token_t> fresh = plan.new_tokens;
+    const std::size_t chunks = (fresh.size() + n_batch_ - 1) / n_batch_;
+    // The first chunk takes the remainder, so the last one is a full n_batch (or all of fresh):
+    // the n output rows then come from a single llama_decode whenever n <= n_batch.
+    // Only n > n_batch spreads the rows over several decodes; they are copied then.
+    std::size_t begin = 0;
+    std::size_t end = fresh.size() - (chunks - 1) * n_batch_;
+    const std::size_t first_output = fresh.size() - n;  // index in fresh of the first row
+    const bool straddles = n > n_batch_;
+    if (straddles) straddled_rows_.resize(n * vocab_size_);
+    for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
+      batch_.n_tokens = 0;
+      for (std::size_t i = begin; i < end; ++i) {
+        add_to_batch(fresh[i], static_cast<llama_pos>(plan.keep + i), i >= first_output);
+      }
+      decode_or_roll_back(plan.keep + begin, context.size());
+      for (std::size_t i = begin; i < end; ++i) cached_.push_back(fresh[i]);
+      if (straddles) copy_rows(begin, end, first_output);
+      begin = end;
+      end += n_batch_;
+    }
+    if (straddles) return straddled_rows_;
+    const float* logits = llama_get_logits(context_);
+    return {logits, n * vocab_size_};
+  }
+
+  /// \brief Forgets the KV cache: the next call recomputes its whole context. Use it before
+  /// each measured run, or after decoding on the context yourself.
+  void reset() {
+    llama_memory_clear(llama_get_memory(context_), true);
+    cached_.clear();
+  }
+
+  /// \brief The tokens whose keys/values the KV cache holds (sequence 0), in position order.
+  [[nodiscard]] std::span<const token_t> cached_tokens() const noexcept { return cached_; }
+
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_size_; }
+  /// \brief The context length (llama_n_ctx): set GenerationConfig::max_context to at most this.
+  [[nodiscard]] std::size_t max_context() const noexcept { return n_ctx_; }
+  [[nodiscard]] llama_context* context() const noexcept { return context_; }
+  [[nodiscard]] const llama_model* model() const noexcept { return model_; }
+  [[nodiscard]] const llama_vocab* vocab() const noexcept { return vocab_; }
+
+ private:
+  void check_call(std::span<const token_t> context, std::size_t n) const {
+    if (context.size() > n_ctx_) {
+      detail::throw_invalid_argument("llama.cpp model called with a context of ", context.size(),
+                                     " tokens, more than its n_ctx = ", n_ctx_,
+                                     "; expected GenerationConfig::max_context <= max_context()");
+    }
+    if (n == 0 || n > context.size()) {
+      detail::throw_invalid_argument("llama.cpp model asked for ", n, " rows after a context of ",
+                                     context.size(), " tokens; expected 1 <= n <= context size");
+    }
+    for (std::size_t i = 0; i < context.size(); ++i) {
+      if (context[i] < 0 || static_cast<std::size_t>(context[i]) >= vocab_size_) {
+        detail::throw_invalid_argument("llama.cpp model got token ", context[i], " at position ",
+                                       i, "; expected a token id in [0, ", vocab_size_, ")");
+      }
+    }
+  }
+
+  void add_to_batch(token_t token, llama_pos position, bool wants_logits) noexcept {
+    const auto i = static_cast<std::size_t>(batch_.n_tokens++);
+    batch_.token[i] = token;
+    batch_.pos[i] = position;
+    batch_.n_seq_id[i] = 1;
+    batch_.seq_id[i][0] = 0;
+    batch_.logits[i] = wants_logits ? 1 : 0;
+  }
+
+  /// Drops positions [keep, ...) from the KV cache and from the record of cached tokens.
+  void roll_back(std::size_t keep) {
+    if (!llama_memory_seq_rm(llama_get_memory(context_), 0, static_cast<llama_pos>(keep), -1)) {
+      reset();  // a memory that cannot drop a partial sequence (recurrent): start over
+      return;
+    }
+    cached_.resize(keep);
+  }
+
+  void decode_or_roll_back(std::size_t first_position, std::size_t context_size) {
+    const std::int32_t status = llama_decode(context_, batch_);
+    if (status == 0) return;
+    // Processed micro-batches may remain in the memory after a failure: drop everything past
+    // the positions the record says are cached, so the two agree again.
+    roll_back(first_position);
+    detail::throw_runtime_error("llama_decode returned ", status, " (",
+                                detail::decode_status_meaning(status), ") decoding ",
+                                batch_.n_tokens, " tokens at positions ", first_position, "..",
+                                first_position + static_cast<std::size_t>(batch_.n_tokens) - 1,
+                                " of a context of ", context_size, " (n_ctx = ", n_ctx_, ")");
+  }
+
+  void copy_rows(std::size_t begin, std::size_t end, std::size_t first_output) {
+    for (std::size_t i = std::max(begin, first_output); i < end; ++i) {
+      // llama_get_logits_ith takes the token's index in the batch.
+      const float* logits = llama_get_logits_ith(context_, static_cast<std::int32_t>(i - begin));
+      std::copy_n(logits, vocab_size_,
+                  straddled_rows_.begin() +
+                      static_cast<std::ptrdiff_t>((i - first_output) * vocab_size_));
+    }
+  }
+
+  llama_context* context_ = nullptr;
+  const llama_model* model_ = nullptr;
+  const llama_vocab* vocab_ = nullptr;
+  std::size_t vocab_size_ = 0;
+  std::size_t n_ctx_ = 0;
+  std::size_t n_batch_ = 0;
+  llama_batch batch_{};                 // (n_batch) tokens of one llama_decode
+  std::vector<token_t> cached_;         // (n_ctx) tokens held by the KV cache, sequence 0
+  std::vector<float> straddled_rows_;   // (n, V) rows copied when they span two decodes
+};
+
+/// \brief A GGUF model loaded with its own context: owns the llama_model and llama_context
+/// (freed together) and is a ContextModel over them.
+class LoadedModel : public ContextModel {
+ public:
+  /// \brief Loads `path` and creates a context. \throws std::invalid_argument if the file does
+  /// not exist or llama.cpp cannot load it (with llama.cpp's reason), or the context cannot be
+  /// created.
+  [[nodiscard]] static LoadedModel load(const std::filesystem::path& path,
+                                        const ContextOptions& context_options = {},
+                                        const ModelOptions& model_options = {}) {
+    detail::ensure_backend();
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(path, error)) {
+      detail::throw_invalid_argument("cannot load GGUF model '", path.string(),
+                                     "': no such file; expected a path to a .gguf file");
+    }
+    llama_model_params model_params = llama_model_default_params();
+    std::vector<ggml_backend_dev_t> devices;  // null-terminated, as llama.cpp reads it
+    if (model_options.cpu_only || !model_options.devices.empty()) {
+      if (!model_options.cpu_only) devices = model_options.devices;
+      devices.push_back(nullptr);
+      model_params.devices = devices.data();
+    }
+    model_params.n_gpu_layers = model_options.n_gpu_layers;
+    detail::take_last_error();
+    std::unique_ptr<llama_model, detail::ModelDeleter> model(
+        llama_model_load_from_file(path.string().c_str(), model_params));
+    if (!model) {
+      const std::string reason = detail::take_last_error();
+      detail::throw_invalid_argument("cannot load GGUF model '", path.string(), "': ",
+                                     reason.empty() ? "llama.cpp rejected it" : reason,
+                                     "; expected a GGUF file of an architecture this llama.cpp "
+                                     "supports");
+    }
+    llama_context_params params = llama_context_default_params();
+    params.n_ctx = context_options.n_ctx;
+    if (context_options.n_batch != 0) params.n_batch = context_options.n_batch;
+    if (context_options.n_ubatch != 0) params.n_ubatch = context_options.n_ubatch;
+    params.n_ubatch = std::min(params.n_ubatch, params.n_batch);
+    params.n_threads = context_options.threads;
+    params.n_threads_batch =
+        context_options.threads_batch > 0 ? context_options.threads_batch : context_options.threads;
+    params.flash_attn_type = context_options.flash_attention < 0  ? LLAMA_FLASH_ATTN_TYPE_AUTO
+                             : context_options.flash_attention == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                                                    : LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    params.type_k = context_options.kv_type;
+    params.type_v = context_options.kv_type;
+    params.n_seq_max = std::max<std::uint32_t>(1, context_options.n_seq_max);
+    params.no_perf = true;
+    std::unique_ptr<llama_context, detail::ContextDeleter> context(
+        llama_init_from_model(model.get(), params));
+    if (!context) {
+      const std::string reason = detail::take_last_error();
+      detail::throw_invalid_argument("cannot create a llama.cpp context for '", path.string(),
+                                     "' (n_ctx = ", context_options.n_ctx, "): ",
+                                     reason.empty() ? "llama_init_from_model failed" : reason);
+    }
+    return LoadedModel(std::move(model), std::move(context), context_options);
+  }
+
+  LoadedModel(LoadedModel&&) noexcept = default;
+
+ private:
+  LoadedModel(std::unique_ptr<llama_model, detail::ModelDeleter> model,
+              std::unique_ptr<llama_context, detail::ContextDeleter> context,
+              const ContextOptions& options)
+      : ContextModel(context.get(), options.threads, options.threads_batch),
+        owned_model_(std::move(model)),
+        owned_context_(std::move(context)) {}
+
+  // Declared after the ContextModel base, so destroyed before... the base is destroyed last;
+  // ContextModel's destructor only frees its batch, which does not touch the context.
+  std::unique_ptr<llama_model, detail::ModelDeleter> owned_model_;
+  std::unique_ptr<llama_context, detail::ContextDeleter> owned_context_;
+};
+
+/// \brief Registers the llama.cpp RPC server at `endpoint` ("host:port") and returns its
+/// device, for ModelOptions::devices (null-terminated list). \throws std::invalid_argument if
+/// this llama.cpp was built without the RPC backend or the server does not answer.
+[[nodiscard]] inline ggml_backend_dev_t rpc_device(const std::string& endpoint) {
+  detail::ensure_backend();
+  ggml_backend_load_all();
+  ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+  if (rpc == nullptr) {
+    detail::throw_invalid_argument("RPC endpoint '", endpoint,
+                                   "': this llama.cpp has no RPC backend; expected one built "
+                                   "with -DGGML_RPC=ON");
+  }
+  using AddServer = ggml_backend_reg_t (*)(const char*);
+  const auto add_server =
+      reinterpret_cast<AddServer>(ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server"));
+  if (add_server == nullptr) {
+    detail::throw_invalid_argument("RPC endpoint '", endpoint,
+                                   "': this llama.cpp's RPC backend has no "
+                                   "ggml_backend_rpc_add_server");
+  }
+  ggml_backend_reg_t server = add_server(endpoint.c_str());
+  if (server == nullptr || ggml_backend_reg_dev_count(server) == 0) {
+    detail::throw_invalid_argument("RPC endpoint '", endpoint,
+                                   "' did not answer; expected a running ggml-rpc-server there");
+  }
+  ggml_backend_register(server);
+  return ggml_backend_reg_dev_get(server, 0);
+}
+
+}  // namespace specdec::llama_cpp

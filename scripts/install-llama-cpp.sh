@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Installs the pinned llama.cpp that specdec's llama.cpp adapter is tested with, once, into a prefix
+# outside the checkout, and prints that prefix on its last line of stdout.
+#
+# Debian has no llama.cpp package; the npm package node-llama-cpp carries llama.cpp's own source
+# tree as a git bundle (llama/gitRelease.bundle). We fetch a pinned version of it from the npm
+# registry, check the bundle's commit, build llama.cpp CPU-only with the RPC backend, and install
+# the library (CMake package `llama`), the tools the comparison needs (llama-completion,
+# llama-speculative-simple, llama-speculative, llama-bench, ggml-rpc-server) and gguf-py.
+#
+# Skipped when the prefix already holds this commit's install (a stamp file), so a second run and
+# CI on the same machine cost nothing. Environment:
+#   SPECDEC_LLAMA_PREFIX   where to install (default ~/.cache/specdec/llama.cpp-<commit>)
+#   JOBS                   build parallelism (default: nproc)
+set -euo pipefail
+
+npm_version="3.22.1"
+commit="de3ff815ea7d559ee917f063901b8986f038abc6"  # llama.cpp as of 2026-09-28
+prefix="${SPECDEC_LLAMA_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/specdec/llama.cpp-${commit:0:12}}"
+stamp="$prefix/.specdec-installed-$commit"
+jobs="${JOBS:-$(nproc)}"
+
+if [ -f "$stamp" ]; then
+  echo "$prefix"
+  exit 0
+fi
+
+for tool in npm git cmake tar; do
+  command -v "$tool" >/dev/null || { echo "install-llama-cpp: '$tool' is required" >&2; exit 1; }
+done
+
+# The build tree sits next to the prefix (not in /tmp), so an interrupted build resumes.
+work="$prefix.build"
+mkdir -p "$work"
+cd "$work"
+if [ "$(git -C src rev-parse HEAD 2>/dev/null)" != "$commit" ]; then
+  echo "install-llama-cpp: fetching node-llama-cpp@$npm_version (llama.cpp ${commit:0:12})" >&2
+  rm -rf src package ./*.tgz
+  npm pack --silent "node-llama-cpp@$npm_version" >/dev/null
+  tar xzf "node-llama-cpp-$npm_version.tgz" package/llama/gitRelease.bundle
+  git clone -q package/llama/gitRelease.bundle src 2>/dev/null
+  head="$(git -C src rev-parse HEAD)"
+  if [ "$head" != "$commit" ]; then
+    echo "install-llama-cpp: node-llama-cpp@$npm_version carries llama.cpp $head, expected $commit" >&2
+    exit 1
+  fi
+fi
+
+echo "install-llama-cpp: building (CPU, RPC backend; ~10 minutes on 2 cores) into $prefix" >&2
+common=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=ON
+        -DCMAKE_INSTALL_RPATH="$prefix/lib" -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DGGML_NATIVE=ON -DGGML_RPC=ON -DLLAMA_CURL=OFF
+        -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
+        -DLLAMA_TOOLS_INSTALL=OFF)
+fail() { tail -60 build.log >&2; exit 1; }
+# Pass 1: the library alone, so that its install rules are all there is to install.
+cmake -S src -B build "${common[@]}" -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  >build.log 2>&1 || fail
+cmake --build build -j"$jobs" >>build.log 2>&1 || fail
+rm -rf "$prefix"
+cmake --install build >>build.log 2>&1 || fail
+# Pass 2: the same tree with tools and examples configured; only the programs the comparison
+# runs are built (the library objects are reused) and copied in by hand.
+cmake -S src -B build -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON >>build.log 2>&1 || fail
+tools=(llama-completion llama-speculative-simple llama-speculative llama-bench ggml-rpc-server)
+cmake --build build -j"$jobs" --target "${tools[@]}" >>build.log 2>&1 || fail
+mkdir -p "$prefix/bin" "$prefix/share/llama.cpp"
+for t in "${tools[@]}"; do install -m 755 "build/bin/$t" "$prefix/bin/$t"; done
+# The tools' own shared libraries (llama-common, the *-impl libraries) are not part of the
+# library's install: copy whichever the prefix lacks (RPATH is already $prefix/lib).
+find build -name 'lib*.so*' | while read -r lib; do
+  [ -e "$prefix/lib/$(basename "$lib")" ] || cp -P "$lib" "$prefix/lib/"
+done
+cp -r src/gguf-py "$prefix/share/llama.cpp/gguf-py"
+git -C src log -1 --format='%H %ad' >"$prefix/share/llama.cpp/COMMIT"
+touch "$stamp"
+cd /
+rm -rf "$work"
+echo "install-llama-cpp: done" >&2
+echo "$prefix"

@@ -1,0 +1,456 @@
+// The llama.cpp adapter (specdec/llama_cpp.hpp) on real GGUF files: the shipped KJV pair
+// converted by tools/spdc_to_gguf.py at build time, and a tiny random pair for statistics.
+//
+// - the converted pair reproduces the PyTorch golden logits (models/kjv-*.golden), prefill and
+//   token by token, within stated tolerances;
+// - greedy: SpeculativeDecoder over two llama.cpp models == AutoregressiveDecoder over the
+//   target == a plain llama.cpp greedy loop (llama_sampler_init_greedy), token for token;
+// - KV rollback: every row the cached adapter returns across decodes with rejections equals the
+//   row a fresh context computes over the same tokens;
+// - exactness at T > 0: chi-square of the first two tokens of speculative decoding over the tiny
+//   pair against the target's own law (and the same test rejects the draft's law: power);
+// - every error is specdec:-prefixed, leaves the KV cache and the adapter's record in agreement,
+//   and is followed by a decode identical to a fresh model's.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <specdec/llama_cpp.hpp>
+#include <specdec/specdec.hpp>
+#include <specdec/testing.hpp>
+
+#include "gpt/weights.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace llama = specdec::llama_cpp;
+using specdec::token_t;
+
+const fs::path kGgufDir = SPECDEC_GGUF_DIR;
+const fs::path kModelsDir = SPECDEC_MODELS_DIR;
+
+/// The reference configuration: f32 weights, f32 KV cache, flash attention off — the closest
+/// llama.cpp gets to the f32 reference. Default is llama.cpp's own defaults (f16 KV, FA auto).
+llama::ContextOptions exact_options() {
+  return {.flash_attention = 0, .kv_type = GGML_TYPE_F32};
+}
+
+std::vector<token_t> bytes_of(std::string_view text) {
+  std::vector<token_t> tokens;
+  for (const unsigned char byte : text) tokens.push_back(byte);
+  return tokens;
+}
+
+std::vector<std::string> held_out_prompts(std::size_t count) {
+  std::ifstream in(kModelsDir / "prompts.txt");
+  std::vector<std::string> prompts;
+  for (std::string line; prompts.size() < count && std::getline(in, line);) {
+    prompts.push_back(line);
+  }
+  return prompts;
+}
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  float worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+std::size_t argmax(std::span<const float> row) {
+  return static_cast<std::size_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+// ---- golden logits ------------------------------------------------------------------------------
+
+struct GoldenCase {
+  const char* gguf;
+  const char* golden;
+  bool exact;       // f32 weights with the exact options, or llama.cpp's defaults
+  float tolerance;  // max |logit - golden| over every row
+};
+
+class GoldenLogitsTest : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST_P(GoldenLogitsTest, PrefillAndTokenByTokenMatchPyTorch) {
+  const GoldenCase& c = GetParam();
+  const auto golden = specdec::examples::load_golden_logits(kModelsDir / c.golden);
+  auto model = llama::LoadedModel::load(kGgufDir / c.gguf, c.exact ? exact_options()
+                                                                   : llama::ContextOptions{});
+  const std::size_t vocab = model.vocab_size();
+  ASSERT_EQ(vocab, static_cast<std::size_t>(golden.logits.cols()));
+  const std::vector<token_t> tokens(golden.tokens.begin(), golden.tokens.end());
+  const std::size_t n = tokens.size();
+  const std::span<const float> expected(golden.logits.data(), n * vocab);
+
+  // Prefill: one call, every row.
+  const std::span<const float> rows = model(tokens, n);
+  ASSERT_EQ(rows.size(), n * vocab);
+  const float prefill_error = max_abs_diff(rows, expected);
+  EXPECT_LT(prefill_error, c.tolerance) << c.gguf;
+
+  // Token by token: the KV cache grows one position per call.
+  model.reset();
+  float stepwise_error = 0;
+  std::size_t argmax_differences = 0;
+  for (std::size_t i = 1; i <= n; ++i) {
+    const std::span<const float> row = model(std::span(tokens).first(i));
+    const std::span<const float> want = expected.subspan((i - 1) * vocab, vocab);
+    stepwise_error = std::max(stepwise_error, max_abs_diff(row, want));
+    if (argmax(row) != argmax(want)) {
+      // Only a near-tie may flip: the reference's top two within twice the tolerance.
+      std::vector<float> sorted(want.begin(), want.end());
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      EXPECT_LT(sorted[0] - sorted[1], 2 * c.tolerance) << "position " << i - 1;
+      ++argmax_differences;
+    }
+  }
+  EXPECT_LT(stepwise_error, c.tolerance) << c.gguf;
+  EXPECT_LE(argmax_differences, 1u);
+  std::printf("[ measured ] %s (%s): max |diff| prefill %.3g, token by token %.3g\n", c.gguf,
+              c.exact ? "f32 KV, no flash attention" : "llama.cpp defaults",
+              static_cast<double>(prefill_error), static_cast<double>(stepwise_error));
+}
+
+// Tolerances: measured (2026-12-03) ~1.5e-4 exact, ~0.006 (target) and ~0.03 (draft) with
+// f16 weights and llama.cpp's defaults; the bounds leave ~3x room.
+INSTANTIATE_TEST_SUITE_P(
+    ShippedPair, GoldenLogitsTest,
+    ::testing::Values(GoldenCase{"kjv-target-f32.gguf", "kjv-target.golden", true, 1e-3f},
+                      GoldenCase{"kjv-draft-f32.gguf", "kjv-draft.golden", true, 1e-3f},
+                      GoldenCase{"kjv-target-f16.gguf", "kjv-target.golden", false, 0.02f},
+                      GoldenCase{"kjv-draft-f16.gguf", "kjv-draft.golden", false, 0.1f}));
+
+// ---- tokenizer and text -------------------------------------------------------------------------
+
+TEST(LlamaCppText, ByteVocabularyTokenizesToByteIds) {
+  auto model = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
+  const std::string text = "\nPsalms 23:1 The LORD is my shepherd; \xc3\xa9\xe2\x82\xac!\t~";
+  EXPECT_EQ(llama::tokenize(model.vocab(), text), bytes_of(text));
+  const std::vector<token_t> all_bytes = [] {
+    std::vector<token_t> bytes(256);
+    for (int i = 0; i < 256; ++i) bytes[static_cast<std::size_t>(i)] = i;
+    return bytes;
+  }();
+  // Every byte detokenizes to itself (invalid UTF-8 included), split at any point.
+  llama::TextDecoder decoder(model.vocab());
+  std::string round_trip;
+  for (std::size_t i = 0; i < all_bytes.size(); i += 7) {
+    round_trip += decoder.push(std::span(all_bytes).subspan(i, std::min<std::size_t>(7, 256 - i)));
+  }
+  round_trip += decoder.flush();
+  ASSERT_EQ(round_trip.size(), 256u);
+  for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(static_cast<unsigned char>(round_trip[i]), i);
+}
+
+TEST(LlamaCppText, StreamedUtf8CharactersAreNeverSplit) {
+  auto model = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
+  const std::string text = "a\xc3\xa9" "b\xe2\x82\xac" "c\xf0\x9f\x98\x80" "d";  // 2-, 3-, 4-byte
+  const std::vector<token_t> tokens = bytes_of(text);
+  llama::TextDecoder decoder(model.vocab());
+  std::vector<std::string> pieces;
+  for (const token_t token : tokens) pieces.emplace_back(decoder.push(std::span(&token, 1)));
+  EXPECT_EQ(decoder.flush(), "");
+  std::string joined;
+  for (const std::string& piece : pieces) {
+    // Every piece is whole characters: its last lead byte has all its continuation bytes.
+    EXPECT_EQ(llama::TextDecoder::complete_prefix(piece), piece.size()) << piece;
+    joined += piece;
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(pieces[1], "");          // the first byte of \xc3\xa9 waits
+  EXPECT_EQ(pieces[2], "\xc3\xa9");  // and comes out whole
+}
+
+// ---- greedy: token for token --------------------------------------------------------------------
+
+/// llama.cpp's own greedy loop on a context of its own: decode the prompt, then one token at a
+/// time, choosing with llama_sampler_init_greedy.
+std::vector<token_t> llama_greedy(llama::LoadedModel& model, const std::vector<token_t>& prompt,
+                                  std::size_t count) {
+  model.reset();
+  llama_context* context = model.context();
+  llama_sampler* greedy = llama_sampler_init_greedy();
+  std::vector<llama_token> tokens(prompt.begin(), prompt.end());
+  std::vector<token_t> out;
+  llama_batch batch = llama_batch_get_one(tokens.data(), static_cast<std::int32_t>(tokens.size()));
+  for (std::size_t i = 0; i < count; ++i) {
+    EXPECT_EQ(llama_decode(context, batch), 0);
+    llama_token next = llama_sampler_sample(greedy, context, -1);
+    out.push_back(next);
+    tokens.assign(1, next);
+    batch = llama_batch_get_one(tokens.data(), 1);
+  }
+  llama_sampler_free(greedy);
+  model.reset();  // the adapter's record no longer describes the context: start over
+  return out;
+}
+
+TEST(LlamaCppGreedy, SpeculativeEqualsPlainEqualsLlamaCppLoop) {
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
+  auto draft = llama::LoadedModel::load(kGgufDir / "kjv-draft-f16.gguf");
+  llama::check_compatible(draft.model(), target.model());
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 48;
+  config.sampling.temperature = 0;
+  config.max_context = std::min(target.max_context(), draft.max_context());
+  specdec::AutoregressiveDecoder plain(target);
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::NgramDecoder lookup(target, {.min_ngram = 4, .max_ngram = 12});
+  specdec::NgramThenModelDecoder both(draft, target, {.min_ngram = 4, .max_ngram = 12});
+  for (const std::string& line : held_out_prompts(3)) {
+    const std::vector<token_t> prompt = bytes_of("\n" + line);
+    const std::vector<token_t> reference = llama_greedy(target, prompt, config.max_new_tokens);
+    EXPECT_EQ(plain.generate(prompt, config).tokens, reference) << line;
+    for (std::size_t k = 1; k <= 8; ++k) {
+      config.draft_length = k;
+      for (const auto verifier : {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
+        config.verifier = verifier;
+        EXPECT_EQ(speculative.generate(prompt, config).tokens, reference) << line << " K=" << k;
+      }
+    }
+    config.draft_length = 8;
+    EXPECT_EQ(lookup.generate(prompt, config).tokens, reference) << line;
+    EXPECT_EQ(both.generate(prompt, config).tokens, reference) << line;
+  }
+}
+
+// ---- KV rollback: cached rows == fresh rows -----------------------------------------------------
+
+/// A target that serves every call from the cached adapter and checks it against a second,
+/// freshly reset context computing the whole context from scratch.
+struct CheckedTarget {
+  llama::ContextModel* cached;
+  llama::ContextModel* fresh;
+  float worst = 0;
+  std::size_t calls = 0;
+  std::vector<float> rows;
+
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    const std::span<const float> got = (*cached)(context, n);
+    rows.assign(got.begin(), got.end());
+    fresh->reset();
+    const std::span<const float> want = (*fresh)(context, n);
+    worst = std::max(worst, max_abs_diff(rows, want));
+    ++calls;
+    return rows;
+  }
+};
+
+TEST(LlamaCppKvCache, CachedRowsEqualFreshRowsAcrossRejections) {
+  for (const std::uint32_t n_batch : {0u, 4u}) {  // 4: prompts and K + 1 rows span several decodes
+    llama::ContextOptions options = exact_options();
+    options.n_batch = n_batch;
+    auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f32.gguf", options);
+    auto reference = llama::LoadedModel::load(kGgufDir / "kjv-target-f32.gguf", options);
+    auto draft = llama::LoadedModel::load(kGgufDir / "kjv-draft-f32.gguf", options);
+    CheckedTarget checked{&target, &reference, 0, 0, {}};
+    specdec::SpeculativeDecoder decoder(draft, checked);
+    specdec::GenerationConfig config;
+    config.max_new_tokens = 40;
+    config.draft_length = 6;
+    config.sampling.temperature = 1.0f;  // sampled: rejections at every depth
+    config.max_context = target.max_context();
+    std::size_t rejecting_rounds = 0;
+    for (const std::string& line : held_out_prompts(2)) {
+      for (std::uint64_t seed = 0; seed < 3; ++seed) {
+        config.seed = seed;
+        rejecting_rounds += decoder.generate(bytes_of("\n" + line), config).stats.rejecting_rounds;
+      }
+    }
+    EXPECT_GT(rejecting_rounds, 10u);
+    EXPECT_LT(checked.worst, 1e-3f) << "n_batch " << n_batch << " over " << checked.calls;
+  }
+}
+
+// ---- exactness at T > 0 -------------------------------------------------------------------------
+
+/// The target's law of the first two tokens after `prompt` at temperature T (V^2 cells, x1 * V +
+/// x2), from the adapter's own rows, in double.
+std::vector<double> two_token_law(llama::ContextModel& target, const std::vector<token_t>& prompt,
+                                  double temperature) {
+  const std::size_t vocab = target.vocab_size();
+  const auto softmax = [&](std::span<const float> row) {
+    std::vector<double> p(row.size());
+    const double top = *std::max_element(row.begin(), row.end());
+    double sum = 0;
+    for (std::size_t v = 0; v < row.size(); ++v) sum += p[v] = std::exp((row[v] - top) / temperature);
+    for (double& x : p) x /= sum;
+    return p;
+  };
+  target.reset();
+  const std::vector<double> first = softmax(target(prompt));
+  std::vector<double> law(vocab * vocab);
+  std::vector<token_t> context = prompt;
+  for (std::size_t x1 = 0; x1 < vocab; ++x1) {
+    context.resize(prompt.size());
+    context.push_back(static_cast<token_t>(x1));
+    const std::vector<double> second = softmax(target(context));
+    for (std::size_t x2 = 0; x2 < vocab; ++x2) law[x1 * vocab + x2] = first[x1] * second[x2];
+  }
+  return law;
+}
+
+TEST(LlamaCppExactness, FirstTwoTokensFollowTheTargetAtTemperatureOne) {
+  auto target = llama::LoadedModel::load(kGgufDir / "tiny-target.gguf", exact_options());
+  auto draft = llama::LoadedModel::load(kGgufDir / "tiny-draft.gguf", exact_options());
+  llama::check_compatible(draft.model(), target.model());
+  const std::size_t vocab = target.vocab_size();
+  ASSERT_LE(vocab, 32u);  // V^2 cells must stay few for the test to have power
+  const std::vector<token_t> prompt{1, 2, 3};
+  const std::vector<double> law = two_token_law(target, prompt, 1.0);
+  const std::vector<double> draft_law = two_token_law(draft, prompt, 1.0);
+
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 2;
+  config.draft_length = 2;
+  config.sampling.temperature = 1.0f;
+  config.logprobs = false;
+  constexpr std::size_t kRuns = 40000;
+  for (const auto verifier : {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
+    config.verifier = verifier;
+    std::vector<std::uint64_t> counts(vocab * vocab);
+    std::size_t accepted = 0;
+    for (std::size_t run = 0; run < kRuns; ++run) {
+      config.seed = run;
+      const auto result = decoder.generate(prompt, config);
+      ++counts[static_cast<std::size_t>(result.tokens[0]) * vocab +
+               static_cast<std::size_t>(result.tokens[1])];
+      accepted += result.stats.accepted;
+    }
+    const auto fit = specdec::testing::chi_square_test(counts, law);
+    EXPECT_GT(fit.p_value, 1e-4) << "verifier " << static_cast<int>(verifier);
+    // Power: the same counts against the draft's law must be rejected (the pair differs).
+    EXPECT_LT(specdec::testing::chi_square_test(counts, draft_law).p_value, 1e-4);
+    // Partial acceptance: the test exercised rejections and acceptances both.
+    EXPECT_GT(accepted, kRuns / 10);
+    EXPECT_LT(accepted, 2 * kRuns - kRuns / 10);
+  }
+}
+
+// ---- errors -------------------------------------------------------------------------------------
+
+/// Greedy tokens of a fresh decoder over fresh models: what every decode after an error must give.
+std::vector<token_t> fresh_greedy(const std::vector<token_t>& prompt,
+                                  const specdec::GenerationConfig& config) {
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
+  auto draft = llama::LoadedModel::load(kGgufDir / "kjv-draft-f16.gguf");
+  specdec::SpeculativeDecoder decoder(draft, target);
+  return decoder.generate(prompt, config).tokens;
+}
+
+template <class Exception, class F>
+void expect_error(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception containing '" << needle << "'";
+  } catch (const Exception& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(message.rfind("specdec: ", 0), 0u) << message;
+    EXPECT_NE(message.find(needle), std::string::npos) << message;
+  }
+}
+
+TEST(LlamaCppErrors, MissingAndInvalidFiles) {
+  expect_error<std::invalid_argument>(
+      [] { (void)llama::LoadedModel::load("/nonexistent/model.gguf"); }, "no such file");
+  const fs::path garbage = fs::temp_directory_path() / "specdec-not-a-gguf.gguf";
+  std::ofstream(garbage) << "this is not a GGUF file, just some text of sufficient length";
+  expect_error<std::invalid_argument>([&] { (void)llama::LoadedModel::load(garbage); },
+                                      "cannot load GGUF model");
+  fs::remove(garbage);
+}
+
+TEST(LlamaCppErrors, IncompatibleVocabulariesNameTheMismatch) {
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
+  auto tiny = llama::LoadedModel::load(kGgufDir / "tiny-target.gguf");
+  expect_error<std::domain_error>([&] { llama::check_compatible(tiny.model(), target.model()); },
+                                  "tokens and the target's");
+  // The decoder itself catches it too, before anything is emitted.
+  specdec::SpeculativeDecoder decoder(tiny, target);
+  specdec::GenerationConfig config;
+  config.sampling.temperature = 0;
+  EXPECT_THROW((void)decoder.generate(std::vector<token_t>{1, 2}, config), std::domain_error);
+}
+
+TEST(LlamaCppErrors, BadCallsThenAFreshDecode) {
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf", {.n_ctx = 64});
+  auto draft = llama::LoadedModel::load(kGgufDir / "kjv-draft-f16.gguf", {.n_ctx = 64});
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 24;
+  config.draft_length = 5;
+  config.sampling.temperature = 0;
+  const std::vector<token_t> prompt = bytes_of("\nGenesis 1:1 ");
+  const std::vector<token_t> expected = fresh_greedy(prompt, config);
+
+  // A prompt longer than n_ctx: from the adapter (no max_context set) and from the decoder.
+  const std::vector<token_t> too_long(100, 'a');
+  expect_error<std::invalid_argument>([&] { (void)decoder.generate(too_long, config); },
+                                      "more than its n_ctx = 64");
+  config.max_context = target.max_context();
+  expect_error<std::invalid_argument>([&] { (void)decoder.generate(too_long, config); },
+                                      "more than max_context = 64");
+  EXPECT_EQ(decoder.generate(prompt, config).tokens, expected);
+
+  // A token outside the vocabulary never reaches llama_decode.
+  expect_error<std::invalid_argument>(
+      [&] { (void)target(std::vector<token_t>{1, 300, 2}, 1); }, "token 300 at position 1");
+  expect_error<std::invalid_argument>([&] { (void)target(std::vector<token_t>{1, 2}, 3); },
+                                      "asked for 3 rows");
+  EXPECT_EQ(decoder.generate(prompt, config).tokens, expected);
+}
+
+TEST(LlamaCppErrors, FailedDecodeRollsBackTheKvCache) {
+  // Micro-batches of 4 tokens; the abort callback stops llama_decode part-way through a
+  // prompt, after some micro-batches are already in the KV cache (llama.h: they stay there).
+  llama::ContextOptions options;
+  options.n_batch = 64;
+  options.n_ubatch = 4;
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf", options);
+  auto draft = llama::LoadedModel::load(kGgufDir / "kjv-draft-f16.gguf");
+  struct Abort {
+    std::size_t calls = 0, abort_after = SIZE_MAX;
+  } abort;
+  llama_set_abort_callback(
+      target.context(),
+      [](void* data) {
+        auto* a = static_cast<Abort*>(data);
+        return ++a->calls > a->abort_after;
+      },
+      &abort);
+  specdec::SpeculativeDecoder decoder(draft, target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 24;
+  config.draft_length = 5;
+  config.sampling.temperature = 0;
+  config.max_context = target.max_context();
+  const std::vector<token_t> prompt = bytes_of("\nGenesis 1:1 In the beginning God created");
+  const std::vector<token_t> expected = fresh_greedy(prompt, config);
+  (void)target(prompt, 1);  // count the callback's calls for one whole prompt
+  const std::size_t per_prompt = abort.calls;
+  target.reset();
+  for (const std::size_t fraction : {0u, 1u, 2u}) {  // abort at once, a third in, two thirds in
+    abort.calls = 0;
+    abort.abort_after = per_prompt * fraction / 3;
+    expect_error<std::runtime_error>([&] { (void)decoder.generate(prompt, config); },
+                                     "llama_decode returned 2 (aborted");
+    // The record and the KV cache agree: every cached position is really in the memory.
+    const llama_pos max_position =
+        llama_memory_seq_pos_max(llama_get_memory(target.context()), 0);
+    EXPECT_EQ(static_cast<std::int64_t>(target.cached_tokens().size()) - 1, max_position);
+    abort.abort_after = SIZE_MAX;
+    EXPECT_EQ(decoder.generate(prompt, config).tokens, expected);
+  }
+}
+
+}  // namespace
