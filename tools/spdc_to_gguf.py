@@ -189,9 +189,9 @@ def read_spdc(path):
 # ---- random weights ----------------------------------------------------------------------------
 
 def random_tensors(shape, seed):
-    """Yields (GGUF name, float32 array) in file order: matrices and embeddings N(0, 1/d_in)
-    (d_in = d_model for the embeddings, so logits have a standard deviation of about 1), LayerNorm
-    weights 1, every bias 0. One tensor at a time, so a 1B-parameter model never sits in memory."""
+    """Yields (GGUF name, float32 array) in file order: matrices and embeddings normal with standard
+    deviation 1/sqrt(d_in) (d_in = d_model for the embeddings, so logits have a standard deviation
+    of about 1), LayerNorm weights 1, every bias 0. One tensor at a time, so a 1B-parameter model never sits in memory."""
     rng = np.random.default_rng(seed)
     for name, dims in tensor_layout(shape):
         if len(dims) == 1:
@@ -240,7 +240,8 @@ def import_gguf(gguf_py):
     return gguf
 
 
-def stored_dtype(name, dims, outtype):
+def stored_dtype(dims, outtype):
+    """f32 for 1-D tensors (norms, biases), else the chosen storage type."""
     return np.float32 if len(dims) == 1 or outtype == "f32" else np.float16
 
 
@@ -272,7 +273,7 @@ def write_gguf(gguf, path, shape, model_name, tensors, outtype):
 
     layout = tensor_layout(shape)
     for name, dims in layout:
-        dtype = np.dtype(stored_dtype(name, dims, outtype))
+        dtype = np.dtype(stored_dtype(dims, outtype))
         writer.add_tensor_info(name, dims, dtype, math.prod(dims) * dtype.itemsize)
 
     partial = path.with_name(path.name + ".partial")
@@ -283,7 +284,7 @@ def write_gguf(gguf, path, shape, model_name, tensors, outtype):
         writer.write_ti_data_to_file()
         for (name, tensor), (expected_name, dims) in zip(tensors, layout, strict=True):
             assert name == expected_name and tensor.shape == dims, (name, expected_name)
-            writer.write_tensor_data(tensor.astype(stored_dtype(name, dims, outtype), copy=False))
+            writer.write_tensor_data(tensor.astype(stored_dtype(dims, outtype), copy=False))
         writer.close()
         partial.replace(path)
     except BaseException:
