@@ -2,8 +2,9 @@
 """Write specdec's example GPTs as GGUF files that llama.cpp runs with its `gpt2` architecture.
 
   convert  a shipped .spdc model (models/kjv-*.spdc, format in models/README.md):
-    /usr/bin/python3 tools/spdc_to_gguf.py convert models/kjv-target.spdc build/models/kjv-target-f16.gguf
-    /usr/bin/python3 tools/spdc_to_gguf.py convert --outtype f32 models/kjv-draft.spdc kjv-draft-f32.gguf
+    /usr/bin/python3 tools/spdc_to_gguf.py convert models/kjv-target.spdc kjv-target-f16.gguf
+    /usr/bin/python3 tools/spdc_to_gguf.py convert --outtype f32 models/kjv-draft.spdc \
+        kjv-draft-f32.gguf
   random   a GPT of any shape with random weights (fixed seed), e.g. the one-layer pair of the
            exactness tests or a ~1B-parameter model for timing a memory-bound target:
     /usr/bin/python3 tools/spdc_to_gguf.py random tiny-target.gguf --vocab 16 --layers 1 \
@@ -11,9 +12,10 @@
     /usr/bin/python3 tools/spdc_to_gguf.py random gpt2-1b-f16.gguf --vocab 256 --layers 20 \
         --d-model 2048 --heads 16 --d-ff 8192 --context 2048 --seed 1
 
-gguf-py is llama.cpp's own (`<llama.cpp prefix>/share/llama.cpp/gguf-py` as scripts/install-llama-cpp.sh
-installs it): `--gguf-py DIR`, else $SPECDEC_GGUF_PY, else whatever `import gguf` finds. It needs
-NumPy (>= 1.24 works) and PyYAML; Debian: python3-numpy python3-yaml. Run it with /usr/bin/python3.
+gguf-py is llama.cpp's own (scripts/install-llama-cpp.sh installs it as
+<prefix>/share/llama.cpp/gguf-py): `--gguf-py DIR`, else $SPECDEC_GGUF_PY, else whatever
+`import gguf` finds. It needs NumPy (>= 1.24 works) and PyYAML; Debian: python3-numpy python3-yaml.
+Run it with /usr/bin/python3.
 
 The example GPT is GPT-2 exactly: pre-LN blocks, learned positions, LayerNorm eps 1e-5, causal
 attention scaled by 1/sqrt(head_dim) with head h owning dimensions [h*head_dim, (h+1)*head_dim) of
@@ -134,7 +136,8 @@ def check_shape(shape, where):
 
 def read_spdc(path):
     """Returns (Shape, {GGUF name: float16 array}) of a .spdc version 2 file, checked as the C++
-    loader checks it: magic, version, dtype, plausible dimensions, exact size, CRC-32, finiteness."""
+    loader checks it: magic, version, dtype, plausible dimensions, exact size, CRC-32, finite
+    values."""
     try:
         blob = Path(path).read_bytes()
     except OSError as e:
@@ -191,7 +194,8 @@ def read_spdc(path):
 def random_tensors(shape, seed):
     """Yields (GGUF name, float32 array) in file order: matrices and embeddings normal with standard
     deviation 1/sqrt(d_in) (d_in = d_model for the embeddings, so logits have a standard deviation
-    of about 1), LayerNorm weights 1, every bias 0. One tensor at a time, so a 1B-parameter model never sits in memory."""
+    of about 1), LayerNorm weights 1, every bias 0. One tensor at a time, so a 1B-parameter model
+    never sits in memory."""
     rng = np.random.default_rng(seed)
     for name, dims in tensor_layout(shape):
         if len(dims) == 1:
@@ -277,8 +281,8 @@ def write_gguf(gguf, path, shape, model_name, tensors, outtype):
         writer.add_tensor_info(name, dims, dtype, math.prod(dims) * dtype.itemsize)
 
     partial = path.with_name(path.name + ".partial")
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         writer.write_header_to_file(partial)
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
@@ -287,9 +291,12 @@ def write_gguf(gguf, path, shape, model_name, tensors, outtype):
             writer.write_tensor_data(tensor.astype(stored_dtype(dims, outtype), copy=False))
         writer.close()
         partial.replace(path)
-    except BaseException:
+    except BaseException as e:
         writer.close()
         partial.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise ConversionError(f"{path}: cannot write the GGUF file "
+                                  f"({e.strerror or e})") from None
         raise
 
 
