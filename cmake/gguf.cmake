@@ -1,0 +1,97 @@
+# GGUF files for llama.cpp, generated at build time by tools/spdc_to_gguf.py (never committed).
+#
+#   include(cmake/gguf.cmake)        # after find_package(llama CONFIG)
+#   specdec_add_gguf_models(specdec_gguf_models OUTPUT_DIR ${PROJECT_BINARY_DIR}/models)
+#
+# specdec_add_gguf_models(<target> OUTPUT_DIR <dir>) defines
+#   <target>      (built by default) the shipped pair, models/kjv-{target,draft}.spdc, as
+#                 <dir>/kjv-{target,draft}-{f16,f32}.gguf, and the tiny random pair
+#                 <dir>/tiny-{target,draft}.gguf: 16 byte tokens, one layer, d_model 32, 2 heads,
+#                 d_ff 64, 128 positions, f32, seeds 1 (target) and 2 (draft) -- different
+#                 weights, so a draft is accepted only in part; small enough that sampling tests
+#                 through llama.cpp run in seconds.
+#   <target>_1b   (built on request: cmake --build build --target <target>_1b) a random-weight
+#                 GPT-2 of 1.0B parameters, <dir>/gpt2-1b-f16.gguf: 256 byte tokens, 20 layers,
+#                 d_model 2048, 16 heads, d_ff 8192, 2048 positions; 2.0 GB, ~20 s to write.
+# Outputs are rebuilt when the script or a .spdc file changes. Linking a test to <target> is
+# `add_dependencies(<test> <target>)`.
+#
+# Cache variables:
+#   SPECDEC_GGUF_PYTHON  the interpreter (default /usr/bin/python3: the system one, with Debian's
+#                        python3-numpy and python3-yaml, whatever `python3` is first on PATH)
+#   SPECDEC_GGUF_PY      llama.cpp's gguf-py directory (default: share/llama.cpp/gguf-py of the
+#                        prefix llama was found in, where scripts/install-llama-cpp.sh puts it)
+# Configuration fails with a message saying what is missing if that interpreter cannot import
+# gguf-py from there.
+include_guard(GLOBAL)
+
+get_filename_component(_specdec_gguf_root "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+
+set(SPECDEC_GGUF_PYTHON "/usr/bin/python3" CACHE FILEPATH
+    "Python (with NumPy and PyYAML) that runs tools/spdc_to_gguf.py")
+# llama's package config is in <prefix>/lib/cmake/llama or <prefix>/lib/<multiarch>/cmake/llama.
+find_path(SPECDEC_GGUF_PY NAMES gguf/__init__.py
+          PATHS "${llama_DIR}/../../../share/llama.cpp/gguf-py"
+                "${llama_DIR}/../../../../share/llama.cpp/gguf-py"
+          NO_DEFAULT_PATH
+          DOC "llama.cpp's gguf-py directory (the one holding gguf/__init__.py)")
+
+function(specdec_add_gguf_models target)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "OUTPUT_DIR" "")
+  if(NOT ARG_OUTPUT_DIR)
+    message(FATAL_ERROR "specdec_add_gguf_models(${target}): OUTPUT_DIR is required")
+  endif()
+  if(NOT SPECDEC_GGUF_PY)
+    message(FATAL_ERROR
+      "specdec: llama.cpp's gguf-py not found next to llama (llama_DIR = ${llama_DIR}); set "
+      "SPECDEC_GGUF_PY to the gguf-py directory of llama.cpp's source tree")
+  endif()
+  execute_process(
+    COMMAND "${SPECDEC_GGUF_PYTHON}" -c
+            "import sys; sys.path.insert(0, sys.argv[1]); import gguf" "${SPECDEC_GGUF_PY}"
+    RESULT_VARIABLE import_result ERROR_VARIABLE import_error OUTPUT_QUIET)
+  if(NOT import_result EQUAL 0)
+    message(FATAL_ERROR
+      "specdec: ${SPECDEC_GGUF_PYTHON} cannot import llama.cpp's gguf-py from "
+      "${SPECDEC_GGUF_PY} (SPECDEC_GGUF_PYTHON, SPECDEC_GGUF_PY; Debian: apt-get install "
+      "python3-numpy python3-yaml):\n${import_error}")
+  endif()
+
+  set(script "${_specdec_gguf_root}/tools/spdc_to_gguf.py")
+  set(run "${SPECDEC_GGUF_PYTHON}" "${script}")
+  set(common --gguf-py "${SPECDEC_GGUF_PY}")
+  set(outputs "")
+  foreach(model IN ITEMS kjv-target kjv-draft)
+    set(spdc "${_specdec_gguf_root}/models/${model}.spdc")
+    foreach(type IN ITEMS f16 f32)
+      set(gguf "${ARG_OUTPUT_DIR}/${model}-${type}.gguf")
+      add_custom_command(OUTPUT "${gguf}"
+        COMMAND ${run} convert ${common} --outtype ${type} "${spdc}" "${gguf}"
+        DEPENDS "${script}" "${spdc}"
+        COMMENT "GGUF: ${model}-${type}.gguf" VERBATIM)
+      list(APPEND outputs "${gguf}")
+    endforeach()
+  endforeach()
+
+  set(tiny_shape --vocab 16 --layers 1 --d-model 32 --heads 2 --d-ff 64 --context 128)
+  foreach(role_seed IN ITEMS target:1 draft:2)
+    string(REPLACE ":" ";" role_seed "${role_seed}")
+    list(GET role_seed 0 role)
+    list(GET role_seed 1 seed)
+    set(gguf "${ARG_OUTPUT_DIR}/tiny-${role}.gguf")
+    add_custom_command(OUTPUT "${gguf}"
+      COMMAND ${run} random ${common} --outtype f32 "${gguf}" ${tiny_shape} --seed ${seed}
+      DEPENDS "${script}"
+      COMMENT "GGUF: tiny-${role}.gguf (random weights, seed ${seed})" VERBATIM)
+    list(APPEND outputs "${gguf}")
+  endforeach()
+  add_custom_target(${target} ALL DEPENDS ${outputs})
+
+  set(gguf "${ARG_OUTPUT_DIR}/gpt2-1b-f16.gguf")
+  add_custom_command(OUTPUT "${gguf}"
+    COMMAND ${run} random ${common} --outtype f16 "${gguf}" --vocab 256 --layers 20
+            --d-model 2048 --heads 16 --d-ff 8192 --context 2048 --seed 1
+    DEPENDS "${script}"
+    COMMENT "GGUF: gpt2-1b-f16.gguf (1.0B random weights, 2.0 GB)" VERBATIM)
+  add_custom_target(${target}_1b DEPENDS "${gguf}")
+endfunction()

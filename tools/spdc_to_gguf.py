@@ -1,0 +1,355 @@
+#!/usr/bin/python3
+"""Write specdec's example GPTs as GGUF files that llama.cpp runs with its `gpt2` architecture.
+
+  convert  a shipped .spdc model (models/kjv-*.spdc, format in models/README.md):
+    /usr/bin/python3 tools/spdc_to_gguf.py convert models/kjv-target.spdc kjv-target-f16.gguf
+    /usr/bin/python3 tools/spdc_to_gguf.py convert --outtype f32 models/kjv-draft.spdc \
+        kjv-draft-f32.gguf
+  random   a GPT of any shape with random weights (fixed seed), e.g. the one-layer pair of the
+           exactness tests or a ~1B-parameter model for timing a memory-bound target:
+    /usr/bin/python3 tools/spdc_to_gguf.py random tiny-target.gguf --vocab 16 --layers 1 \
+        --d-model 32 --heads 2 --d-ff 64 --context 128 --seed 1
+    /usr/bin/python3 tools/spdc_to_gguf.py random gpt2-1b-f16.gguf --vocab 256 --layers 20 \
+        --d-model 2048 --heads 16 --d-ff 8192 --context 2048 --seed 1
+
+gguf-py is llama.cpp's own (scripts/install-llama-cpp.sh installs it as
+<prefix>/share/llama.cpp/gguf-py): `--gguf-py DIR`, else $SPECDEC_GGUF_PY, else whatever
+`import gguf` finds. It needs NumPy (>= 1.24 works) and PyYAML; Debian: python3-numpy python3-yaml.
+Run it with /usr/bin/python3.
+
+The example GPT is GPT-2 exactly: pre-LN blocks, learned positions, LayerNorm eps 1e-5, causal
+attention scaled by 1/sqrt(head_dim) with head h owning dimensions [h*head_dim, (h+1)*head_dim) of
+q, k and v, GELU (tanh approximation), biases everywhere, output tied to the token embedding.
+Tensor mapping (.spdc row-major [out, in] = GGUF/numpy shape; ggml lists the dimensions reversed):
+  wte           [vocab, d]      -> token_embd.weight      (also the output head: no output.weight,
+                                                           llama.cpp's gpt2 loader then reuses it)
+  wpe           [context, d]    -> position_embd.weight
+  layer N  ln1.weight/.bias     -> blk.N.attn_norm.weight/.bias
+           qkv.weight [3d, d]   -> blk.N.attn_qkv.weight   rows [q; k; v], as llama.cpp splits them
+           qkv.bias   [3d]      -> blk.N.attn_qkv.bias
+           proj.weight/.bias    -> blk.N.attn_output.weight/.bias
+           ln2.weight/.bias     -> blk.N.ffn_norm.weight/.bias
+           fc1.weight [d_ff, d] -> blk.N.ffn_up.weight,   fc1.bias -> blk.N.ffn_up.bias
+           fc2.weight [d, d_ff] -> blk.N.ffn_down.weight, fc2.bias -> blk.N.ffn_down.bias
+  ln_f.weight/.bias             -> output_norm.weight/.bias
+Matrices and embeddings are stored as f16 (the .spdc values bit for bit) or, with --outtype f32,
+as f32; norms and biases are always f32, as llama.cpp's own converters store 1-D tensors.
+Hyper-parameters: gpt2.context_length = the number of learned positions, embedding_length = d,
+feed_forward_length = d_ff, block_count, attention.head_count, attention.layer_norm_epsilon = 1e-5.
+
+Vocabulary: byte level, token id = byte value (ids 0..vocab-1 are bytes 0..vocab-1), written as a
+`gpt2` BPE tokenizer whose tokens are GPT-2's printable stand-ins for the bytes (bytes_to_unicode,
+e.g. 0x20 -> "Ġ", 0x0A -> "Ċ"). llama.cpp refuses a BPE vocabulary without merges, so there is one
+merge, of the bytes 0xFE and 0xFF: they never occur in UTF-8, and llama.cpp replaces invalid UTF-8
+with U+FFFD before byte-encoding, so the merge can never apply and every text tokenizes to its
+bytes. (Text must be valid UTF-8 for that: an invalid byte becomes the three bytes of U+FFFD.)
+The pre-tokenizer is "trillion": llama.cpp splits with GPT-2's own regex for it (the split does not
+matter without merges) and, unlike for "gpt-2", does not "clean up" spaces on detokenization
+(" ." -> "."), so llama_detokenize returns exactly the bytes of the tokens.
+No BOS is added (add_bos_token false: the models never saw one). EOS (and BOS, never used) is byte
+0x00, NUL: it never occurs in the training text, so the KJV models give it almost no probability
+and generation is not cut short, which is how specdec's own decoders run them (no stop token).
+llama.cpp logs "special_eos_id is not in special_eog_ids" at load: it expects EOS to have a text
+like "<|endoftext|>", and a byte vocabulary has none; it then treats token 0 as end of generation.
+A random model with fewer than 256 tokens samples token 0 like any other: run llama.cpp's tools on
+it with --ignore-eos.
+"""
+import argparse
+import math
+import os
+import struct
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SPDC_MAGIC = b"SPDCGPT1"
+SPDC_VERSION = 2
+SPDC_DTYPE_FP16 = 1
+SPDC_HEADER_BYTES = 8 + 8 * 4  # magic + version, six dimensions, dtype
+SPDC_CHECKSUM_BYTES = 4
+# The C++ loader's bounds (examples/gpt/weights.hpp): a garbage header fails here, not in numpy.
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT = 1 << 20
+MAX_LAYERS = 1 << 12
+MAX_WIDTH = 1 << 18
+
+LAYER_NORM_EPS = 1e-5
+BYTE_VOCAB_MAX = 256
+EOS_TOKEN = 0  # NUL; see the module docstring
+UNUSED_MERGE = (0xFE, 0xFF)  # two bytes that never occur in UTF-8
+PRE_TOKENIZER = "trillion"  # GPT-2's regex, no clean-up of spaces on detokenization
+
+
+class ConversionError(Exception):
+    """A bad input file or argument; main() prints it as one line and exits with status 1."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    vocab: int
+    context: int
+    layers: int
+    heads: int
+    d_model: int
+    d_ff: int
+
+    def describe(self):
+        return (f"vocab_size {self.vocab}, max_context {self.context}, n_layer {self.layers}, "
+                f"n_head {self.heads}, d_model {self.d_model}, d_ff {self.d_ff}")
+
+
+def tensor_layout(shape):
+    """(GGUF tensor name, numpy shape) in .spdc file order."""
+    d, f = shape.d_model, shape.d_ff
+    layout = [("token_embd.weight", (shape.vocab, d)), ("position_embd.weight", (shape.context, d))]
+    for n in range(shape.layers):
+        b = f"blk.{n}"
+        layout += [(f"{b}.attn_norm.weight", (d,)), (f"{b}.attn_norm.bias", (d,)),
+                   (f"{b}.attn_qkv.weight", (3 * d, d)), (f"{b}.attn_qkv.bias", (3 * d,)),
+                   (f"{b}.attn_output.weight", (d, d)), (f"{b}.attn_output.bias", (d,)),
+                   (f"{b}.ffn_norm.weight", (d,)), (f"{b}.ffn_norm.bias", (d,)),
+                   (f"{b}.ffn_up.weight", (f, d)), (f"{b}.ffn_up.bias", (f,)),
+                   (f"{b}.ffn_down.weight", (d, f)), (f"{b}.ffn_down.bias", (d,))]
+    return layout + [("output_norm.weight", (d,)), ("output_norm.bias", (d,))]
+
+
+def check_shape(shape, where):
+    """Raises ConversionError unless `shape` is one the C++ loader and llama.cpp accept."""
+    bounds = [("vocab_size", shape.vocab, MAX_VOCAB), ("max_context", shape.context, MAX_CONTEXT),
+              ("n_layer", shape.layers, MAX_LAYERS), ("n_head", shape.heads, MAX_WIDTH),
+              ("d_model", shape.d_model, MAX_WIDTH), ("d_ff", shape.d_ff, MAX_WIDTH)]
+    for name, value, bound in bounds:
+        if not 1 <= value <= bound:
+            raise ConversionError(f"{where}: implausible {name} = {value}, expected 1..{bound}")
+    if shape.d_model % shape.heads != 0:
+        raise ConversionError(f"{where}: d_model = {shape.d_model} is not divisible by "
+                              f"n_head = {shape.heads}")
+    if shape.vocab > BYTE_VOCAB_MAX:
+        raise ConversionError(f"{where}: vocab_size = {shape.vocab}, but the GGUF vocabulary is "
+                              f"byte level (token id = byte value), so at most {BYTE_VOCAB_MAX}")
+
+
+# ---- reading .spdc -----------------------------------------------------------------------------
+
+def read_spdc(path):
+    """Returns (Shape, {GGUF name: float16 array}) of a .spdc version 2 file, checked as the C++
+    loader checks it: magic, version, dtype, plausible dimensions, exact size, CRC-32, finite
+    values."""
+    try:
+        blob = Path(path).read_bytes()
+    except OSError as e:
+        raise ConversionError(f"{path}: cannot read the .spdc file ({e.strerror})") from None
+    if blob[:8] != SPDC_MAGIC:
+        shown = "".join(chr(c) if 0x20 <= c < 0x7F else "?" for c in blob[:8])
+        raise ConversionError(f"{path}: not a .spdc GPT weight file: magic is \"{shown}\", "
+                              f"expected \"{SPDC_MAGIC.decode()}\"")
+    if len(blob) < SPDC_HEADER_BYTES:
+        raise ConversionError(f"{path}: truncated header: {len(blob)} bytes, a .spdc header has "
+                              f"{SPDC_HEADER_BYTES}")
+    version, vocab, context, layers, heads, d, f, dtype = struct.unpack_from("<8I", blob, 8)
+    if version != SPDC_VERSION:
+        hint = (" (version 1 has no checksum: convert it with tools/train/export.py --restamp)"
+                if version == 1 else "")
+        raise ConversionError(f"{path}: unsupported .spdc version {version}, this reader supports "
+                              f"version {SPDC_VERSION}{hint}")
+    if dtype != SPDC_DTYPE_FP16:
+        raise ConversionError(f"{path}: unsupported dtype {dtype}, expected {SPDC_DTYPE_FP16} "
+                              "(IEEE fp16)")
+    shape = Shape(vocab, context, layers, heads, d, f)
+    check_shape(shape, path)
+
+    layout = tensor_layout(shape)
+    values = sum(math.prod(dims) for _, dims in layout)
+    expected = SPDC_HEADER_BYTES + 2 * values + SPDC_CHECKSUM_BYTES
+    if len(blob) != expected:
+        problem = "truncated" if len(blob) < expected else "trailing bytes"
+        raise ConversionError(f"{path}: {problem}: the header ({shape.describe()}) needs "
+                              f"{expected} bytes, the file has {len(blob)}")
+    stored = struct.unpack_from("<I", blob, expected - SPDC_CHECKSUM_BYTES)[0]
+    actual = zlib.crc32(blob[:expected - SPDC_CHECKSUM_BYTES])
+    if stored != actual:
+        raise ConversionError(f"{path}: checksum mismatch: the file says {stored:#010x}, its "
+                              f"bytes give {actual:#010x} (the file is corrupt)")
+
+    body = np.frombuffer(blob, dtype="<f2", count=values, offset=SPDC_HEADER_BYTES)
+    tensors = {}
+    at = 0
+    for name, dims in layout:
+        count = math.prod(dims)
+        tensor = body[at:at + count]
+        bad = np.flatnonzero(~np.isfinite(tensor))
+        if bad.size:
+            raise ConversionError(f"{path}: tensor {name} has a non-finite value at index "
+                                  f"{bad[0]} (fp16 bits {tensor.view('<u2')[bad[0]]:#06x})")
+        tensors[name] = tensor.reshape(dims).astype(np.float16)  # native byte order
+        at += count
+    return shape, tensors
+
+
+# ---- random weights ----------------------------------------------------------------------------
+
+def random_tensors(shape, seed):
+    """Yields (GGUF name, float32 array) in file order: matrices and embeddings normal with standard
+    deviation 1/sqrt(d_in) (d_in = d_model for the embeddings, so logits have a standard deviation
+    of about 1), LayerNorm weights 1, every bias 0. One tensor at a time, so a 1B-parameter model
+    never sits in memory."""
+    rng = np.random.default_rng(seed)
+    for name, dims in tensor_layout(shape):
+        if len(dims) == 1:
+            fill = 1.0 if name.endswith("norm.weight") else 0.0
+            yield name, np.full(dims, fill, dtype=np.float32)
+        else:
+            fan_in = shape.d_model if "embd" in name else dims[1]
+            tensor = rng.standard_normal(dims, dtype=np.float32)
+            tensor *= np.float32(1.0 / math.sqrt(fan_in))
+            yield name, tensor
+
+
+# ---- writing GGUF ------------------------------------------------------------------------------
+
+def byte_symbols():
+    """GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for 256 + n."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    symbols = {}
+    extra = 0
+    for byte in range(256):
+        if byte in printable:
+            symbols[byte] = chr(byte)
+        else:
+            symbols[byte] = chr(256 + extra)
+            extra += 1
+    return symbols
+
+
+def import_gguf(gguf_py):
+    """llama.cpp's gguf-py package, from `gguf_py`, $SPECDEC_GGUF_PY or the import path."""
+    location = gguf_py or os.environ.get("SPECDEC_GGUF_PY")
+    if location:
+        if not (Path(location) / "gguf" / "__init__.py").is_file():
+            raise ConversionError(f"{location}: not llama.cpp's gguf-py directory (expected "
+                                  "gguf/__init__.py in it)")
+        sys.path.insert(0, str(location))
+    try:
+        import gguf
+    except ImportError as e:
+        if e.name in ("numpy", "yaml"):
+            raise ConversionError(f"llama.cpp's gguf-py needs the Python module {e.name} "
+                                  "(Debian: apt-get install python3-numpy python3-yaml)") from None
+        where = location or "the Python path (pass --gguf-py DIR or set SPECDEC_GGUF_PY)"
+        raise ConversionError(f"cannot import llama.cpp's gguf-py from {where}: {e}") from None
+    return gguf
+
+
+def stored_dtype(dims, outtype):
+    """f32 for 1-D tensors (norms, biases), else the chosen storage type."""
+    return np.float32 if len(dims) == 1 or outtype == "f32" else np.float16
+
+
+def write_gguf(gguf, path, shape, model_name, tensors, outtype):
+    """Writes `tensors`, an iterable of (name, array) in tensor_layout(shape) order, streaming one
+    tensor at a time; the file appears under `path` only once complete."""
+    path = Path(path)
+    writer = gguf.GGUFWriter(None, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GPT2])
+    writer.add_name(model_name)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if outtype == "f32"
+                         else gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_context_length(shape.context)
+    writer.add_embedding_length(shape.d_model)
+    writer.add_feed_forward_length(shape.d_ff)
+    writer.add_block_count(shape.layers)
+    writer.add_head_count(shape.heads)
+    writer.add_layer_norm_eps(LAYER_NORM_EPS)
+
+    symbols = byte_symbols()
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(PRE_TOKENIZER)
+    writer.add_token_list([symbols[b] for b in range(shape.vocab)])
+    writer.add_token_types([gguf.TokenType.NORMAL] * shape.vocab)
+    writer.add_token_merges([f"{symbols[UNUSED_MERGE[0]]} {symbols[UNUSED_MERGE[1]]}"])
+    writer.add_bos_token_id(EOS_TOKEN)
+    writer.add_eos_token_id(EOS_TOKEN)
+    writer.add_add_bos_token(False)
+    writer.add_add_eos_token(False)
+
+    layout = tensor_layout(shape)
+    for name, dims in layout:
+        dtype = np.dtype(stored_dtype(dims, outtype))
+        writer.add_tensor_info(name, dims, dtype, math.prod(dims) * dtype.itemsize)
+
+    partial = path.with_name(path.name + ".partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writer.write_header_to_file(partial)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for (name, tensor), (expected_name, dims) in zip(tensors, layout, strict=True):
+            assert name == expected_name and tensor.shape == dims, (name, expected_name)
+            writer.write_tensor_data(tensor.astype(stored_dtype(dims, outtype), copy=False))
+        writer.close()
+        partial.replace(path)
+    except BaseException as e:
+        writer.close()
+        partial.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise ConversionError(f"{path}: cannot write the GGUF file "
+                                  f"({e.strerror or e})") from None
+        raise
+
+
+# ---- command line ------------------------------------------------------------------------------
+
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def main(argv=None):
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--gguf-py", metavar="DIR",
+                        help="llama.cpp's gguf-py directory (default: $SPECDEC_GGUF_PY, then the "
+                             "Python path)")
+    common.add_argument("--outtype", choices=("f16", "f32"), default="f16",
+                        help="storage of matrices and embeddings (default f16; 1-D tensors are "
+                             "f32)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = ap.add_subparsers(dest="command", required=True)
+    convert = commands.add_parser("convert", parents=[common], help="convert a .spdc model")
+    convert.add_argument("spdc", help="input .spdc file (models/README.md)")
+    convert.add_argument("gguf", help="output .gguf file")
+    rand = commands.add_parser("random", parents=[common], help="write a GPT with random weights")
+    rand.add_argument("gguf", help="output .gguf file")
+    rand.add_argument("--vocab", type=positive, default=BYTE_VOCAB_MAX,
+                      help=f"tokens: bytes 0..vocab-1 (default {BYTE_VOCAB_MAX})")
+    for flag in ("--layers", "--d-model", "--heads", "--d-ff", "--context"):
+        rand.add_argument(flag, type=positive, required=True)
+    rand.add_argument("--seed", type=int, required=True, help="NumPy generator seed")
+    rand.add_argument("--name", help="general.name (default: the output file's stem)")
+    a = ap.parse_args(argv)
+
+    try:
+        gguf = import_gguf(a.gguf_py)
+        if a.command == "convert":
+            shape, tensors = read_spdc(a.spdc)
+            write_gguf(gguf, a.gguf, shape, Path(a.spdc).stem, tensors.items(), a.outtype)
+        else:
+            shape = Shape(a.vocab, a.context, a.layers, a.heads, a.d_model, a.d_ff)
+            check_shape(shape, "random")
+            write_gguf(gguf, a.gguf, shape, a.name or Path(a.gguf).stem,
+                       random_tensors(shape, a.seed), a.outtype)
+    except ConversionError as e:
+        print(f"spdc_to_gguf: {e}", file=sys.stderr)
+        return 1
+    print(f"spdc_to_gguf: wrote {a.gguf} ({shape.describe()}, {a.outtype})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
