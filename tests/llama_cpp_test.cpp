@@ -120,12 +120,14 @@ TEST_P(GoldenLogitsTest, PrefillAndTokenByTokenMatchPyTorch) {
               static_cast<double>(prefill_error), static_cast<double>(stepwise_error));
 }
 
-// Tolerances: measured (2026-12-03) ~1.5e-4 exact, ~0.006 (target) and ~0.03 (draft) with
-// f16 weights and llama.cpp's defaults; the bounds leave ~3x room.
+// Tolerances: measured (2026-12-03) 0.003 (target) and 0.005 (draft) with f32 weights, f32 KV
+// and no flash attention -- ggml's CPU GELU reads an f16 table (GGML_GELU_FP16), which bounds
+// how close llama.cpp gets -- and 0.006 / 0.03 with f16 weights and llama.cpp's defaults; the
+// bounds leave 2-3x room. A wrong row, position or tensor layout is off by units.
 INSTANTIATE_TEST_SUITE_P(
     ShippedPair, GoldenLogitsTest,
-    ::testing::Values(GoldenCase{"kjv-target-f32.gguf", "kjv-target.golden", true, 1e-3f},
-                      GoldenCase{"kjv-draft-f32.gguf", "kjv-draft.golden", true, 1e-3f},
+    ::testing::Values(GoldenCase{"kjv-target-f32.gguf", "kjv-target.golden", true, 0.01f},
+                      GoldenCase{"kjv-draft-f32.gguf", "kjv-draft.golden", true, 0.015f},
                       GoldenCase{"kjv-target-f16.gguf", "kjv-target.golden", false, 0.02f},
                       GoldenCase{"kjv-draft-f16.gguf", "kjv-draft.golden", false, 0.1f}));
 
@@ -230,7 +232,8 @@ TEST(LlamaCppGreedy, SpeculativeEqualsPlainEqualsLlamaCppLoop) {
 struct CheckedTarget {
   llama::ContextModel* cached;
   llama::ContextModel* fresh;
-  float worst = 0;
+  float worst = 0;          // max |cached - fresh| over every row of every call
+  float shifted_best = 1e9f;  // min over calls of max |cached - fresh rows one position earlier|
   std::size_t calls = 0;
   std::vector<float> rows;
 
@@ -240,6 +243,13 @@ struct CheckedTarget {
     fresh->reset();
     const std::span<const float> want = (*fresh)(context, n);
     worst = std::max(worst, max_abs_diff(rows, want));
+    if (context.size() > n) {
+      // Power: the rows one position too early (the off-by-one a cached model can make) are
+      // far from these; the tolerance below must tell them apart.
+      fresh->reset();
+      const std::span<const float> early = (*fresh)(context.first(context.size() - 1), n);
+      shifted_best = std::min(shifted_best, max_abs_diff(rows, early));
+    }
     ++calls;
     return rows;
   }
@@ -252,7 +262,7 @@ TEST(LlamaCppKvCache, CachedRowsEqualFreshRowsAcrossRejections) {
     auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f32.gguf", options);
     auto reference = llama::LoadedModel::load(kGgufDir / "kjv-target-f32.gguf", options);
     auto draft = llama::LoadedModel::load(kGgufDir / "kjv-draft-f32.gguf", options);
-    CheckedTarget checked{&target, &reference, 0, 0, {}};
+    CheckedTarget checked{&target, &reference, 0, 1e9f, 0, {}};
     specdec::SpeculativeDecoder decoder(draft, checked);
     specdec::GenerationConfig config;
     config.max_new_tokens = 40;
@@ -267,7 +277,10 @@ TEST(LlamaCppKvCache, CachedRowsEqualFreshRowsAcrossRejections) {
       }
     }
     EXPECT_GT(rejecting_rounds, 10u);
-    EXPECT_LT(checked.worst, 1e-3f) << "n_batch " << n_batch << " over " << checked.calls;
+    // Cached and fresh rows come from different batch shapes (ggml picks kernels by shape):
+    // measured (2026-12-03) up to 0.0018 apart; rows one position off are units apart.
+    EXPECT_LT(checked.worst, 5e-3f) << "n_batch " << n_batch << " over " << checked.calls;
+    EXPECT_GT(checked.shifted_best, 0.5f);
   }
 }
 
@@ -393,13 +406,16 @@ TEST(LlamaCppErrors, BadCallsThenAFreshDecode) {
   const std::vector<token_t> prompt = bytes_of("\nGenesis 1:1 ");
   const std::vector<token_t> expected = fresh_greedy(prompt, config);
 
-  // A prompt longer than n_ctx: from the adapter (no max_context set) and from the decoder.
-  const std::vector<token_t> too_long(100, 'a');
+  // A prompt longer than n_ctx (llama.cpp may round the 64 asked for up: use what it chose),
+  // from the adapter (no max_context set) and from the decoder (max_context set).
+  const std::size_t n_ctx = target.max_context();
+  ASSERT_GE(n_ctx, 64u);
+  const std::vector<token_t> too_long(n_ctx + 1, 'a');
   expect_error<std::invalid_argument>([&] { (void)decoder.generate(too_long, config); },
-                                      "more than its n_ctx = 64");
-  config.max_context = target.max_context();
+                                      "more than its n_ctx = " + std::to_string(n_ctx));
+  config.max_context = std::min(target.max_context(), draft.max_context());
   expect_error<std::invalid_argument>([&] { (void)decoder.generate(too_long, config); },
-                                      "more than max_context = 64");
+                                      "more than max_context = " + std::to_string(n_ctx));
   EXPECT_EQ(decoder.generate(prompt, config).tokens, expected);
 
   // A token outside the vocabulary never reaches llama_decode.
