@@ -53,6 +53,13 @@
 #include <utility>
 #include <vector>
 
+#if __has_include(<netdb.h>) && __has_include(<sys/socket.h>) && __has_include(<unistd.h>)
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#define SPECDEC_LLAMA_CPP_HAS_SOCKETS 1
+#endif
+
 #include "specdec/context_cache.hpp"
 #include "specdec/detail/error.hpp"
 #include "specdec/types.hpp"
@@ -148,6 +155,34 @@ inline void ensure_backend() {
     llama_log_set(log_callback, nullptr);
     llama_backend_init();
   });
+}
+
+/// Whether a TCP connection to "host:port" succeeds. llama.cpp's RPC client aborts the process
+/// when its server does not answer, so rpc_device() asks first. Without POSIX sockets: true.
+[[nodiscard]] inline bool accepts_connections(const std::string& endpoint) {
+#ifdef SPECDEC_LLAMA_CPP_HAS_SOCKETS
+  const std::size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos) return false;
+  const std::string host = endpoint.substr(0, colon);
+  const std::string port = endpoint.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return false;
+  bool connected = false;
+  for (addrinfo* a = found; a != nullptr && !connected; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return connected;
+#else
+  (void)endpoint;
+  return true;
+#endif
 }
 
 struct ModelDeleter {
@@ -546,12 +581,20 @@ class LoadedModel : public ContextModel {
 /// this llama.cpp was built without the RPC backend or the server does not answer.
 [[nodiscard]] inline ggml_backend_dev_t rpc_device(const std::string& endpoint) {
   detail::ensure_backend();
-  ggml_backend_load_all();
   ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+  if (rpc == nullptr) {  // a build with dynamically loaded backends
+    ggml_backend_load_all();
+    rpc = ggml_backend_reg_by_name("RPC");
+  }
   if (rpc == nullptr) {
     detail::throw_invalid_argument("RPC endpoint '", endpoint,
                                    "': this llama.cpp has no RPC backend; expected one built "
                                    "with -DGGML_RPC=ON");
+  }
+  if (!detail::accepts_connections(endpoint)) {
+    detail::throw_invalid_argument("RPC endpoint '", endpoint,
+                                   "' did not answer; expected a running ggml-rpc-server there "
+                                   "(host:port)");
   }
   using AddServer = ggml_backend_reg_t (*)(const char*);
   const auto add_server =
@@ -566,7 +609,12 @@ class LoadedModel : public ContextModel {
     detail::throw_invalid_argument("RPC endpoint '", endpoint,
                                    "' did not answer; expected a running ggml-rpc-server there");
   }
-  ggml_backend_register(server);
+  // add_server returns the same registry for an endpoint seen before: register it once.
+  bool registered = false;
+  for (std::size_t i = 0; i < ggml_backend_reg_count(); ++i) {
+    registered = registered || ggml_backend_reg_get(i) == server;
+  }
+  if (!registered) ggml_backend_register(server);
   return ggml_backend_reg_dev_get(server, 0);
 }
 
