@@ -12,7 +12,7 @@
 #                 through llama.cpp run in seconds.
 #   <target>_1b   (built on request: cmake --build build --target <target>_1b) a random-weight
 #                 GPT-2 of 1.0B parameters, <dir>/gpt2-1b-f16.gguf: 256 byte tokens, 20 layers,
-#                 d_model 2048, 16 heads, d_ff 8192, 2048 positions; 2.0 GB, ~20 s to write.
+#                 d_model 2048, 16 heads, d_ff 8192, 2048 positions; 2.0 GB, 20-40 s to write.
 # Outputs are rebuilt when the script or a .spdc file changes. Linking a test to <target> is
 # `add_dependencies(<test> <target>)`.
 #
