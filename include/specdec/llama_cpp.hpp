@@ -535,7 +535,11 @@ class LoadedModel : public ContextModel {
                                      "supports");
     }
     llama_context_params params = llama_context_default_params();
-    params.n_ctx = context_options.n_ctx;
+    // 0 = the training context: llama.cpp's own 0 means 512, past the learned positions of a
+    // model trained on fewer (GPT-2-style position embeddings have no row for them).
+    params.n_ctx = context_options.n_ctx != 0
+                       ? context_options.n_ctx
+                       : static_cast<std::uint32_t>(std::max(0, llama_model_n_ctx_train(model.get())));
     if (context_options.n_batch != 0) params.n_batch = context_options.n_batch;
     if (context_options.n_ubatch != 0) params.n_ubatch = context_options.n_ubatch;
     params.n_ubatch = std::min(params.n_ubatch, params.n_batch);
