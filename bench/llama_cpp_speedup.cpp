@@ -6,7 +6,7 @@
 //
 //   llama_cpp_speedup -m TARGET -md DRAFT [--prompts-file F] [--first I] [--count N]
 //                     [-n TOKENS] [--temps 0,1] [-t N] [-td N] [--settings LIST] [--rpc H:P]
-//                     [--call-costs]
+//                     [--call-costs [--repeats N]]
 //
 // Settings (comma-separated; default all): llama (llama.cpp's own decoding loop through its C
 // API, llama_sampler greedy / dist, no specdec: what the adapter must not slow down), plain
@@ -45,6 +45,7 @@ struct Options {
   int threads = 1, threads_draft = 1;
   std::vector<std::string> settings;
   bool call_costs = false;
+  int repeats = 41;  // --call-costs: calls per row count (the median is reported)
 };
 
 std::vector<std::string> split(std::string_view text) {
@@ -86,6 +87,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "-td") o.threads_draft = number<int>(value());
     else if (flag == "--rpc") o.rpc = value();
     else if (flag == "--call-costs") o.call_costs = true;
+    else if (flag == "--repeats") o.repeats = std::max(1, number<int>(value()));
     else if (flag == "--settings") o.settings = split(value());
     else if (flag == "--temps") {
       o.temperatures.clear();
@@ -146,23 +148,25 @@ std::vector<std::string> read_prompts(const std::string& path) {
   return prompts;
 }
 
-void print_call_costs(llama::ContextModel& target) {
+void print_call_costs(llama::ContextModel& target, int repeats) {
   std::vector<token_t> context(80);
   for (std::size_t i = 0; i < context.size(); ++i) context[i] = static_cast<token_t>(32 + i % 90);
   (void)target(context, 16);  // warm-up: every graph shape allocated
   std::vector<double> medians;
   for (std::size_t n = 1; n <= 16; ++n) {
     std::vector<double> times;
-    for (int repeat = 0; repeat < 41; ++repeat) {
+    for (int repeat = 0; repeat < repeats; ++repeat) {
       // The same context again: the adapter keeps context.size() - n positions and computes n.
       const auto start = std::chrono::steady_clock::now();
       (void)target(context, n);
       times.push_back(seconds_since(start));
     }
-    std::nth_element(times.begin(), times.begin() + 20, times.end());
-    medians.push_back(times[20]);
-    std::printf("{\"n\": %zu, \"seconds\": %.6g, \"ratio\": %.4f}\n", n, times[20],
-                times[20] / medians[0]);
+    const auto middle = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
+    std::nth_element(times.begin(), middle, times.end());
+    medians.push_back(*middle);
+    std::printf("{\"n\": %zu, \"seconds\": %.6g, \"ratio\": %.4f}\n", n, *middle,
+                *middle / medians[0]);
+    std::fflush(stdout);
   }
 }
 
@@ -177,7 +181,7 @@ int main(int argc, char** argv) try {
   }
   auto target = llama::LoadedModel::load(o.target_path, {.threads = o.threads}, target_model);
   if (o.call_costs) {
-    print_call_costs(target);
+    print_call_costs(target, o.repeats);
     return 0;
   }
   auto draft = llama::LoadedModel::load(o.draft_path.empty() ? o.target_path : o.draft_path,

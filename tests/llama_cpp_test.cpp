@@ -69,6 +69,18 @@ std::size_t argmax(std::span<const float> row) {
   return static_cast<std::size_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+template <class Exception, class F>
+void expect_error(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception containing '" << needle << "'";
+  } catch (const Exception& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(message.rfind("specdec: ", 0), 0u) << message;
+    EXPECT_NE(message.find(needle), std::string::npos) << message;
+  }
+}
+
 // ---- golden logits ------------------------------------------------------------------------------
 
 struct GoldenCase {
@@ -284,6 +296,93 @@ TEST(LlamaCppKvCache, CachedRowsEqualFreshRowsAcrossRejections) {
   }
 }
 
+// ---- trees: one llama_decode, one sequence per leaf ---------------------------------------------
+
+/// Row after `committed` + the path to node i, from a fresh context (the reference).
+std::vector<float> path_row(llama::ContextModel& fresh, std::span<const token_t> committed,
+                            std::span<const token_t> tokens, std::span<const std::int32_t> parents,
+                            std::int32_t node) {
+  std::vector<token_t> context(committed.begin(), committed.end());
+  std::vector<token_t> path;
+  for (std::int32_t i = node; i >= 0; i = parents[static_cast<std::size_t>(i)]) {
+    path.push_back(tokens[static_cast<std::size_t>(i)]);
+  }
+  context.insert(context.end(), path.rbegin(), path.rend());
+  fresh.reset();
+  const std::span<const float> row = fresh(context);
+  return {row.begin(), row.end()};
+}
+
+TEST(LlamaCppTree, EveryRowEqualsItsPathAndTheCacheKeepsTheAcceptedPath) {
+  llama::ContextOptions options = exact_options();
+  options.n_seq_max = 16;
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f32.gguf", options);
+  auto fresh = llama::LoadedModel::load(kGgufDir / "kjv-target-f32.gguf", exact_options());
+  const std::size_t vocab = target.vocab_size();
+  std::vector<token_t> committed = bytes_of("\nGenesis 1:1 In the beginning ");
+  // Width 3 at the root (two siblings share a token, as i.i.d. siblings may), then 2, then 1;
+  // topological but not depth-first order.
+  const std::vector<token_t> tokens{'G', 'a', 'G', 'o', 'd', 'n', ' ', 'x', 'd'};
+  const std::vector<std::int32_t> parents{-1, -1, -1, 0, 0, 1, 3, 3, 4};
+  float worst = 0;
+  for (int round = 0; round < 3; ++round) {
+    const std::span<const float> rows = target.score_tree(committed, tokens, parents);
+    ASSERT_EQ(rows.size(), (tokens.size() + 1) * vocab);
+    const std::vector<float> all(rows.begin(), rows.end());
+    for (std::int32_t node = -1; node < static_cast<std::int32_t>(tokens.size()); ++node) {
+      const std::vector<float> want = path_row(fresh, committed, tokens, parents, node);
+      const std::span<const float> got =
+          std::span(all).subspan(static_cast<std::size_t>(node + 1) * vocab, vocab);
+      worst = std::max(worst, max_abs_diff(got, want));
+    }
+    // Accept the path 0 -> 3 -> 6 ("God") and a next token; the next call (a chain call here,
+    // a tree call in the next round) must see the cache of exactly that path.
+    committed.insert(committed.end(), {'G', 'o', ' ', 'c'});
+    const std::span<const float> next = target(committed, 2);
+    const std::vector<float> got(next.begin(), next.end());
+    fresh.reset();
+    const std::span<const float> want = fresh(committed, 2);
+    worst = std::max(worst, max_abs_diff(got, want));
+    EXPECT_EQ(std::vector<token_t>(target.cached_tokens().begin(), target.cached_tokens().end()),
+              committed);
+    EXPECT_EQ(llama_memory_seq_pos_max(llama_get_memory(target.context()), 1), -1);
+    committed.push_back('r');
+  }
+  // A tree whose path is rejected at the root: nothing of it may remain.
+  (void)target.score_tree(committed, tokens, parents);
+  committed.push_back('q');  // no child of the root has this token
+  const std::span<const float> next = target(committed, 1);
+  const std::vector<float> got(next.begin(), next.end());
+  fresh.reset();
+  const std::span<const float> want = fresh(committed, 1);
+  worst = std::max(worst, max_abs_diff(got, want));
+  EXPECT_LT(worst, 5e-3f);
+}
+
+TEST(LlamaCppTree, BadTreesAreClearErrors) {
+  llama::ContextOptions options;
+  options.n_seq_max = 3;
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf", options);
+  const std::vector<token_t> committed = bytes_of("\nExodus 2:3 ");
+  const std::vector<token_t> tokens{'a', 'b', 'c'};
+  expect_error<std::invalid_argument>(
+      [&] { (void)target.score_tree(committed, tokens, std::vector<std::int32_t>{-1, 2, 0}); },
+      "node 1 has parent 2");
+  expect_error<std::invalid_argument>(
+      [&] { (void)target.score_tree(committed, tokens, std::vector<std::int32_t>{-1, -1, -1}); },
+      "3 leaves needs 4 sequences");
+  expect_error<std::invalid_argument>(
+      [&] {
+        (void)target.score_tree(committed, std::vector<token_t>{'a', 999},
+                                std::vector<std::int32_t>{-1, 0});
+      },
+      "token 999");
+  // Still usable: a valid tree scores, and the chain call after it is right.
+  const std::span<const float> rows =
+      target.score_tree(committed, tokens, std::vector<std::int32_t>{-1, 0, -1});
+  EXPECT_EQ(rows.size(), 4 * target.vocab_size());
+}
+
 // ---- exactness at T > 0 -------------------------------------------------------------------------
 
 /// The target's law of the first two tokens after `prompt` at temperature T (V^2 cells, x1 * V +
@@ -361,17 +460,6 @@ std::vector<token_t> fresh_greedy(const std::vector<token_t>& prompt,
   return decoder.generate(prompt, config).tokens;
 }
 
-template <class Exception, class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception containing '" << needle << "'";
-  } catch (const Exception& error) {
-    const std::string message = error.what();
-    EXPECT_EQ(message.rfind("specdec: ", 0), 0u) << message;
-    EXPECT_NE(message.find(needle), std::string::npos) << message;
-  }
-}
 
 TEST(LlamaCppErrors, MissingAndInvalidFiles) {
   expect_error<std::invalid_argument>(

@@ -351,6 +351,7 @@ class ContextModel {
     vocab_size_ = static_cast<std::size_t>(llama_vocab_n_tokens(vocab_));
     n_ctx_ = llama_n_ctx(context_);
     n_batch_ = llama_n_batch(context_);
+    n_seq_max_ = llama_n_seq_max(context_);
     if (threads > 0) {
       llama_set_n_threads(context_, threads, threads_batch > 0 ? threads_batch : threads);
     }
@@ -358,7 +359,10 @@ class ContextModel {
     cached_.reserve(n_ctx_);
     reset();
   }
-  ~ContextModel() { llama_batch_free(batch_); }
+  ~ContextModel() {
+    llama_batch_free(batch_);
+    if (tree_batch_.token != nullptr) llama_batch_free(tree_batch_);
+  }
   ContextModel(const ContextModel&) = delete;
   ContextModel& operator=(const ContextModel&) = delete;
   ContextModel(ContextModel&& other) noexcept
@@ -368,7 +372,17 @@ class ContextModel {
         vocab_size_(other.vocab_size_),
         n_ctx_(other.n_ctx_),
         n_batch_(other.n_batch_),
+        n_seq_max_(other.n_seq_max_),
         batch_(std::exchange(other.batch_, llama_batch{})),
+        tree_batch_(std::exchange(other.tree_batch_, llama_batch{})),
+        tree_pending_(other.tree_pending_),
+        tree_leaves_(other.tree_leaves_),
+        tree_tokens_(std::move(other.tree_tokens_)),
+        tree_depth_(std::move(other.tree_depth_)),
+        first_child_(std::move(other.first_child_)),
+        next_sibling_(std::move(other.next_sibling_)),
+        leaf_begin_(std::move(other.leaf_begin_)),
+        leaf_end_(std::move(other.leaf_end_)),
         cached_(std::move(other.cached_)),
         straddled_rows_(std::move(other.straddled_rows_)) {}
   ContextModel& operator=(ContextModel&&) = delete;
@@ -384,6 +398,7 @@ class ContextModel {
   /// (the KV cache is rolled back first).
   std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
     check_call(context, n);
+    settle_tree(context);
     const CacheUpdate plan = plan_cache_update(cached_, context, n);
     if (plan.keep < cached_.size()) roll_back(plan.keep);
     const std::span<const token_t> fresh = plan.new_tokens;
@@ -412,11 +427,79 @@ class ContextModel {
     return {logits, n * vocab_size_};
   }
 
+  /// \brief Tree call (specdec's TreeTargetModel, specdec/tree.hpp): one llama_decode scores
+  /// every node of a drafted tree. Returns tokens.size() + 1 rows: row 0 after `committed`,
+  /// row 1 + i after committed and the path root -> node i. Nodes are topologically ordered
+  /// (parents[i] < i; -1 = a child of the committed context).
+  ///
+  /// Every root-to-leaf path is a llama.cpp sequence of its own (1..L; sequence 0 holds the
+  /// committed tokens): the committed prefix is shared with all of them (llama_memory_seq_cp,
+  /// no copy in a unified KV cache), and a node carries the ids of every leaf below it, so its
+  /// attention sees exactly its ancestors. The next call's context (committed + accepted path
+  /// + ...) tells which path survived: its positions move to sequence 0, the other sequences
+  /// are dropped. Needs a context created with n_seq_max >= L + 1 (ContextOptions::n_seq_max;
+  /// LoadedModel then makes the KV cache unified).
+  /// \throws std::invalid_argument for malformed parents, a token outside [0, V), more leaves
+  /// than sequences, more nodes than n_batch or the context holds; std::runtime_error if
+  /// llama_decode fails (the KV cache is rolled back to the committed prefix first).
+  std::span<const float> score_tree(std::span<const token_t> committed,
+                                    std::span<const token_t> tokens,
+                                    std::span<const std::int32_t> parents) {
+    check_call(committed, 1);
+    settle_tree(committed);  // the previous tree's layout is read here, before it is replaced
+    const std::size_t leaves = plan_tree(committed, tokens, parents);
+
+    // The committed tokens but the last, as a chain on sequence 0 (no rows wanted).
+    const std::size_t c = committed.size();
+    const CacheUpdate plan = plan_cache_update(cached_, committed, 1);
+    if (plan.keep < cached_.size()) roll_back(plan.keep);
+    for (std::size_t begin = plan.keep; begin + 1 < c; begin += n_batch_) {
+      const std::size_t end = std::min(begin + n_batch_, c - 1);
+      batch_.n_tokens = 0;
+      for (std::size_t i = begin; i < end; ++i) {
+        add_to_batch(committed[i], static_cast<llama_pos>(i), false);
+      }
+      decode_or_roll_back(begin, c);
+      for (std::size_t i = begin; i < end; ++i) cached_.push_back(committed[i]);
+    }
+
+    // Every path sequence shares the prefix; then one llama_decode: the last committed token
+    // (all sequences, the root row) and every node (its leaves' sequences).
+    llama_memory_t memory = llama_get_memory(context_);
+    for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
+      llama_memory_seq_cp(memory, 0, static_cast<llama_seq_id>(1 + leaf), 0,
+                          static_cast<llama_pos>(c - 1));
+    }
+    tree_batch_.n_tokens = 0;
+    add_to_tree_batch(committed[c - 1], static_cast<llama_pos>(c - 1), 0, leaves, true);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      add_to_tree_batch(tokens[i], static_cast<llama_pos>(c - 1 + tree_depth_[i]),
+                        leaf_begin_[i], leaf_end_[i], false);
+    }
+    const std::int32_t status = llama_decode(context_, tree_batch_);
+    if (status != 0) {
+      for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
+        llama_memory_seq_rm(memory, static_cast<llama_seq_id>(1 + leaf), -1, -1);
+      }
+      roll_back(c - 1);
+      detail::throw_runtime_error("llama_decode returned ", status, " (",
+                                  detail::decode_status_meaning(status), ") scoring a tree of ",
+                                  tokens.size(), " nodes after a context of ", c,
+                                  " (n_ctx = ", n_ctx_, ")");
+    }
+    cached_.push_back(committed[c - 1]);
+    tree_tokens_.assign(tokens.begin(), tokens.end());
+    tree_leaves_ = leaves;
+    tree_pending_ = true;
+    return {llama_get_logits(context_), (tokens.size() + 1) * vocab_size_};
+  }
+
   /// \brief Forgets the KV cache: the next call recomputes its whole context. Use it before
   /// each measured run, or after decoding on the context yourself.
   void reset() {
     llama_memory_clear(llama_get_memory(context_), true);
     cached_.clear();
+    tree_pending_ = false;
   }
 
   /// \brief The tokens whose keys/values the KV cache holds (sequence 0), in position order.
@@ -445,6 +528,150 @@ class ContextModel {
         detail::throw_invalid_argument("llama.cpp model got token ", context[i], " at position ",
                                        i, "; expected a token id in [0, ", vocab_size_, ")");
       }
+    }
+  }
+
+  /// Checks a tree and lays it out: depth of every node (1 = child of the root) and, with
+  /// leaves numbered in depth-first order, the range [leaf_begin, leaf_end) of the leaves
+  /// below each node (its sequences are 1 + that range). Returns the number of leaves.
+  std::size_t plan_tree(std::span<const token_t> committed, std::span<const token_t> tokens,
+                        std::span<const std::int32_t> parents) {
+    const std::size_t nodes = tokens.size();
+    if (parents.size() != nodes) {
+      detail::throw_invalid_argument("llama.cpp score_tree: ", parents.size(), " parents for ",
+                                     nodes, " tokens; expected one parent per node");
+    }
+    if (nodes + 1 > n_batch_) {
+      detail::throw_invalid_argument("llama.cpp score_tree: a tree of ", nodes,
+                                     " nodes needs ", nodes + 1, " tokens in one llama_decode; "
+                                     "expected at most n_batch = ", n_batch_);
+    }
+    if (committed.size() + nodes > n_ctx_) {
+      detail::throw_invalid_argument("llama.cpp score_tree: ", committed.size(),
+                                     " committed tokens and ", nodes,
+                                     " nodes need more KV cells than n_ctx = ", n_ctx_);
+    }
+    tree_depth_.assign(nodes, 0);
+    first_child_.assign(nodes + 1, -1);  // [0]: the root's first child; [1 + i]: node i's
+    next_sibling_.assign(nodes, -1);
+    for (std::size_t i = nodes; i-- > 0;) {  // backwards, so children end up in order
+      const std::int32_t parent = parents[i];
+      if (parent < -1 || parent >= static_cast<std::int32_t>(i)) {
+        detail::throw_invalid_argument("llama.cpp score_tree: node ", i, " has parent ", parent,
+                                       "; expected -1 (the root) or an earlier node");
+      }
+      if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= vocab_size_) {
+        detail::throw_invalid_argument("llama.cpp score_tree: node ", i, " has token ",
+                                       tokens[i], "; expected a token id in [0, ", vocab_size_,
+                                       ")");
+      }
+      const auto slot = static_cast<std::size_t>(parent + 1);
+      next_sibling_[i] = first_child_[slot];
+      first_child_[slot] = static_cast<std::int32_t>(i);
+    }
+    std::size_t deepest = 0;
+    for (std::size_t i = 0; i < nodes; ++i) {
+      tree_depth_[i] = parents[i] < 0 ? 1 : tree_depth_[static_cast<std::size_t>(parents[i])] + 1;
+      deepest = std::max(deepest, tree_depth_[i]);
+    }
+    if (committed.size() + deepest > n_ctx_) {
+      detail::throw_invalid_argument("llama.cpp score_tree: a path of ", deepest,
+                                     " nodes after ", committed.size(),
+                                     " tokens exceeds n_ctx = ", n_ctx_);
+    }
+    // Depth-first: a node's leaves are contiguous in this numbering.
+    leaf_begin_.assign(nodes, 0);
+    leaf_end_.assign(nodes, 0);
+    std::size_t leaves = 0;
+    dfs_stack_.clear();
+    for (std::int32_t root = first_child_[0]; root >= 0; root = next_sibling_[static_cast<std::size_t>(root)]) {
+      dfs_stack_.push_back(root);
+    }
+    std::reverse(dfs_stack_.begin(), dfs_stack_.end());
+    dfs_order_.clear();
+    while (!dfs_stack_.empty()) {
+      const auto node = static_cast<std::size_t>(dfs_stack_.back());
+      dfs_stack_.pop_back();
+      dfs_order_.push_back(static_cast<std::int32_t>(node));
+      leaf_begin_[node] = leaves;
+      const std::size_t first = dfs_stack_.size();
+      for (std::int32_t child = first_child_[node + 1]; child >= 0;
+           child = next_sibling_[static_cast<std::size_t>(child)]) {
+        dfs_stack_.push_back(child);
+      }
+      if (dfs_stack_.size() == first) ++leaves;  // a leaf
+      std::reverse(dfs_stack_.begin() + static_cast<std::ptrdiff_t>(first), dfs_stack_.end());
+    }
+    // A node's leaves end where the last leaf below it ends: children finish after parents in
+    // the preorder, so a backward pass over it closes every range.
+    for (std::size_t k = dfs_order_.size(); k-- > 0;) {
+      const auto node = static_cast<std::size_t>(dfs_order_[k]);
+      if (first_child_[node + 1] < 0) leaf_end_[node] = leaf_begin_[node] + 1;
+      const std::int32_t parent = parents[node];
+      if (parent >= 0) {
+        const auto p = static_cast<std::size_t>(parent);
+        leaf_end_[p] = std::max(leaf_end_[p], leaf_end_[node]);
+      }
+    }
+    if (leaves + 1 > n_seq_max_) {
+      detail::throw_invalid_argument("llama.cpp score_tree: a tree with ", leaves,
+                                     " leaves needs ", leaves + 1,
+                                     " sequences; this context holds n_seq_max = ", n_seq_max_,
+                                     " (create it with ContextOptions::n_seq_max >= ", leaves + 1,
+                                     ")");
+    }
+    if (tree_batch_.token == nullptr) {
+      tree_batch_ = llama_batch_init(static_cast<std::int32_t>(n_batch_), 0,
+                                     static_cast<std::int32_t>(n_seq_max_));
+    }
+    return leaves;
+  }
+
+  void add_to_tree_batch(token_t token, llama_pos position, std::size_t leaf_begin,
+                         std::size_t leaf_end, bool on_sequence_zero) noexcept {
+    const auto i = static_cast<std::size_t>(tree_batch_.n_tokens++);
+    tree_batch_.token[i] = token;
+    tree_batch_.pos[i] = position;
+    std::int32_t count = 0;
+    if (on_sequence_zero) tree_batch_.seq_id[i][count++] = 0;
+    for (std::size_t leaf = leaf_begin; leaf < leaf_end; ++leaf) {
+      tree_batch_.seq_id[i][count++] = static_cast<llama_seq_id>(1 + leaf);
+    }
+    tree_batch_.n_seq_id[i] = count;
+    tree_batch_.logits[i] = 1;
+  }
+
+  /// After a tree call: the deepest tree path that `context` continues with moves to sequence
+  /// 0 (it is what verification accepted); every path sequence is dropped.
+  void settle_tree(std::span<const token_t> context) {
+    if (!tree_pending_) return;
+    tree_pending_ = false;
+    llama_memory_t memory = llama_get_memory(context_);
+    const std::size_t c = cached_.size();  // the tree's committed tokens, all on sequence 0
+    std::int32_t matched = -1;
+    std::size_t depth = 0;
+    if (context.size() > c && std::equal(cached_.begin(), cached_.end(), context.begin())) {
+      for (std::size_t position = c; position < context.size(); ++position) {
+        std::int32_t child = first_child_[static_cast<std::size_t>(matched + 1)];
+        while (child >= 0 && tree_tokens_[static_cast<std::size_t>(child)] != context[position]) {
+          child = next_sibling_[static_cast<std::size_t>(child)];
+        }
+        if (child < 0) break;
+        matched = child;
+        ++depth;
+      }
+    }
+    if (matched >= 0) {
+      const auto leaf_sequence =
+          static_cast<llama_seq_id>(1 + leaf_begin_[static_cast<std::size_t>(matched)]);
+      const auto end = static_cast<llama_pos>(c + depth);
+      llama_memory_seq_rm(memory, leaf_sequence, end, -1);
+      llama_memory_seq_cp(memory, leaf_sequence, 0, static_cast<llama_pos>(c), end);
+      cached_.insert(cached_.end(), context.begin() + static_cast<std::ptrdiff_t>(c),
+                     context.begin() + static_cast<std::ptrdiff_t>(c + depth));
+    }
+    for (std::size_t leaf = 0; leaf < tree_leaves_; ++leaf) {
+      llama_memory_seq_rm(memory, static_cast<llama_seq_id>(1 + leaf), -1, -1);
     }
   }
 
@@ -495,7 +722,19 @@ class ContextModel {
   std::size_t vocab_size_ = 0;
   std::size_t n_ctx_ = 0;
   std::size_t n_batch_ = 0;
+  std::size_t n_seq_max_ = 1;
   llama_batch batch_{};                 // (n_batch) tokens of one llama_decode
+  llama_batch tree_batch_{};            // (n_batch, n_seq_max) a tree's llama_decode, on demand
+  // The last tree scored (nodes), until the next call tells which path survived:
+  bool tree_pending_ = false;
+  std::size_t tree_leaves_ = 0;
+  std::vector<token_t> tree_tokens_;         // (nodes)
+  std::vector<std::size_t> tree_depth_;      // (nodes) 1 = a child of the root
+  std::vector<std::int32_t> first_child_;    // (1 + nodes) [0] the root's, [1 + i] node i's
+  std::vector<std::int32_t> next_sibling_;   // (nodes)
+  std::vector<std::size_t> leaf_begin_;      // (nodes) the leaves below a node, depth-first
+  std::vector<std::size_t> leaf_end_;        // (nodes)
+  std::vector<std::int32_t> dfs_stack_, dfs_order_;  // (nodes) scratch
   std::vector<token_t> cached_;         // (n_ctx) tokens held by the KV cache, sequence 0
   std::vector<float> straddled_rows_;   // (n, V) rows copied when they span two decodes
 };
@@ -552,6 +791,9 @@ class LoadedModel : public ContextModel {
     params.type_k = context_options.kv_type;
     params.type_v = context_options.kv_type;
     params.n_seq_max = std::max<std::uint32_t>(1, context_options.n_seq_max);
+    // Tree paths share the committed prefix: one KV stream for all sequences (seq_cp then
+    // shares cells instead of copying them).
+    params.kv_unified = params.n_seq_max > 1;
     params.no_perf = true;
     std::unique_ptr<llama_context, detail::ContextDeleter> context(
         llama_init_from_model(model.get(), params));
