@@ -337,7 +337,8 @@ class TextDecoder {
 /// for the requested rows, handed out as views of llama.cpp's logits buffer.
 ///
 /// The context must outlive this object, and nothing else may decode on it or change its
-/// memory while this object is in use (call reset() after you do). Not thread-safe.
+/// memory while this object is in use (call reset() after you do). Construction clears the
+/// context's memory (the adapter's record of cached tokens starts empty). Not thread-safe.
 class ContextModel {
  public:
   /// \param threads, threads_batch  applied with llama_set_n_threads (0 = leave as is)
@@ -400,6 +401,7 @@ class ContextModel {
     check_call(context, n);
     settle_tree(context);
     const CacheUpdate plan = plan_cache_update(cached_, context, n);
+    check_tokens(context, plan.keep);
     if (plan.keep < cached_.size()) roll_back(plan.keep);
     const std::span<const token_t> fresh = plan.new_tokens;
     const std::size_t chunks = (fresh.size() + n_batch_ - 1) / n_batch_;
@@ -452,6 +454,7 @@ class ContextModel {
     // The committed tokens but the last, as a chain on sequence 0 (no rows wanted).
     const std::size_t c = committed.size();
     const CacheUpdate plan = plan_cache_update(cached_, committed, 1);
+    check_tokens(committed, plan.keep);
     if (plan.keep < cached_.size()) roll_back(plan.keep);
     for (std::size_t begin = plan.keep; begin + 1 < c; begin += n_batch_) {
       const std::size_t end = std::min(begin + n_batch_, c - 1);
@@ -523,7 +526,11 @@ class ContextModel {
       detail::throw_invalid_argument("llama.cpp model asked for ", n, " rows after a context of ",
                                      context.size(), " tokens; expected 1 <= n <= context size");
     }
-    for (std::size_t i = 0; i < context.size(); ++i) {
+  }
+
+  /// Tokens about to reach llama_decode (those already cached were checked when they did).
+  void check_tokens(std::span<const token_t> context, std::size_t from) const {
+    for (std::size_t i = from; i < context.size(); ++i) {
       if (context[i] < 0 || static_cast<std::size_t>(context[i]) >= vocab_size_) {
         detail::throw_invalid_argument("llama.cpp model got token ", context[i], " at position ",
                                        i, "; expected a token id in [0, ", vocab_size_, ")");
