@@ -185,6 +185,43 @@ inline void ensure_backend() {
 #endif
 }
 
+/// A CPU thread pool attached to a context, created through the CPU backend's registry (so that
+/// nothing links ggml-cpu directly): the thread setup llama.cpp's own programs use (common's
+/// threadpools), instead of a pool ggml makes and frees around every graph it computes.
+class CpuThreadPool {
+ public:
+  CpuThreadPool() = default;
+  explicit CpuThreadPool(int threads) {
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (cpu == nullptr) return;
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
+    using New = ggml_threadpool* (*)(ggml_threadpool_params*);
+    const auto create = reinterpret_cast<New>(ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_new"));
+    free_ = reinterpret_cast<Free>(ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_free"));
+    if (create == nullptr || free_ == nullptr) return;
+    ggml_threadpool_params params = ggml_threadpool_params_default(threads);
+    pool_ = create(&params);
+  }
+  ~CpuThreadPool() {
+    if (pool_ != nullptr) free_(pool_);
+  }
+  CpuThreadPool(CpuThreadPool&& other) noexcept
+      : pool_(std::exchange(other.pool_, nullptr)), free_(other.free_) {}
+  CpuThreadPool& operator=(CpuThreadPool&& other) noexcept {
+    std::swap(pool_, other.pool_);
+    std::swap(free_, other.free_);
+    return *this;
+  }
+  CpuThreadPool(const CpuThreadPool&) = delete;
+  CpuThreadPool& operator=(const CpuThreadPool&) = delete;
+  [[nodiscard]] ggml_threadpool* get() const noexcept { return pool_; }
+
+ private:
+  using Free = void (*)(ggml_threadpool*);
+  ggml_threadpool* pool_ = nullptr;
+  Free free_ = nullptr;
+};
+
 struct ModelDeleter {
   void operator()(llama_model* model) const noexcept { llama_model_free(model); }
 };
@@ -810,7 +847,19 @@ class LoadedModel : public ContextModel {
                                      "' (n_ctx = ", context_options.n_ctx, "): ",
                                      reason.empty() ? "llama_init_from_model failed" : reason);
     }
-    return LoadedModel(std::move(model), std::move(context), context_options);
+    // One pool for one-token calls and batches alike, or two when their thread counts differ.
+    const int threads = std::max(1, context_options.threads);
+    const int threads_batch =
+        context_options.threads_batch > 0 ? context_options.threads_batch : threads;
+    detail::CpuThreadPool pool(threads);
+    detail::CpuThreadPool pool_batch;
+    if (threads_batch != threads) pool_batch = detail::CpuThreadPool(threads_batch);
+    if (pool.get() != nullptr) {
+      llama_attach_threadpool(context.get(), pool.get(),
+                              pool_batch.get() != nullptr ? pool_batch.get() : pool.get());
+    }
+    return LoadedModel(std::move(model), std::move(context), std::move(pool),
+                       std::move(pool_batch), context_options);
   }
 
   LoadedModel(LoadedModel&&) noexcept = default;
@@ -818,13 +867,18 @@ class LoadedModel : public ContextModel {
  private:
   LoadedModel(std::unique_ptr<llama_model, detail::ModelDeleter> model,
               std::unique_ptr<llama_context, detail::ContextDeleter> context,
+              detail::CpuThreadPool pool, detail::CpuThreadPool pool_batch,
               const ContextOptions& options)
       : ContextModel(context.get(), options.threads, options.threads_batch),
+        pool_(std::move(pool)),
+        pool_batch_(std::move(pool_batch)),
         owned_model_(std::move(model)),
         owned_context_(std::move(context)) {}
 
-  // Declared after the ContextModel base, so destroyed before... the base is destroyed last;
-  // ContextModel's destructor only frees its batch, which does not touch the context.
+  // Destroyed in reverse: the context, then the model, then the pools the context used. (The
+  // ContextModel base goes last; its destructor frees only its batches.)
+  detail::CpuThreadPool pool_;
+  detail::CpuThreadPool pool_batch_;
   std::unique_ptr<llama_model, detail::ModelDeleter> owned_model_;
   std::unique_ptr<llama_context, detail::ContextDeleter> owned_context_;
 };
