@@ -483,6 +483,17 @@ TEST(LlamaCppErrors, IncompatibleVocabulariesNameTheMismatch) {
   EXPECT_THROW((void)decoder.generate(std::vector<token_t>{1, 2}, config), std::domain_error);
 }
 
+TEST(LlamaCppErrors, LearnedPositionsBoundTheContext) {
+  // The tiny model has 128 learned positions; llama.cpp rounds n_ctx up to 256. A 200-token
+  // context must be a clear error, not ggml's assertion in the position-embedding lookup.
+  auto tiny = llama::LoadedModel::load(kGgufDir / "tiny-target.gguf", {.n_ctx = 200});
+  EXPECT_EQ(tiny.max_context(), 128u);
+  const std::vector<token_t> context(200, 1);
+  expect_error<std::invalid_argument>([&] { (void)tiny(context, 1); },
+                                      "more than its n_ctx = 128");
+  EXPECT_EQ(tiny(std::span(context).first(128), 1).size(), tiny.vocab_size());
+}
+
 TEST(LlamaCppErrors, BadCallsThenAFreshDecode) {
   auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf", {.n_ctx = 64});
   auto draft = llama::LoadedModel::load(kGgufDir / "kjv-draft-f16.gguf", {.n_ctx = 64});

@@ -387,7 +387,14 @@ class ContextModel {
     model_ = llama_get_model(context_);
     vocab_ = llama_model_get_vocab(model_);
     vocab_size_ = static_cast<std::size_t>(llama_vocab_n_tokens(vocab_));
+    // llama.cpp rounds n_ctx up (to a multiple of 256); a model with learned positions (no
+    // RoPE, e.g. GPT-2) has no embedding for positions past its training context, and ggml
+    // asserts (aborts the process) on one. Such a model's usable context ends there.
     n_ctx_ = llama_n_ctx(context_);
+    const std::int32_t trained = llama_model_n_ctx_train(model_);
+    if (llama_model_rope_type(model_) == LLAMA_ROPE_TYPE_NONE && trained > 0) {
+      n_ctx_ = std::min(n_ctx_, static_cast<std::size_t>(trained));
+    }
     n_batch_ = llama_n_batch(context_);
     n_seq_max_ = llama_n_seq_max(context_);
     if (threads > 0) {
@@ -546,7 +553,8 @@ class ContextModel {
   [[nodiscard]] std::span<const token_t> cached_tokens() const noexcept { return cached_; }
 
   [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_size_; }
-  /// \brief The context length (llama_n_ctx): set GenerationConfig::max_context to at most this.
+  /// \brief The longest context a call may have: llama_n_ctx, and for a model with learned
+  /// positions at most its training context. Set GenerationConfig::max_context to at most this.
   [[nodiscard]] std::size_t max_context() const noexcept { return n_ctx_; }
   [[nodiscard]] llama_context* context() const noexcept { return context_; }
   [[nodiscard]] const llama_model* model() const noexcept { return model_; }
