@@ -35,34 +35,43 @@ def run(cmd):
     return result.stdout, result.stderr
 
 
+def timed_run(cmd, pattern, what):
+    """Runs a llama.cpp tool and returns the regex match of its timing line. Under heavy load the
+    tools' asynchronous log has (rarely) exited without its summary: retried twice, then
+    reported and left out, never a made-up figure."""
+    for _ in range(3):
+        _, err = run(cmd)
+        match = re.search(pattern, err)
+        if match:
+            return match
+    print(f"llama_cpp_compare: no timing summary from {what}; left out:\n{err[-800:]}",
+          file=sys.stderr)
+    return None
+
+
 def llama_plain(args, bin_dir, model, prompt, temp, seed):
-    _, err = run([bin_dir / "llama-completion", "-m", model, "-p", prompt, "-n", str(args.tokens),
-                  "-no-cnv", "--ignore-eos", "--temp", str(temp), "-s", str(seed),
-                  "-t", str(args.threads), "-tb", str(args.threads), "-c", "0",
-                  "--no-display-prompt"])
     # "total time": the prompt, every decode and sampling, as the wall clock saw them (its
     # "eval time" counts only part of each llama_decode: ~35 % less on this host).
-    total_ms = float(re.search(r"total time =\s*([\d.]+) ms", err).group(1))
-    return args.tokens / (total_ms / 1000)
+    match = timed_run([bin_dir / "llama-completion", "-m", model, "-p", prompt,
+                       "-n", str(args.tokens), "-no-cnv", "--ignore-eos", "--temp", str(temp),
+                       "-s", str(seed), "-t", str(args.threads), "-tb", str(args.threads),
+                       "-c", "0", "--no-display-prompt"],
+                      r"total time =\s*([\d.]+) ms", f"llama-completion (T={temp}, prompt {seed})")
+    return None if match is None else args.tokens / (float(match.group(1)) / 1000)
 
 
-def llama_speculative(args, bin_dir, target, draft, prompt, temp, seed, k, attempt=0):
-    _, err = run([bin_dir / "llama-speculative-simple", "-m", target, "-md", draft, "-p", prompt,
-                  "-n", str(args.tokens), "--spec-type", "draft-simple",
-                  "--spec-draft-n-max", str(k), "--temp", str(temp), "-s", str(seed),
-                  "-t", str(args.threads), "-tb", str(args.threads),
-                  "-td", str(args.threads), "-c", "0", "--ignore-eos"])
-    enc = re.search(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds", err)
-    dec = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", err)
-    if enc is None or dec is None:
-        # Seen once in a long run: the summary missing from an exit-0 run. Retried once, then
-        # reported and left out (never a made-up figure).
-        if attempt == 0:
-            return llama_speculative(args, bin_dir, target, draft, prompt, temp, seed, k, 1)
-        print(f"llama_cpp_compare: no timing summary from llama-speculative-simple (K={k}, "
-              f"T={temp}, prompt {seed}); left out:\n{err[-1500:]}", file=sys.stderr)
+def llama_speculative(args, bin_dir, target, draft, prompt, temp, seed, k):
+    match = timed_run([bin_dir / "llama-speculative-simple", "-m", target, "-md", draft,
+                       "-p", prompt, "-n", str(args.tokens), "--spec-type", "draft-simple",
+                       "--spec-draft-n-max", str(k), "--temp", str(temp), "-s", str(seed),
+                       "-t", str(args.threads), "-tb", str(args.threads),
+                       "-td", str(args.threads), "-c", "0", "--ignore-eos"],
+                      r"encoded\s+\d+ tokens in\s+([\d.]+) seconds.*\n.*decoded\s+(\d+) tokens "
+                      r"in\s+([\d.]+) seconds",
+                      f"llama-speculative-simple (K={k}, T={temp}, prompt {seed})")
+    if match is None:
         return None
-    return int(dec.group(1)) / (float(enc.group(2)) + float(dec.group(2)))
+    return int(match.group(2)) / (float(match.group(1)) + float(match.group(3)))
 
 
 def specdec_runs(args, bench, target, draft, index, temps):
@@ -103,6 +112,8 @@ def main():
         def llama_all():
             for temp in temps:
                 tps = llama_plain(args, bin_dir, target, prompt, temp, index)
+                if tps is None:
+                    continue
                 llama_side.append(dict(prompt=index, temperature=float(temp),
                                        setting="llama.cpp plain", tokens_per_second=tps))
                 for k in ks:
@@ -143,7 +154,8 @@ def main():
         for s in settings:
             rows = [r for r in records if r["temperature"] == t and r["setting"] == s]
             tps = statistics.median(r["tokens_per_second"] for r in rows)
-            ratio = statistics.median(r["tokens_per_second"] / base[r["prompt"]] for r in rows)
+            ratio = statistics.median(r["tokens_per_second"] / base[r["prompt"]] for r in rows
+                                      if r["prompt"] in base)
             paired = (f"{statistics.median(r['speedup'] for r in rows):.3f}x"
                       if "speedup" in rows[0] else "")
             per_round = (f"{statistics.median(r['tokens_per_round'] for r in rows):.2f}"

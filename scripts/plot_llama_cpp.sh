@@ -26,6 +26,8 @@ for r in records:
     if not m:
         continue
     name = "llama.cpp speculative" if m.group(1).startswith("llama") else "specdec"
+    if (r["prompt"], r["temperature"]) not in base:
+        continue
     ratio = r["tokens_per_second"] / base[(r["prompt"], r["temperature"])]
     series.setdefault((name, r["temperature"]), {}).setdefault(int(m.group(2)), []).append(ratio)
 for (name, t), by_k in sorted(series.items()):
