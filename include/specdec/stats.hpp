@@ -56,6 +56,10 @@ struct DecodeStats {
   /// min(draft_length, max_new_tokens - 1)
   std::vector<std::size_t> drafted_at;
   std::vector<std::size_t> accepted_at;  ///< [k]: rounds whose position-k draft was accepted
+  /// Tree drafts (chains count every node as rank 0): [r] = drafted nodes that were the r-th
+  /// child of their parent (r = 0: the first); drafted_at / accepted_at count by depth.
+  std::vector<std::size_t> drafted_at_rank;
+  std::vector<std::size_t> accepted_at_rank;  ///< [r]: accepted nodes that were an r-th child
 
   /// Rounds whose draft-length policy stated what it expected (RoundPrediction), and the sums
   /// of those expectations: compare predicted_tokens_per_second() with the measured rate.
