@@ -96,6 +96,70 @@ struct RestatedTreeVerifier {
   }
 };
 
+// Sequence-level tree verification written out with explicit vectors: a post-order traversal
+// (every child's subtree before the node itself, children in node order). Node u reached with
+// weight w (1 at the root) owes the vector A = w P_u (P_u its target row); child c is given the
+// weight w_c = min(1, A(x_c) / q_c(x_c)); after c's subtree is rejected (probability
+// R = sum [q_c - A]_+) A <- [A - q_c]_+ / R; when every child is rejected, u is accepted with
+// probability sum A (w for a leaf) and the next token drawn from A normalised (a leaf: P_u).
+// Invariant: the subtree of u emits "u, then y" with probability w P_u(y) and is rejected with
+// probability 1 - w. On a chain this is block verification; at weight 1 it is recursive
+// rejection sampling.
+struct RestatedTraversalVerifier {
+  template <class Scalar, class Coins>
+  specdec::VerifyResult verify(const specdec::Proposal<Scalar>& proposal,
+                               specdec::TargetRows<Scalar>& target, Coins& coins) const {
+    result_ = {};
+    (void)visit(proposal, target, coins, -1, 1.0, 0);
+    return result_;
+  }
+
+ private:
+  template <class Scalar, class Coins>
+  bool visit(const specdec::Proposal<Scalar>& proposal, specdec::TargetRows<Scalar>& target,
+             Coins& coins, std::int32_t node, double w, std::size_t depth) const {
+    const std::size_t n = proposal.size();
+    const std::size_t vocab = target.vocab_size();
+    auto parent_of = [&](std::size_t i) {
+      return proposal.parents.empty() ? static_cast<std::int32_t>(i) - 1 : proposal.parents[i];
+    };
+    std::vector<double> owed(vocab);
+    const auto& dist = target.distribution(static_cast<std::size_t>(node + 1));
+    for (std::size_t y = 0; y < vocab; ++y) {
+      owed[y] = w * static_cast<double>(dist.probability(static_cast<specdec::token_t>(y)));
+    }
+    bool leaf = true;
+    for (std::size_t c = 0; c < n; ++c) {
+      if (parent_of(c) != node) continue;
+      leaf = false;
+      std::vector<double> q(vocab);
+      for (std::size_t y = 0; y < vocab; ++y) {
+        q[y] = static_cast<double>(proposal.q(c, static_cast<specdec::token_t>(y)));
+      }
+      const auto x = static_cast<std::size_t>(proposal.tokens[c]);
+      const double w_c = std::min(1.0, owed[x] / q[x]);
+      if (visit(proposal, target, coins, static_cast<std::int32_t>(c), w_c, depth + 1)) return true;
+      double rejection = 0;
+      for (std::size_t y = 0; y < vocab; ++y) rejection += std::max(0.0, q[y] - owed[y]);
+      std::vector<double> next(vocab);
+      double left = 0;
+      for (std::size_t y = 0; y < vocab; ++y) left += next[y] = std::max(0.0, owed[y] - q[y]);
+      // At weight 1 nothing left owed means the rejection had probability 0 (rounding): keep A.
+      if (rejection > 0 && (left > 0 || node >= 0)) {
+        for (std::size_t y = 0; y < vocab; ++y) owed[y] = next[y] / rejection;
+      }
+    }
+    double mass = 0;
+    for (const double v : owed) mass += v;
+    const bool accept = node < 0 || coins.accept(static_cast<std::size_t>(node), std::min(1.0, mass));
+    if (!accept) return false;
+    result_ = {depth, coins.draw(WeightVectorLaw<double>{owed, mass}), leaf, node};
+    return true;
+  }
+
+  mutable specdec::VerifyResult result_{};
+};
+
 // A proposer that reports, for every node, the full draft row of its parent as its q (sampled,
 // never a point mass): the truth for i.i.d. siblings; for siblings drawn without replacement it
 // is "verified against the original q" (MUTANT), and for deterministic top-k siblings it is

@@ -225,6 +225,12 @@ TEST(TreeDecoderStatistical, FirstTokensFollowTheTarget) {
     for (const TreeCase& tree_case : tree_cases()) {
       SCOPED_TRACE(tree_case.name + " T=" + std::to_string(temperature));
       const auto counts = first_three_counts(pair, tree_case.options, TreeVerifier{});
+      const auto sequence_level =
+          first_three_counts(pair, tree_case.options, specdec::TraversalVerifier{});
+      const auto fit_sequence_level = specdec::testing::chi_square_test(sequence_level, law);
+      EXPECT_EQ(fit_sequence_level.impossible, 0u);
+      EXPECT_GT(fit_sequence_level.p_value, kMinPValue)
+          << "TraversalVerifier: chi2 = " << fit_sequence_level.statistic;
       const auto fit = specdec::testing::chi_square_test(counts, law);
       EXPECT_EQ(fit.impossible, 0u);
       EXPECT_GT(fit.p_value, kMinPValue) << "chi2 = " << fit.statistic << " over " << fit.cells;

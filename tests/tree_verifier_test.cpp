@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -178,6 +179,78 @@ TEST(TreeVerifier, BannedTokensAndFarDraftsStayExact) {
     for (const ShapeCase& shape_case : shape_cases()) {
       const TreeProposer proposer(draft, TreeOptions{shape_case.shape, mode});
       EXPECT_LT(certify(proposer, TreeVerifier{}, pair, {2, 0}, 8), kExactnessBound)
+          << shape_case.name << " " << name_of(mode);
+    }
+  }
+}
+
+// ---- sequence-level verification ---------------------------------------------------------------
+
+TEST(TraversalVerifier, ExactEverywhereAndComparedWithRecursiveRejectionSampling) {
+  std::size_t more = 0, equal = 0, fewer = 0;
+  double worst_ratio = 10, best_ratio = 0;
+  for (const ParamsCase& params_case : params_cases()) {
+    const ScriptedPair pair = make_pair(3, params_case.params);
+    auto draft = pair.draft();
+    for (const ShapeCase& shape_case : shape_cases()) {
+      for (const SiblingMode mode : kModes) {
+        SCOPED_TRACE(params_case.name + " shape " + shape_case.name + " " + name_of(mode));
+        const TreeProposer proposer(draft, TreeOptions{shape_case.shape, mode});
+        const auto rrs = specdec::testing::certify_round(
+            proposer, StaticDraftLength{}, TreeVerifier{}, pair.target(), pair.params, {1, 2}, 8);
+        const auto traversal = specdec::testing::certify_round(
+            proposer, StaticDraftLength{}, specdec::TraversalVerifier{}, pair.target(),
+            pair.params, {1, 2}, 8);
+        EXPECT_LT(traversal.total_variation, kExactnessBound);
+        if (params_case.name == "T=1") {  // the rule restated with vectors agrees (slow)
+          const auto restated = specdec::testing::certify_round(
+              proposer, StaticDraftLength{}, specdec_test::RestatedTraversalVerifier{},
+              pair.target(), pair.params, {1, 2}, 8);
+          EXPECT_LT(restated.total_variation, kExactnessBound);
+          EXPECT_NEAR(traversal.expected_accepted, restated.expected_accepted, 1e-12);
+        }
+        const double difference = traversal.expected_accepted - rrs.expected_accepted;
+        (difference > 1e-12 ? more : difference < -1e-12 ? fewer : equal) += 1;
+        const double ratio = traversal.expected_accepted / rrs.expected_accepted;
+        worst_ratio = std::min(worst_ratio, ratio);
+        best_ratio = std::max(best_ratio, ratio);
+      }
+    }
+  }
+  std::printf("E[accepted], sequence-level vs recursive rejection sampling, %zu trees: more on %zu, "
+              "equal on %zu, fewer on %zu; ratio %.5f .. %.5f\n",
+              more + equal + fewer, more, equal, fewer, worst_ratio, best_ratio);
+  EXPECT_GT(more, 5 * fewer);
+  EXPECT_GT(worst_ratio, 0.999);
+}
+
+TEST(TraversalVerifier, IsBlockVerificationOnAChain) {
+  for (const ParamsCase& params_case : params_cases()) {
+    SCOPED_TRACE(params_case.name);
+    const ScriptedPair pair = make_pair(4, params_case.params);
+    auto draft = pair.draft();
+    const specdec::ModelProposer proposer(draft);
+    const auto block = specdec::testing::round_law(proposer, StaticDraftLength{},
+                                                   specdec::BlockVerifier{}, pair.target(),
+                                                   pair.params, {1, 2}, 3);
+    const auto traversal = specdec::testing::round_law(proposer, StaticDraftLength{},
+                                                       specdec::TraversalVerifier{},
+                                                       pair.target(), pair.params, {1, 2}, 3);
+    EXPECT_LT(specdec::testing::max_abs_difference(block.chunks, traversal.chunks), 1e-12);
+    EXPECT_NEAR(block.expected_accepted, traversal.expected_accepted, 1e-12);
+  }
+}
+
+TEST(TraversalVerifier, ExactWithFourTokensUnderFiltersAndBans) {
+  SamplingParams params;
+  params.temperature = 1.0f;
+  params.top_k = 3;
+  const ScriptedPair pair = make_pair(4, params, 1.8, /*bans=*/true);
+  auto draft = pair.draft();
+  for (const SiblingMode mode : kModes) {
+    for (const ShapeCase& shape_case : shape_cases()) {
+      const TreeProposer proposer(draft, TreeOptions{shape_case.shape, mode});
+      EXPECT_LT(certify(proposer, specdec::TraversalVerifier{}, pair, {2, 0}, 8), kExactnessBound)
           << shape_case.name << " " << name_of(mode);
     }
   }

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/coins.hpp"
@@ -168,6 +169,140 @@ class TreeVerifier {
 
  private:
   detail::ChildLinks links_;
+};
+
+/// \brief Sequence-level tree verification: block verification (block_verifier.hpp) extended
+/// to trees, judging whole root-to-node sequences leaf first, in the spirit of traversal
+/// verification (Weng et al., arXiv 2505.12398).
+///
+/// A post-order traversal: a node's subtrees (children in node order) before the node itself.
+/// A node u reached with weight w (1 at the root) owes the vector A = w P_u (P_u its target
+/// row, total w). Child c gets the weight w_c = min(1, A(x_c) / q_c(x_c)); if c's whole
+/// subtree is rejected — probability R = sum_y [q_c(y) - A(y)]_+ — the debt left is
+/// A <- [A - q_c]_+ / R (renormalised by the rejection, not by its own mass). When every child
+/// is rejected, u itself is accepted with probability sum_y A(y) (w for a leaf) and the next
+/// token drawn from A normalised (a leaf: its row); the root is always accepted.
+///
+/// Why it is exact: by induction from the leaves, the subtree of a node u reached with weight
+/// w emits "u, then y, then the target's continuation" with probability exactly w P_u(y) and
+/// rejects with probability 1 - w. A leaf does so directly. For an inner node, child c emits
+/// its token y with probability q_c(y) w_c(y) = min(q_c(y), A(y)) and is rejected with
+/// probability R; given the rejection the debt is [A - q_c]_+ / R and the mass to reject
+/// (1 - w) / R, so the remaining children and u pay exactly the rest (the accept step of u
+/// pays the leftover debt sum A and rejects with the rest). At the root, w = 1: the output is
+/// the target's. On a chain the rule is block verification (tested: identical round laws); at
+/// weight 1 (siblings at the root) it is recursive rejection sampling. It is not the paper's
+/// algorithm verbatim, and not provably never below TreeVerifier in expected accepted tokens:
+/// on the enumerated cases it accepts more on most trees with depth, and on one of them
+/// slightly fewer (docs/trees.md).
+///
+/// Cost: every node visited before the accepted one has its row processed; an inner node also
+/// stores its debt (one pass) and updates it after each rejected child (one pass). Debts live in a buffer of (depth + 1) V values that only
+/// grows.
+class TraversalVerifier {
+ public:
+  template <class Scalar, class Coins>
+  VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target,
+                      Coins& coins) {
+    links_.build(proposal);
+    const std::size_t vocab_size = target.vocab_size();
+    auto& debts = debts_for<Scalar>();
+    if (debts.size() < (proposal.size() + 1) * vocab_size) {
+      debts.resize((proposal.size() + 1) * vocab_size);
+    }
+    VerifyResult result;
+    (void)visit(proposal, target, coins, -1, 1.0, 0, debts, result);
+    return result;
+  }
+
+ private:
+  template <class Scalar>
+  std::vector<Scalar>& debts_for() {
+    if constexpr (std::is_same_v<Scalar, float>) {
+      return float_debts_;
+    } else {
+      return double_debts_;
+    }
+  }
+
+  template <class Scalar, class Coins>
+  bool visit(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target, Coins& coins,
+             std::int32_t node, double w, std::size_t depth, std::vector<Scalar>& debts,
+             VerifyResult& result) {
+    const std::size_t row = static_cast<std::size_t>(node + 1);
+    std::int32_t child = links_.first(node);
+    if (child < 0) {
+      // A leaf owes w P_u: accept with probability w, then the bonus from its row.
+      if (node >= 0 && !coins.accept(static_cast<std::size_t>(node), w)) return false;
+      result = {depth,
+                coins.draw(DistributionLaw<Scalar>{target.distribution(row), target.scratch()}),
+                true, node};
+      return true;
+    }
+    // The debt A = scale * stored, stored = the row's exp weights, scale = w / their sum.
+    const std::size_t vocab_size = target.vocab_size();
+    const std::span<Scalar> stored(debts.data() + depth * vocab_size, vocab_size);
+    const TokenDistribution<Scalar>& p = target.distribution(row);
+    double stored_total =
+        detail::store_weights(p.logits, p.max_logit, p.inv_temperature, p.threshold, stored);
+    double scale = w / stored_total;
+    for (; child >= 0; child = links_.next(child)) {
+      const auto c = static_cast<std::size_t>(child);
+      const token_t x = proposal.tokens[c];
+      const auto xi = static_cast<std::size_t>(x);
+      const double q_x = static_cast<double>(proposal.q(c, x));
+      const double w_c = std::min(1.0, scale * static_cast<double>(stored[xi]) / q_x);
+      if (visit(proposal, target, coins, child, w_c, depth + 1, debts, result)) return true;
+      // c's subtree was rejected: A <- [A - q_c]_+ / R, R = sum [q_c - A]_+.
+      if (proposal.is_point_mass(c)) {
+        const double owed_x = scale * static_cast<double>(stored[xi]);
+        const double rejection = 1.0 - std::min(1.0, owed_x);
+        double left = 0;  // summed: stored_total - stored[x] can round to a positive nothing
+        for (std::size_t y = 0; y < vocab_size; ++y) {
+          if (y != xi) left += static_cast<double>(stored[y]);
+        }
+        if (rejection > 0 && (left > 0 || node >= 0)) {
+          stored_total = left;
+          stored[xi] = Scalar(0);
+          scale /= rejection;
+        }
+        continue;
+      }
+      const std::span<const Scalar> q_weights = proposal.q_weights.row(c);
+      const double inv_q = 1.0 / static_cast<double>(proposal.q_normalizers[c]);
+      double rejection = 0, left = 0;
+      for (std::size_t y = 0; y < vocab_size; ++y) {
+        const double difference =
+            scale * static_cast<double>(stored[y]) - static_cast<double>(q_weights[y]) * inv_q;
+        if (difference < 0) rejection -= difference; else left += difference;
+      }
+      // At weight 1 nothing left owed means the rejection had probability 0 (rounding).
+      if (!(rejection > 0) || (!(left > 0) && node < 0)) continue;
+      for (std::size_t y = 0; y < vocab_size; ++y) {
+        const double difference =
+            scale * static_cast<double>(stored[y]) - static_cast<double>(q_weights[y]) * inv_q;
+        stored[y] = static_cast<Scalar>(std::max(0.0, difference));
+      }
+      stored_total = left;
+      scale = 1.0 / rejection;
+    }
+    const double owed = scale * stored_total;
+    if (node >= 0 && !coins.accept(static_cast<std::size_t>(node), std::min(1.0, owed))) {
+      return false;
+    }
+    if (!(stored_total > 0)) {
+      result = {depth, coins.draw(DistributionLaw<Scalar>{p, target.scratch()}), false, node};
+    } else {
+      result = {depth,
+                coins.draw(StoredWeightsLaw<Scalar>{stored, static_cast<Scalar>(stored_total)}),
+                false, node};
+    }
+    return true;
+  }
+
+  detail::ChildLinks links_;
+  std::vector<float> float_debts_;    // (depth + 1, V) the debts along the current path
+  std::vector<double> double_debts_;  // the same for exact (double) rounds
 };
 
 }  // namespace specdec
