@@ -11,9 +11,13 @@
 /// pruned after drafting (pruning a node by its own token would change the law it was drawn
 /// from).
 ///
-/// Draft calls: one per node that gets children (its row: the draft's distribution after the
-/// path to it), node by node: draft(committed + path). The context guarantee holds (committed
-/// tokens followed by speculative ones), so a KV-cached draft keeps the common prefix.
+/// Draft calls: a node's children are drawn from its row, the draft's distribution after the
+/// path to it. A draft that has score_tree (the TreeTargetModel call, tree.hpp) is asked for
+/// the rows of every node drafted so far in one call whenever a row is missing: one call per
+/// depth for fixed shapes (EAGLE's batched drafting; a GPU draft costs the same for one row or
+/// many). Any other draft is called node by node, draft(committed + path), once per node that
+/// gets children. Either way the context guarantee holds (committed tokens followed by
+/// speculative ones), so a KV-cached draft keeps the common prefix.
 ///
 /// Each node's q is a row of its own (a copy of the parent's processed row, with the earlier
 /// siblings' tokens zeroed for siblings drawn without replacement), so Proposal::q and the
@@ -157,14 +161,12 @@ class TreeProposer {
     sized_limit_ = limit;
   }
 
-  /// Computes node `node`'s draft row (node = -1: the root) and returns its expansion.
-  template <class Coins>
-  Expansion& expand(Round<Coins>& round, std::int32_t node) {
-    DraftRequest& request = round.request;
+  /// Writes the path root -> node after the committed tokens of the request's context and
+  /// returns that context.
+  std::span<const token_t> path_context(DraftRequest& request, std::int32_t node) {
     auto& context = request.context;
     context.resize(request.committed);
     if (node >= 0) {
-      // The path root -> node, written after the committed tokens.
       const std::size_t depth = depth_[static_cast<std::size_t>(node)] + 1;
       context.resize(request.committed + depth);
       std::size_t i = request.committed + depth;
@@ -172,21 +174,63 @@ class TreeProposer {
         context[--i] = tokens_[static_cast<std::size_t>(v)];
       }
     }
-    const std::span<const token_t> path(context.data(), context.size());
-    auto&& result = detail::timed_call(request.stats.draft_seconds,
-                                       [&]() -> decltype(auto) { return (*draft_)(path); });
-    ++request.stats.draft_calls;
-    const std::span<const Scalar> raw = detail::view_row(result);
+    return std::span<const token_t>(context.data(), context.size());
+  }
+
+  static constexpr bool kBatched = detail::HasScoreTree<Draft> && std::is_same_v<Scalar, float>;
+
+  /// Computes node `node`'s draft row (node = -1: the root) and returns its expansion; a
+  /// batched draft computes every missing row at once (see the file comment).
+  template <class Coins>
+  Expansion& expand(Round<Coins>& round, std::int32_t node) {
+    DraftRequest& request = round.request;
+    if constexpr (kBatched) {
+      auto&& result = detail::timed_call(request.stats.draft_seconds, [&]() -> decltype(auto) {
+        return draft_->score_tree(
+            std::span<const token_t>(request.context.data(), request.committed),
+            std::span<const token_t>(tokens_.data(), nodes_),
+            std::span<const std::int32_t>(parents_.data(), nodes_));
+      });
+      ++request.stats.draft_calls;
+      const LogitsRows<float> rows = detail::as_target_rows(result, nodes_ + 1);
+      for (std::int32_t u = -1; u < static_cast<std::int32_t>(nodes_); ++u) {
+        if (expansion_of_[static_cast<std::size_t>(u + 1)] >= 0 || !may_expand(u)) continue;
+        (void)process_row(round, u, rows.row(static_cast<std::size_t>(u + 1)));
+      }
+      return expansions_[static_cast<std::size_t>(expansion_of_[static_cast<std::size_t>(node + 1)])];
+    } else {
+      const std::span<const token_t> path = path_context(request, node);
+      auto&& result = detail::timed_call(request.stats.draft_seconds,
+                                         [&]() -> decltype(auto) { return (*draft_)(path); });
+      ++request.stats.draft_calls;
+      return process_row(round, node, detail::view_row(result));
+    }
+  }
+
+  /// Whether a node may get children: fixed shapes stop at their last depth.
+  [[nodiscard]] bool may_expand(std::int32_t node) const noexcept {
+    if (options_.shape.is_dynamic()) return true;
+    const std::size_t depth = node < 0 ? 0 : depth_[static_cast<std::size_t>(node)] + 1;
+    return depth < options_.shape.widths.size();
+  }
+
+  /// Processes node `node`'s raw draft row into an expansion (its children's law).
+  template <class Coins>
+  Expansion& process_row(Round<Coins>& round, std::int32_t node, std::span<const Scalar> raw) {
+    DraftRequest& request = round.request;
     detail::check_vocab_size(request.vocab_size, raw.size(), "draft model");
     if (vocab_size_ != request.vocab_size || sized_limit_ < round.limit) {
       size_buffers(request.vocab_size, round.limit);
     }
+    std::span<const token_t> path;
+    if (request.params.logits_processor) path = path_context(request, node);
     const std::span<const Scalar> logits = detail::apply_processor_into(
         request.params, path, raw, std::span<Scalar>(processed_.data(), vocab_size_));
     const std::size_t index = rows_used_++;
     const std::span<Scalar> weights(rows_.data() + index * stride_, vocab_size_);
     const std::span<Scalar> block_sums(row_block_sums_.data() + index * blocks_, blocks_);
-    const std::size_t position = path.size();
+    const std::size_t position =
+        request.committed + (node < 0 ? 0 : depth_[static_cast<std::size_t>(node)] + 1);
     const TokenDistribution<Scalar> q = detail::on_model_row(
         [&] {
           return process_logits(logits, greedy_ ? scoring_params_ : request.params,
@@ -291,7 +335,9 @@ class TreeProposer {
       const std::size_t depth = parent < 0 ? 0 : depth_[static_cast<std::size_t>(parent)] + 1;
       if (depth >= widths.size()) break;  // breadth first: every later node is as deep
       if (!may_draft(round)) return;
-      Expansion& expansion = expand(round, parent);
+      const std::int32_t known = expansion_of_[static_cast<std::size_t>(parent + 1)];
+      Expansion& expansion =
+          known >= 0 ? expansions_[static_cast<std::size_t>(known)] : expand(round, parent);
       for (std::size_t k = 0; k < widths[depth]; ++k) {
         if (k > 0 && !may_draft(round)) return;
         if (!draft_child(round, parent, expansion)) break;
@@ -340,6 +386,8 @@ class TreeProposer {
         }
       }
       if (!draft_child(round, parent, expansion)) continue;
+      // The child's own children: until its row is known, its own probability stands in for
+      // its best child's (an upper bound would cost a draft call per candidate reaching the top).
       const auto child = static_cast<std::int32_t>(nodes_ - 1);
       push({path_probability_[nodes_ - 1] * probabilities_[nodes_ - 1], child, true});
       if (expansion.children < max_width) {
