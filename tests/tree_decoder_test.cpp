@@ -63,6 +63,35 @@ struct CountingTreeTarget {
   }
 };
 
+// A draft that can also score a tree in one call (TreeProposer then drafts a depth per call).
+struct BatchedDraft {
+  const ScriptedPair* pair;
+  std::size_t tree_calls = 0;
+  std::vector<float> rows{};
+
+  std::vector<float> operator()(std::span<const token_t> context) const {
+    const std::vector<double> row = pair->draft_logits(context);
+    return std::vector<float>(row.begin(), row.end());
+  }
+  std::span<const float> score_tree(std::span<const token_t> committed,
+                                    std::span<const token_t> tokens,
+                                    std::span<const std::int32_t> parents) {
+    ++tree_calls;
+    rows.clear();
+    for (std::int32_t node = -1; node < static_cast<std::int32_t>(tokens.size()); ++node) {
+      std::vector<token_t> context(committed.begin(), committed.end());
+      std::vector<token_t> path;
+      for (std::int32_t v = node; v >= 0; v = parents[static_cast<std::size_t>(v)]) {
+        path.insert(path.begin(), tokens[static_cast<std::size_t>(v)]);
+      }
+      context.insert(context.end(), path.begin(), path.end());
+      const std::vector<double> row = pair->draft_logits(context);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    return rows;
+  }
+};
+
 static_assert(specdec::TreeTargetModel<CountingTreeTarget>);
 static_assert(!specdec::TreeTargetModel<ScriptedPair::Target<float>>);
 static_assert(specdec::TreeTargetModel<specdec::PathwiseTreeTarget<ScriptedPair::Target<float>>>);
@@ -172,6 +201,31 @@ TEST(TreeDecoder, StatisticsPerDepthAndSiblingRankAddUp) {
   EXPECT_GT(stats.accepted_at_rank[1], 0u) << "second siblings are never accepted?";
   EXPECT_LE(stats.drafted_at[0], stats.rounds);
   EXPECT_EQ(stats.drafted_at[3], 0u) << "a 2x2x1 tree has 3 depths";
+}
+
+TEST(TreeDecoder, BatchedDraftDraftsOneDepthPerCallWithTheSameTokens) {
+  const ScriptedPair pair = make_pair(0.9f);
+  ScriptedPair::Draft<float> draft{&pair};
+  BatchedDraft batched{&pair};
+  CountingTreeTarget target{&pair};
+  specdec::GenerationConfig config;
+  config.draft_length = 14;
+  config.max_new_tokens = 40;
+  config.sampling = pair.params;
+  config.seed = 3;
+  const TreeOptions options{TreeShape::parse("2x2x2"), SiblingMode::without_replacement};
+  specdec::StrategyDecoder one_by_one(target, TreeProposer(draft, options), StaticDraftLength{},
+                                      TreeVerifier{});
+  specdec::StrategyDecoder per_depth(target, TreeProposer(batched, options), StaticDraftLength{},
+                                     TreeVerifier{});
+  const auto expected = one_by_one.generate(kContext, config);
+  const auto got = per_depth.generate(kContext, config);
+  EXPECT_EQ(got.tokens, expected.tokens);  // the same rows, the same coins
+  EXPECT_EQ(got.stats.draft_calls, batched.tree_calls);
+  EXPECT_LE(got.stats.draft_calls, 3 * got.stats.rounds);  // one call per depth
+  // Node by node: one call per node with children (1 + 2 + 4 for a whole tree).
+  EXPECT_LE(expected.stats.draft_calls, 7 * expected.stats.rounds);
+  EXPECT_LT(got.stats.draft_calls, expected.stats.draft_calls / 2);
 }
 
 // ---- the full float decoder against the target's exact law ---------------------------------------
