@@ -36,6 +36,7 @@
 #include <Eigen/Core>
 
 #include "specdec/coins.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/model_traits.hpp"
 #include "specdec/detail/timer.hpp"
 #include "specdec/model_proposer.hpp"
@@ -351,7 +352,7 @@ class TreeProposer {
   template <class Coins>
   void draft_best_first(Round<Coins>& round) {
     auto before = [](const Candidate& a, const Candidate& b) {
-      return a.score < b.score || (a.score == b.score && a.node > b.node);
+      return a.score < b.score || (detail::exactly_equal(a.score, b.score) && a.node > b.node);
     };
     heap_.clear();
     heap_.reserve(2 * round.limit + 2);
