@@ -161,27 +161,34 @@ struct DecodeCase {
   int alpha_percent;
   double c;
   float temperature;
-  std::size_t budget;              // node budget N (= draft_length)
-  std::string shape;               // "" = chain of K = budget
-  bool dynamic = false;            // shape ignored: dynamic tree of `budget` nodes
+  std::size_t budget;    // node budget N (= draft_length)
+  std::string shape;     // "" = chain of K = budget
+  bool dynamic = false;  // shape ignored: dynamic tree of `budget` nodes
   specdec::SiblingMode siblings = specdec::SiblingMode::without_replacement;
   Verifier verifier = Verifier::token;
 };
 
 const char* name_of(specdec::SiblingMode mode) {
   switch (mode) {
-    case specdec::SiblingMode::with_replacement: return "replace";
-    case specdec::SiblingMode::without_replacement: return "distinct";
-    case specdec::SiblingMode::top_k: return "top-k";
+    case specdec::SiblingMode::with_replacement:
+      return "replace";
+    case specdec::SiblingMode::without_replacement:
+      return "distinct";
+    case specdec::SiblingMode::top_k:
+      return "top-k";
   }
   return "?";
 }
 const char* name_of(Verifier verifier) {
   switch (verifier) {
-    case Verifier::token: return "token";
-    case Verifier::block: return "block";
-    case Verifier::rrs: return "rrs";
-    case Verifier::traversal: return "traversal";
+    case Verifier::token:
+      return "token";
+    case Verifier::block:
+      return "block";
+    case Verifier::rrs:
+      return "rrs";
+    case Verifier::traversal:
+      return "traversal";
   }
   return "?";
 }
@@ -244,8 +251,8 @@ void BM_Decode(benchmark::State& state, DecodeCase c) {
     return;
   }
   specdec::TreeOptions options;
-  options.shape = c.dynamic ? specdec::TreeShape::dynamic(c.budget, 4)
-                            : specdec::TreeShape::parse(c.shape);
+  options.shape =
+      c.dynamic ? specdec::TreeShape::dynamic(c.budget, 4) : specdec::TreeShape::parse(c.shape);
   options.siblings = c.siblings;
   if (c.verifier == Verifier::traversal) {
     specdec::StrategyDecoder decoder(target, specdec::TreeProposer(draft, options),
@@ -261,8 +268,9 @@ void BM_Decode(benchmark::State& state, DecodeCase c) {
 void register_decode_cases() {
   const std::map<std::size_t, std::vector<std::string>> shapes = {
       {8, {"2x1x1x1", "2x2x1", "4x1", "2x2"}},
-      {16, {"2x2x1x1", "2x2x2", "4x1x1x1", "4x2x1", "3x1x1x1x1"}},
-      {32, {"4x2x2x1", "2x2x2x2", "4x2x1x1", "3x2x2x1"}}};
+      {16, {"2x2x1x1", "2x2x2", "4x1x1x1", "4x2x1", "3x1x1x1x1", "2x1x1x1x1x1x1x1"}},
+      {32, {"4x2x2x1", "2x2x2x2", "4x2x1x1", "3x2x2x1", "2x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1",
+            "2x2x1x1x1x1x1x1"}}};
   for (const int alpha : {50, 70, 90}) {
     for (const double c : {0.05}) {
       for (const float temperature : {1.0f, 0.0f}) {
@@ -273,8 +281,7 @@ void register_decode_cases() {
           for (const Verifier verifier : {Verifier::token, Verifier::block}) {
             if (greedy && verifier == Verifier::block) continue;
             const DecodeCase chain{alpha, c, temperature, k, "", false, {}, verifier};
-            benchmark::RegisterBenchmark(("BM_Decode/" + name_of(chain)).c_str(), BM_Decode,
-                                         chain);
+            benchmark::RegisterBenchmark(("BM_Decode/" + name_of(chain)).c_str(), BM_Decode, chain);
           }
         }
         for (const auto& [budget, budget_shapes] : shapes) {
@@ -344,8 +351,8 @@ void BM_TreeVerifyPerNode(benchmark::State& state, std::size_t vocab, std::strin
   const RowPool& pool = pool_for(vocab);
   PoolDraft draft{&pool};
   specdec::TreeOptions options;
-  options.shape = shape == "dynamic16" ? specdec::TreeShape::dynamic(16, 4)
-                                       : specdec::TreeShape::parse(shape);
+  options.shape =
+      shape == "dynamic16" ? specdec::TreeShape::dynamic(16, 4) : specdec::TreeShape::parse(shape);
   options.siblings = mode;
   specdec::TreeProposer proposer(draft, options);
   specdec::SamplingParams params;
@@ -386,9 +393,9 @@ void BM_TreeVerifyPerNode(benchmark::State& state, std::size_t vocab, std::strin
   state.counters["nodes"] = static_cast<double>(n);
   state.counters["accepted"] =
       static_cast<double>(accepted) / static_cast<double>(state.iterations());
-  state.counters["per_node_ns"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * static_cast<double>(n),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["per_node_ns"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(n),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_ExpSumPass(benchmark::State& state) {
@@ -412,8 +419,8 @@ void register_library_cases() {
       for (const specdec::SiblingMode mode :
            {specdec::SiblingMode::without_replacement, specdec::SiblingMode::top_k}) {
         for (const Verifier verifier : {Verifier::rrs, Verifier::traversal}) {
-          const std::string name = "BM_TreeVerifyPerNode/V=" + std::to_string(vocab) + "/" +
-                                   shape + "/" + name_of(mode) + "/" + name_of(verifier);
+          const std::string name = "BM_TreeVerifyPerNode/V=" + std::to_string(vocab) + "/" + shape +
+                                   "/" + name_of(mode) + "/" + name_of(verifier);
           benchmark::RegisterBenchmark(name.c_str(), BM_TreeVerifyPerNode, vocab, shape, mode,
                                        verifier);
         }

@@ -23,9 +23,12 @@ enum class TreeMutation {
 
 inline const char* name_of(TreeMutation mutation) {
   switch (mutation) {
-    case TreeMutation::none: return "restated";
-    case TreeMutation::no_residual_update: return "no_residual_update";
-    case TreeMutation::bonus_from_parent: return "bonus_from_parent";
+    case TreeMutation::none:
+      return "restated";
+    case TreeMutation::no_residual_update:
+      return "no_residual_update";
+    case TreeMutation::bonus_from_parent:
+      return "bonus_from_parent";
   }
   return "?";
 }
@@ -44,7 +47,8 @@ struct RestatedTreeVerifier {
     auto law_of_row = [&](std::size_t row) {
       std::vector<Scalar> p(vocab);
       const auto& dist = target.distribution(row);
-      for (std::size_t y = 0; y < vocab; ++y) p[y] = dist.probability(static_cast<specdec::token_t>(y));
+      for (std::size_t y = 0; y < vocab; ++y)
+        p[y] = dist.probability(static_cast<specdec::token_t>(y));
       return p;
     };
     std::int32_t node = -1;
@@ -69,7 +73,9 @@ struct RestatedTreeVerifier {
       for (const std::size_t c : children) {
         const specdec::token_t x = proposal.tokens[c];
         const Scalar q_x = proposal.q(c, x);
-        const Scalar a = p[static_cast<std::size_t>(x)] >= q_x ? Scalar(1) : p[static_cast<std::size_t>(x)] / q_x;
+        const Scalar a = p[static_cast<std::size_t>(x)] >= q_x
+                             ? Scalar(1)
+                             : p[static_cast<std::size_t>(x)] / q_x;
         if (coins.accept(c, static_cast<double>(a))) {
           accepted = static_cast<std::int32_t>(c);
           break;
@@ -151,7 +157,8 @@ struct RestatedTraversalVerifier {
     }
     double mass = 0;
     for (const double v : owed) mass += v;
-    const bool accept = node < 0 || coins.accept(static_cast<std::size_t>(node), std::min(1.0, mass));
+    const bool accept =
+        node < 0 || coins.accept(static_cast<std::size_t>(node), std::min(1.0, mass));
     if (!accept) return false;
     result_ = {depth, coins.draw(WeightVectorLaw<double>{owed, mass}), leaf, node};
     return true;
@@ -181,9 +188,9 @@ struct ParentRowProposer {
     normalizers.assign(n, 0.0);
     std::vector<std::int32_t> path;
     for (std::size_t i = 0; i < n; ++i) {
-      std::vector<specdec::token_t> context(request.context.begin(),
-                                            request.context.begin() +
-                                                static_cast<std::ptrdiff_t>(request.committed));
+      std::vector<specdec::token_t> context(
+          request.context.begin(),
+          request.context.begin() + static_cast<std::ptrdiff_t>(request.committed));
       const std::size_t length = specdec::detail::path_to(proposal, proposal.parents[i], path);
       for (std::size_t k = 0; k < length; ++k) {
         context.push_back(proposal.tokens[static_cast<std::size_t>(path[k])]);
@@ -195,8 +202,8 @@ struct ParentRowProposer {
           std::span<const double>(logits), std::span<double>(processed));
       specdec::SamplingParams params = request.params;
       if (params.greedy()) params.temperature = 1.0f;
-      const auto q = specdec::process_logits(
-          row, params, filter_scratch, std::span<double>(weights.data() + i * vocab, vocab));
+      const auto q = specdec::process_logits(row, params, filter_scratch,
+                                             std::span<double>(weights.data() + i * vocab, vocab));
       normalizers[i] = q.normalizer;
     }
     proposal.point_mass = {};

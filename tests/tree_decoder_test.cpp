@@ -165,9 +165,9 @@ TEST(TreeDecoder, ChainShapesUseTheChainCallAndTreesTheTreeCall) {
   specdec::GenerationConfig config;
   config.draft_length = 8;
   config.max_new_tokens = 30;
-  specdec::StrategyDecoder chain(target, TreeProposer(draft, {TreeShape::parse("1x1x1"),
-                                                             SiblingMode::with_replacement}),
-                                 StaticDraftLength{}, TreeVerifier{});
+  specdec::StrategyDecoder chain(
+      target, TreeProposer(draft, {TreeShape::parse("1x1x1"), SiblingMode::with_replacement}),
+      StaticDraftLength{}, TreeVerifier{});
   const auto chained = chain.generate(kContext, config);
   EXPECT_EQ(target.tree_calls, 0u);
   EXPECT_EQ(target.chain_calls, chained.stats.target_calls);
@@ -228,7 +228,8 @@ TEST(TreeDecoder, BatchedDraftDraftsOneDepthPerCallWithTheSameTokens) {
   EXPECT_LT(got.stats.draft_calls, expected.stats.draft_calls / 2);
 }
 
-// ---- the full float decoder against the target's exact law ---------------------------------------
+// ---- the full float decoder against the target's exact law
+// ---------------------------------------
 
 constexpr std::size_t kRuns = 40'000;
 constexpr double kMinPValue = 1e-4;

@@ -43,9 +43,12 @@ constexpr double kMutantMinError = 1e-4;
 
 const char* name_of(SiblingMode mode) {
   switch (mode) {
-    case SiblingMode::with_replacement: return "replace";
-    case SiblingMode::without_replacement: return "distinct";
-    case SiblingMode::top_k: return "top-k";
+    case SiblingMode::with_replacement:
+      return "replace";
+    case SiblingMode::without_replacement:
+      return "distinct";
+    case SiblingMode::top_k:
+      return "top-k";
   }
   return "?";
 }
@@ -100,16 +103,13 @@ struct ShapeCase {
 
 // Width <= 3, depth <= 3, small enough to enumerate every coin with V = 4.
 std::vector<ShapeCase> shape_cases() {
-  return {{"3", TreeShape::parse("3")},
-          {"2x2", TreeShape::parse("2x2")},
-          {"3x1", TreeShape::parse("3x1")},
-          {"1x3", TreeShape::parse("1x3")},
-          {"2x1x1", TreeShape::parse("2x1x1")},
-          {"dynamic4", TreeShape::dynamic(4, 3)}};
+  return {{"3", TreeShape::parse("3")},         {"2x2", TreeShape::parse("2x2")},
+          {"3x1", TreeShape::parse("3x1")},     {"1x3", TreeShape::parse("1x3")},
+          {"2x1x1", TreeShape::parse("2x1x1")}, {"dynamic4", TreeShape::dynamic(4, 3)}};
 }
 
-constexpr SiblingMode kModes[] = {SiblingMode::with_replacement,
-                                  SiblingMode::without_replacement, SiblingMode::top_k};
+constexpr SiblingMode kModes[] = {SiblingMode::with_replacement, SiblingMode::without_replacement,
+                                  SiblingMode::top_k};
 
 template <class VerifierT, class ProposerT>
 double certify(const ProposerT& proposer, const VerifierT& verifier, const ScriptedPair& pair,
@@ -160,9 +160,9 @@ TEST(TreeVerifier, RestatedRuleIsExactAndAgreesOnExpectedAcceptance) {
       const TreeProposer proposer(draft, TreeOptions{shape_case.shape, mode});
       const auto library = specdec::testing::certify_round(
           proposer, StaticDraftLength{}, TreeVerifier{}, pair.target(), pair.params, {1, 2}, 8);
-      const auto restated = specdec::testing::certify_round(
-          proposer, StaticDraftLength{}, RestatedTreeVerifier{}, pair.target(), pair.params,
-          {1, 2}, 8);
+      const auto restated =
+          specdec::testing::certify_round(proposer, StaticDraftLength{}, RestatedTreeVerifier{},
+                                          pair.target(), pair.params, {1, 2}, 8);
       EXPECT_LT(restated.total_variation, kExactnessBound) << shape_case.name << name_of(mode);
       EXPECT_NEAR(library.expected_accepted, restated.expected_accepted, 1e-12)
           << shape_case.name << " " << name_of(mode);
@@ -199,8 +199,8 @@ TEST(TraversalVerifier, ExactEverywhereAndComparedWithRecursiveRejectionSampling
         const auto rrs = specdec::testing::certify_round(
             proposer, StaticDraftLength{}, TreeVerifier{}, pair.target(), pair.params, {1, 2}, 8);
         const auto traversal = specdec::testing::certify_round(
-            proposer, StaticDraftLength{}, specdec::TraversalVerifier{}, pair.target(),
-            pair.params, {1, 2}, 8);
+            proposer, StaticDraftLength{}, specdec::TraversalVerifier{}, pair.target(), pair.params,
+            {1, 2}, 8);
         EXPECT_LT(traversal.total_variation, kExactnessBound);
         if (params_case.name == "T=1") {  // the rule restated with vectors agrees (slow)
           const auto restated = specdec::testing::certify_round(
@@ -217,9 +217,10 @@ TEST(TraversalVerifier, ExactEverywhereAndComparedWithRecursiveRejectionSampling
       }
     }
   }
-  std::printf("E[accepted], sequence-level vs recursive rejection sampling, %zu trees: more on %zu, "
-              "equal on %zu, fewer on %zu; ratio %.5f .. %.5f\n",
-              more + equal + fewer, more, equal, fewer, worst_ratio, best_ratio);
+  std::printf(
+      "E[accepted], sequence-level vs recursive rejection sampling, %zu trees: more on %zu, "
+      "equal on %zu, fewer on %zu; ratio %.5f .. %.5f\n",
+      more + equal + fewer, more, equal, fewer, worst_ratio, best_ratio);
   EXPECT_GT(more, 5 * fewer);
   EXPECT_GT(worst_ratio, 0.999);
 }
@@ -230,12 +231,12 @@ TEST(TraversalVerifier, IsBlockVerificationOnAChain) {
     const ScriptedPair pair = make_pair(4, params_case.params);
     auto draft = pair.draft();
     const specdec::ModelProposer proposer(draft);
-    const auto block = specdec::testing::round_law(proposer, StaticDraftLength{},
-                                                   specdec::BlockVerifier{}, pair.target(),
-                                                   pair.params, {1, 2}, 3);
-    const auto traversal = specdec::testing::round_law(proposer, StaticDraftLength{},
-                                                       specdec::TraversalVerifier{},
-                                                       pair.target(), pair.params, {1, 2}, 3);
+    const auto block =
+        specdec::testing::round_law(proposer, StaticDraftLength{}, specdec::BlockVerifier{},
+                                    pair.target(), pair.params, {1, 2}, 3);
+    const auto traversal =
+        specdec::testing::round_law(proposer, StaticDraftLength{}, specdec::TraversalVerifier{},
+                                    pair.target(), pair.params, {1, 2}, 3);
     EXPECT_LT(specdec::testing::max_abs_difference(block.chunks, traversal.chunks), 1e-12);
     EXPECT_NEAR(block.expected_accepted, traversal.expected_accepted, 1e-12);
   }
@@ -263,11 +264,11 @@ TEST(TreeVerifierMutants, NoResidualUpdateBetweenSiblingsFails) {
   params.temperature = 1.0f;
   const ScriptedPair pair = make_pair(4, params);
   auto draft = pair.draft();
-  const TreeProposer proposer(draft, TreeOptions{TreeShape::parse("3"),
-                                                 SiblingMode::with_replacement});
-  EXPECT_GT(certify(proposer, RestatedTreeVerifier{TreeMutation::no_residual_update}, pair,
-                    {1, 2}, 3),
-            kMutantMinError);
+  const TreeProposer proposer(draft,
+                              TreeOptions{TreeShape::parse("3"), SiblingMode::with_replacement});
+  EXPECT_GT(
+      certify(proposer, RestatedTreeVerifier{TreeMutation::no_residual_update}, pair, {1, 2}, 3),
+      kMutantMinError);
   EXPECT_LT(certify(proposer, RestatedTreeVerifier{}, pair, {1, 2}, 3), kExactnessBound);
 }
 
@@ -276,11 +277,11 @@ TEST(TreeVerifierMutants, BonusFromTheParentsRowFails) {
   params.temperature = 0.7f;
   const ScriptedPair pair = make_pair(4, params);
   auto draft = pair.draft();
-  const TreeProposer proposer(draft, TreeOptions{TreeShape::parse("2x1"),
-                                                 SiblingMode::without_replacement});
-  EXPECT_GT(certify(proposer, RestatedTreeVerifier{TreeMutation::bonus_from_parent}, pair,
-                    {1, 2}, 4),
-            kMutantMinError);
+  const TreeProposer proposer(
+      draft, TreeOptions{TreeShape::parse("2x1"), SiblingMode::without_replacement});
+  EXPECT_GT(
+      certify(proposer, RestatedTreeVerifier{TreeMutation::bonus_from_parent}, pair, {1, 2}, 4),
+      kMutantMinError);
 }
 
 TEST(TreeVerifierMutants, DistinctSiblingsVerifiedAgainstTheOriginalQFail) {

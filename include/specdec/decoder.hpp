@@ -408,15 +408,15 @@ class StrategyDecoder {
       // A tree goes to score_tree (tree.hpp), and only to a target that has it.
       const bool tree = !proposal.is_chain();
       if (tree) detail::check_tree(proposal);
+      const auto chain_call = [&]() -> decltype(auto) {
+        return detail::timed_call(stats.target_seconds, [&]() -> decltype(auto) {
+          return (*target_)(std::span<const token_t>(context), n + 1);
+        });
+      };
       const LogitsRows<float> rows =
           tree ? tree_call_.score(*target_, stats.target_seconds,
                                   std::span<const token_t>(context).first(committed), proposal)
-               : detail::as_target_rows(chain_result_.hold([&]() -> decltype(auto) {
-                   return detail::timed_call(stats.target_seconds, [&]() -> decltype(auto) {
-                     return (*target_)(std::span<const token_t>(context), n + 1);
-                   });
-                 }),
-                                        n + 1);
+               : detail::as_target_rows(chain_result_.hold(chain_call), n + 1);
       ++stats.target_calls;
       check_target_vocab(vocab_size, rows.vocab_size(), n);
       check_prompt_once();
@@ -427,8 +427,8 @@ class StrategyDecoder {
                                 static_cast<bool>(params.logits_processor));
         target_buffers_sized = true;
       }
-      TargetRows<float> target(rows, context, committed, params, config.logprobs,
-                               target_buffers_, tree ? proposal.parents : std::span<const std::int32_t>());
+      TargetRows<float> target(rows, context, committed, params, config.logprobs, target_buffers_,
+                               tree ? proposal.parents : std::span<const std::int32_t>());
 
       // ---- verify: keep a prefix, draw the next token --------------------------------------
       VerifyResult verdict;

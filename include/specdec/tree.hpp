@@ -73,8 +73,7 @@ concept HasScoreTree = requires(M& model, std::span<const token_t> committed,
 /// `target.score_tree(committed, tokens, parents)` -> tokens.size() + 1 rows of V float logits
 /// (see the file comment for the rows' order).
 template <class M>
-concept TreeTargetModel =
-    TargetModel<M> && detail::HasScoreTree<M> &&
+concept TreeTargetModel = TargetModel<M> && detail::HasScoreTree<M> &&
     detail::LogitsRowsLike<std::remove_cvref_t<detail::tree_result_t<M>>>;
 
 namespace detail {
@@ -264,8 +263,8 @@ void check_tree(const Proposal<Scalar>& proposal) {
     const std::int32_t parent = proposal.parents[i];
     if (parent < -1 || parent >= static_cast<std::int32_t>(i)) {
       throw_invalid_argument("proposer returned parent ", parent, " for node ", i,
-                             "; expected -1 (the committed context) or an earlier node in [0, ",
-                             i, ")");
+                             "; expected -1 (the committed context) or an earlier node in [0, ", i,
+                             ")");
     }
   }
 }
@@ -403,12 +402,14 @@ class PathwiseTreeTarget {
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       context_.resize(committed.size());
       std::size_t depth = 0;
-      for (auto v = static_cast<std::int32_t>(i); v >= 0; v = parents[static_cast<std::size_t>(v)]) {
+      for (auto v = static_cast<std::int32_t>(i); v >= 0;
+           v = parents[static_cast<std::size_t>(v)]) {
         ++depth;
       }
       context_.resize(committed.size() + depth);
       std::size_t k = context_.size();
-      for (auto v = static_cast<std::int32_t>(i); v >= 0; v = parents[static_cast<std::size_t>(v)]) {
+      for (auto v = static_cast<std::int32_t>(i); v >= 0;
+           v = parents[static_cast<std::size_t>(v)]) {
         context_[--k] = tokens[static_cast<std::size_t>(v)];
       }
       append_row();

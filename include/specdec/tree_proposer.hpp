@@ -119,9 +119,9 @@ class TreeProposer {
   /// A node that has its draft row: the weights its children are drawn from (zeroed where
   /// earlier distinct siblings took a token), their block sums and sum.
   struct Expansion {
-    std::size_t row = 0;        // index into rows_ / row_block_sums_
-    double normalizer = 0;      // sum of the row's remaining weights
-    std::size_t children = 0;   // drafted so far
+    std::size_t row = 0;       // index into rows_ / row_block_sums_
+    double normalizer = 0;     // sum of the row's remaining weights
+    std::size_t children = 0;  // drafted so far
   };
 
   [[nodiscard]] bool point_masses() const noexcept {
@@ -198,7 +198,8 @@ class TreeProposer {
         if (expansion_of_[static_cast<std::size_t>(u + 1)] >= 0 || !may_expand(u)) continue;
         (void)process_row(round, u, rows.row(static_cast<std::size_t>(u + 1)));
       }
-      return expansions_[static_cast<std::size_t>(expansion_of_[static_cast<std::size_t>(node + 1)])];
+      return expansions_[static_cast<std::size_t>(
+          expansion_of_[static_cast<std::size_t>(node + 1)])];
     } else {
       const std::span<const token_t> path = path_context(request, node);
       auto&& result = detail::timed_call(request.stats.draft_seconds,
@@ -234,8 +235,8 @@ class TreeProposer {
         request.committed + (node < 0 ? 0 : depth_[static_cast<std::size_t>(node)] + 1);
     const TokenDistribution<Scalar> q = detail::on_model_row(
         [&] {
-          return process_logits(logits, greedy_ ? scoring_params_ : request.params,
-                                filter_scratch_, weights, block_sums);
+          return process_logits(logits, greedy_ ? scoring_params_ : request.params, filter_scratch_,
+                                weights, block_sums);
         },
         "draft model logits for position ", position, " (context length ", position, ")");
     Expansion& expansion = expansions_[index];
@@ -409,21 +410,21 @@ class TreeProposer {
   std::size_t stride_ = 0;
   std::size_t blocks_ = 0;
   std::size_t sized_limit_ = 0;
-  std::vector<token_t> tokens_;           // (N) node tokens
-  std::vector<std::int32_t> parents_;     // (N) node parents, -1 = root
-  std::vector<double> probabilities_;     // (N) draft probability of the node's token
-  std::vector<double> path_probability_;  // (N) product along the path root -> node
-  std::vector<std::uint8_t> point_mass_;  // (N)
-  std::vector<std::size_t> depth_;        // (N) 0 = child of the root
-  Aligned q_weights_;                     // (N, S) node i's q row (sampled modes)
-  std::vector<Scalar> q_normalizers_;     // (N)
-  Aligned rows_;                          // (N + 1, S) expanded nodes' draft rows
-  std::vector<Scalar> row_block_sums_;    // (N + 1, B) their block sums
-  std::vector<Expansion> expansions_;     // (N + 1)
+  std::vector<token_t> tokens_;             // (N) node tokens
+  std::vector<std::int32_t> parents_;       // (N) node parents, -1 = root
+  std::vector<double> probabilities_;       // (N) draft probability of the node's token
+  std::vector<double> path_probability_;    // (N) product along the path root -> node
+  std::vector<std::uint8_t> point_mass_;    // (N)
+  std::vector<std::size_t> depth_;          // (N) 0 = child of the root
+  Aligned q_weights_;                       // (N, S) node i's q row (sampled modes)
+  std::vector<Scalar> q_normalizers_;       // (N)
+  Aligned rows_;                            // (N + 1, S) expanded nodes' draft rows
+  std::vector<Scalar> row_block_sums_;      // (N + 1, B) their block sums
+  std::vector<Expansion> expansions_;       // (N + 1)
   std::vector<std::int32_t> expansion_of_;  // (N + 1) [node + 1] -> expansion, -1 none
-  Aligned processed_;                     // (V) draft row after the logits processor
-  std::vector<Scalar> filter_scratch_;    // top-k / top-p selection
-  std::vector<Candidate> heap_;           // best-first candidates (dynamic shapes)
+  Aligned processed_;                       // (V) draft row after the logits processor
+  std::vector<Scalar> filter_scratch_;      // top-k / top-p selection
+  std::vector<Candidate> heap_;             // best-first candidates (dynamic shapes)
 };
 
 }  // namespace specdec

@@ -132,8 +132,7 @@ class RunningResidual {
 class TreeVerifier {
  public:
   template <class Scalar, class Coins>
-  VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target,
-                      Coins& coins) {
+  VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target, Coins& coins) {
     links_.build(proposal);
     std::int32_t node = -1;
     std::size_t depth = 0;
@@ -196,14 +195,14 @@ class TreeVerifier {
 /// on the enumerated cases it accepts more on most trees with depth, and on one of them
 /// slightly fewer (docs/trees.md).
 ///
-/// Cost: every node visited before the accepted one has its row processed; an inner node also
-/// stores its debt (one pass) and updates it after each rejected child (one pass). Debts live in a buffer of (depth + 1) V values that only
-/// grows.
+/// Cost: every node visited before the accepted one has its row processed (one pass, cached);
+/// an inner node stores its debt only once a child subtree is rejected (one pass), then updates
+/// it in one pass per rejected sampled child and in O(1) per rejected point mass. Debts live in a
+/// buffer of (depth + 1) V values that only grows.
 class TraversalVerifier {
  public:
   template <class Scalar, class Coins>
-  VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target,
-                      Coins& coins) {
+  VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target, Coins& coins) {
     links_.build(proposal);
     const std::size_t vocab_size = target.vocab_size();
     auto& debts = debts_for<Scalar>();
@@ -239,58 +238,81 @@ class TraversalVerifier {
                 true, node};
       return true;
     }
-    // The debt A = scale * stored, stored = the row's exp weights, scale = w / their sum.
+    // The debt: A = w p until a child subtree is rejected (nothing stored: a child's weight
+    // needs A at its own token only), then A = scale * stored.
     const std::size_t vocab_size = target.vocab_size();
     const std::span<Scalar> stored(debts.data() + depth * vocab_size, vocab_size);
     const TokenDistribution<Scalar>& p = target.distribution(row);
-    double stored_total =
-        detail::store_weights(p.logits, p.max_logit, p.inv_temperature, p.threshold, stored);
-    double scale = w / stored_total;
+    bool materialized = false;
+    double stored_total = 1.0, scale = w;
+    const auto owed_at = [&](token_t y) {
+      return materialized ? scale * static_cast<double>(stored[static_cast<std::size_t>(y)])
+                          : w * static_cast<double>(p.probability(y));
+    };
+    const auto materialize = [&] {
+      if (materialized) return;
+      stored_total =
+          detail::store_weights(p.logits, p.max_logit, p.inv_temperature, p.threshold, stored);
+      scale = w / stored_total;
+      materialized = true;
+    };
     for (; child >= 0; child = links_.next(child)) {
       const auto c = static_cast<std::size_t>(child);
       const token_t x = proposal.tokens[c];
       const auto xi = static_cast<std::size_t>(x);
       const double q_x = static_cast<double>(proposal.q(c, x));
-      const double w_c = std::min(1.0, scale * static_cast<double>(stored[xi]) / q_x);
+      const double owed_x = owed_at(x);
+      const double w_c = std::min(1.0, owed_x / q_x);
       if (visit(proposal, target, coins, child, w_c, depth + 1, debts, result)) return true;
       // c's subtree was rejected: A <- [A - q_c]_+ / R, R = sum [q_c - A]_+.
       if (proposal.is_point_mass(c)) {
-        const double owed_x = scale * static_cast<double>(stored[xi]);
+        // q_c = delta_x: R = 1 - A(x), and A loses x.
         const double rejection = 1.0 - std::min(1.0, owed_x);
-        double left = 0;  // summed: stored_total - stored[x] can round to a positive nothing
-        for (std::size_t y = 0; y < vocab_size; ++y) {
-          if (y != xi) left += static_cast<double>(stored[y]);
+        if (!(rejection > 0)) continue;  // a rejection of probability 0 (rounding)
+        materialize();
+        double left = stored_total - static_cast<double>(stored[xi]);
+        if (!(left > 1e-6 * stored_total)) {  // re-summed near nothing, where rounding rules
+          left = 0;
+          for (std::size_t y = 0; y < vocab_size; ++y) {
+            if (y != xi) left += static_cast<double>(stored[y]);
+          }
         }
-        if (rejection > 0 && (left > 0 || node >= 0)) {
-          stored_total = left;
-          stored[xi] = Scalar(0);
-          scale /= rejection;
-        }
+        if (!(left > 0) && node < 0) continue;  // at weight 1: probability 0, as above
+        stored[xi] = Scalar(0);
+        stored_total = left;
+        scale /= rejection;
         continue;
       }
+      materialize();
+      // One pass, in place: stored <- [scale stored - q_c]_+, with R and the debt left.
       const std::span<const Scalar> q_weights = proposal.q_weights.row(c);
-      const double inv_q = 1.0 / static_cast<double>(proposal.q_normalizers[c]);
+      const auto a = static_cast<Scalar>(scale);
+      const Scalar b = Scalar(1) / proposal.q_normalizers[c];
+      const double mass = scale * stored_total;
       double rejection = 0, left = 0;
       for (std::size_t y = 0; y < vocab_size; ++y) {
-        const double difference =
-            scale * static_cast<double>(stored[y]) - static_cast<double>(q_weights[y]) * inv_q;
-        if (difference < 0) rejection -= difference; else left += difference;
+        const Scalar difference = a * stored[y] - b * q_weights[y];
+        const Scalar kept = std::max(Scalar(0), difference);
+        left += static_cast<double>(kept);
+        rejection += static_cast<double>(kept - difference);
+        stored[y] = kept;
       }
-      // At weight 1 nothing left owed means the rejection had probability 0 (rounding).
-      if (!(rejection > 0) || (!(left > 0) && node < 0)) continue;
-      for (std::size_t y = 0; y < vocab_size; ++y) {
-        const double difference =
-            scale * static_cast<double>(stored[y]) - static_cast<double>(q_weights[y]) * inv_q;
-        stored[y] = static_cast<Scalar>(std::max(0.0, difference));
+      if (!(rejection > 0) || (!(left > 0) && node < 0)) {
+        // q_c >= A everywhere, so A was q_c: a rejection of probability 0 (rounding). The
+        // debt stays q_c's (with A's mass).
+        std::copy(q_weights.begin(), q_weights.end(), stored.begin());
+        stored_total = static_cast<double>(proposal.q_normalizers[c]);
+        scale = mass / stored_total;
+        continue;
       }
       stored_total = left;
       scale = 1.0 / rejection;
     }
-    const double owed = scale * stored_total;
+    const double owed = materialized ? scale * stored_total : w;
     if (node >= 0 && !coins.accept(static_cast<std::size_t>(node), std::min(1.0, owed))) {
       return false;
     }
-    if (!(stored_total > 0)) {
+    if (!materialized || !(stored_total > 0)) {
       result = {depth, coins.draw(DistributionLaw<Scalar>{p, target.scratch()}), false, node};
     } else {
       result = {depth,
