@@ -289,6 +289,7 @@ class StrategyDecoder {
   static_assert(DraftLengthPolicy<Policy>,
                 "specdec: a DraftLengthPolicy must provide `bool draft_more(const DraftState&)` "
                 "and `void observe(const RoundReport&)` (see strategies.hpp)");
+  static_assert(detail::TreeTargetRequirements<Target>::satisfied);  // score_tree, if any
   static_assert(specdec::Verifier<Verifier>,
                 "specdec: a Verifier must provide `template <class Scalar, class Coins> "
                 "VerifyResult verify(const Proposal<Scalar>&, TargetRows<Scalar>&, Coins&)` "

@@ -125,12 +125,16 @@ class TreeCall {
   LogitsRows<float> score(Target& target, double& seconds, std::span<const token_t> committed,
                           const Proposal<Scalar>& proposal) {
     static_assert(TreeTargetRequirements<Target>::satisfied);
-    const auto& rows = held_.hold([&]() -> decltype(auto) {
-      return timed_call(seconds, [&]() -> decltype(auto) {
-        return target.score_tree(committed, proposal.tokens, proposal.parents);
+    if constexpr (LogitsRowsLike<std::remove_cvref_t<tree_result_t<Target>>>) {
+      const auto& rows = held_.hold([&]() -> decltype(auto) {
+        return timed_call(seconds, [&]() -> decltype(auto) {
+          return target.score_tree(committed, proposal.tokens, proposal.parents);
+        });
       });
-    });
-    return as_target_rows(rows, proposal.size() + 1);
+      return as_target_rows(rows, proposal.size() + 1);
+    } else {
+      return {};  // unreachable: the static_assert above already failed
+    }
   }
 
  private:
