@@ -130,6 +130,12 @@ specdec::TreeShape parse_tree_shape(std::string_view text) {
   }
 }
 
+/// --tree-budget N: N nodes grown best first.
+specdec::TreeShape tree_budget(std::size_t nodes) {
+  if (nodes == 0) throw UsageError("--tree-budget must be >= 1");
+  return specdec::TreeShape::dynamic(nodes);
+}
+
 specdec::SiblingMode parse_siblings(std::string_view text) {
   try {
     return specdec::parse_sibling_mode(text);
@@ -232,7 +238,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--seed") config.seed = parse_number<std::uint64_t>(flag, value());
     else if (flag == "--verifier") config.verifier = parse_verifier(value());
     else if (flag == "--tree") tree_options().shape = parse_tree_shape(value());
-    else if (flag == "--tree-budget") tree_options().shape = specdec::TreeShape::dynamic(size_value());
+    else if (flag == "--tree-budget") tree_options().shape = tree_budget(size_value());
     else if (flag == "--siblings") siblings = parse_siblings(value());
     else if (flag == "--target") options.target_path = value();
     else if (flag == "--draft") options.draft_path = value();

@@ -453,7 +453,8 @@ class StrategyDecoder {
       const std::span<const std::int32_t> path =
           tree ? detail::accepted_path(proposal, verdict, path_)
                : std::span<const std::int32_t>(chain_path(verdict.accepted));
-      const std::size_t depth = tree ? detail::sibling_ranks(proposal, sibling_rank_, tree_scratch_) : n;
+      const std::size_t depth =
+          tree ? detail::sibling_ranks(proposal, sibling_rank_, tree_scratch_) : n;
       ++stats.rounds;
       stats.drafted += n;
       stats.accepted += verdict.accepted;
