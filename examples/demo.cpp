@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <optional>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -52,7 +53,16 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
                          occurrence of the last 4-12 bytes; no draft model) | both (lookup
                          when it matches, the draft model otherwise) (default model)
   --verifier token|block how sampled drafts are verified: token-level rejection sampling or
-                         block verification (never fewer tokens per round) (default token)
+                         block verification (never fewer tokens per round) (default token);
+                         with a tree: recursive rejection sampling or sequence-level (block
+                         verification over the tree)
+  --tree WxWxW           draft a tree instead of a chain: W children per node at each depth
+                         (e.g. 4x2x2x1); K caps the nodes (default: the whole tree)
+  --tree-budget N        draft a tree of N nodes grown best first from the draft's own
+                         probabilities (EAGLE-2 style, at most 4 children per node)
+  --siblings MODE        how a node's children are drafted: replace (i.i.d. from the draft),
+                         distinct (without replacement) or top-k (the most probable ones,
+                         deterministic) (default distinct)
   --target PATH          target weights (default <source dir>/models/kjv-target.spdc)
   --draft PATH           draft weights (default <source dir>/models/kjv-draft.spdc)
   --json                 print a JSON summary (with the text) instead of streaming
@@ -112,6 +122,47 @@ Proposer parse_proposer(std::string_view name) {
   throw UsageError("--proposer expects model, ngram or both, got '" + std::string(name) + "'");
 }
 
+specdec::TreeShape parse_tree_shape(std::string_view text) {
+  try {
+    return specdec::TreeShape::parse(text);
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(std::string("--tree: ") + (error.what() + 9));  // after "specdec: "
+  }
+}
+
+/// --tree-budget N: N nodes grown best first.
+specdec::TreeShape tree_budget(std::size_t nodes) {
+  if (nodes == 0) throw UsageError("--tree-budget must be >= 1");
+  return specdec::TreeShape::dynamic(nodes);
+}
+
+specdec::SiblingMode parse_siblings(std::string_view text) {
+  try {
+    return specdec::parse_sibling_mode(text);
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(std::string("--siblings: ") + (error.what() + 9));  // after "specdec: "
+  }
+}
+
+const char* siblings_name(specdec::SiblingMode mode) {
+  switch (mode) {
+    case specdec::SiblingMode::with_replacement: return "replace";
+    case specdec::SiblingMode::without_replacement: return "distinct";
+    case specdec::SiblingMode::top_k: return "top-k";
+  }
+  return "?";
+}
+
+/// "4x2x2x1" or "budget 12".
+std::string tree_name(const specdec::TreeOptions& tree) {
+  if (tree.shape.is_dynamic()) return "budget " + std::to_string(tree.shape.budget);
+  std::string name;
+  for (const std::size_t width : tree.shape.widths) {
+    name += (name.empty() ? "" : "x") + std::to_string(width);
+  }
+  return name;
+}
+
 const char* proposer_name(Proposer proposer) {
   return proposer == Proposer::model ? "model" : proposer == Proposer::ngram ? "ngram" : "both";
 }
@@ -126,6 +177,7 @@ struct Options {
   std::string draft_path = SPECDEC_MODELS_DIR "/kjv-draft.spdc";
   bool json = false, baseline = true, baseline_text = true, help = false;
   Proposer proposer = Proposer::model;
+  std::optional<specdec::TreeOptions> tree;  // --tree / --tree-budget
 };
 
 template <class Number>
@@ -149,6 +201,11 @@ Options parse_args(int argc, char** argv) {
   config.max_new_tokens = 200;
   config.sampling.temperature = 0.0f;
   bool draft_length_given = false;
+  std::optional<specdec::SiblingMode> siblings;
+  const auto tree_options = [&]() -> specdec::TreeOptions& {
+    if (!options.tree) options.tree = specdec::TreeOptions{};
+    return *options.tree;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     const auto value = [&]() -> std::string_view {
@@ -180,6 +237,9 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--min-p") config.sampling.min_p = float_value();
     else if (flag == "--seed") config.seed = parse_number<std::uint64_t>(flag, value());
     else if (flag == "--verifier") config.verifier = parse_verifier(value());
+    else if (flag == "--tree") tree_options().shape = parse_tree_shape(value());
+    else if (flag == "--tree-budget") tree_options().shape = tree_budget(size_value());
+    else if (flag == "--siblings") siblings = parse_siblings(value());
     else if (flag == "--target") options.target_path = value();
     else if (flag == "--draft") options.draft_path = value();
     else if (flag == "--json") options.json = true;
@@ -189,9 +249,19 @@ Options parse_args(int argc, char** argv) {
     // clang-format on
   }
   if (config.max_new_tokens == 0) throw UsageError("--max-new-tokens must be >= 1");
+  if (siblings && !options.tree) throw UsageError("--siblings needs --tree or --tree-budget");
+  if (options.tree) {
+    if (siblings) options.tree->siblings = *siblings;
+    if (options.proposer != Proposer::model ||
+        config.draft_length_policy.kind != specdec::DraftLengthKind::fixed) {
+      throw UsageError("--tree / --tree-budget draft with the draft model and a fixed node "
+                       "budget: not with --proposer ngram|both or --draft-policy");
+    }
+  }
   if (!draft_length_given) {
     const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
     config.draft_length = adaptive ? kAutoDraftLengthCap : kDefaultDraftLength;
+    if (options.tree) config.draft_length = options.tree->shape.nodes();  // the whole tree
   }
   try {
     config.validate();  // the library's own checks: K >= 1, temperature, top-k, top-p, min-p
@@ -260,6 +330,21 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
   }
   std::printf(",\n  \"draft_length_histogram\": [%s],\n  \"plain_rounds\": %zu",
               histogram.c_str(), stats.plain_rounds());
+  if (options.tree) {
+    const auto list = [](const std::vector<std::size_t>& values) {
+      std::string out;
+      std::size_t used = values.size();
+      while (used > 0 && values[used - 1] == 0) --used;
+      for (std::size_t i = 0; i < used; ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+      return out;
+    };
+    std::printf(",\n  \"tree\": {\"shape\": \"%s\", \"siblings\": \"%s\", \"drafted_at_depth\": "
+                "[%s], \"accepted_at_depth\": [%s], \"drafted_at_rank\": [%s], "
+                "\"accepted_at_rank\": [%s]}",
+                tree_name(*options.tree).c_str(), siblings_name(options.tree->siblings),
+                list(stats.drafted_at).c_str(), list(stats.accepted_at).c_str(),
+                list(stats.drafted_at_rank).c_str(), list(stats.accepted_at_rank).c_str());
+  }
   if (options.baseline) {
     const std::string text =
         options.baseline_text ? "\"text\": " + json_string(to_text(slow.tokens)) + ", " : "";
@@ -286,9 +371,10 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
                 specdec::examples::escape_generated(slow.tokens).c_str());
   }
   const bool adaptive = options.config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
-  std::printf("\nspeculative (%s%s K %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
+  const bool tree = options.tree.has_value();  // the geometric model and K are for chains
+  std::printf("\nspeculative (%s%s %s %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
               adaptive ? draft_policy_name(options.config.draft_length_policy.kind) : "",
-              adaptive ? "," : "", adaptive ? "<=" : "=", k,
+              adaptive ? "," : "", tree ? "tree, nodes" : "K", adaptive || tree ? "<=" : "=", k,
               options.config.verifier == specdec::VerifierKind::block ? ", block" : "",
               stats.emitted, stats.total_seconds, tokens_per_second(stats));
   if (options.baseline) {
@@ -298,12 +384,12 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
                 tokens_per_second(stats) / tokens_per_second(slow.stats));
   }
   // The geometric prediction assumes K tokens every round: for a fixed K only.
-  if (!adaptive) {
+  if (!adaptive && !tree) {
     std::printf("predicted speedup:     %.2fx  (geometric model: alpha_hat %.3f, c %.4f, "
                 "flat target cost)\n",
                 stats.predicted_speedup(k), stats.alpha_hat(), stats.cost_ratio());
   }
-  if (options.baseline && !adaptive) {
+  if (options.baseline && !adaptive && !tree) {
     // A round emits tau tokens for K draft calls and one target call that computes K + 1 rows,
     // which costs T(K+1)/T(1) one-token calls on this CPU target.
     const double verify_cost = seconds_per_target_call(stats) / seconds_per_target_call(slow.stats);
@@ -312,6 +398,20 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
   }
   std::printf("tokens per round:      %.2f  (acceptance rate %.3f)\n", stats.tokens_per_round(),
               stats.acceptance_rate());
+  if (options.tree) {
+    // Per depth: rounds whose tree reached it, and rounds that accepted a node there; per
+    // sibling rank: drafted nodes that were a parent's r-th child, and how many were accepted.
+    std::printf("tree %s, %s siblings:\n  depth:", tree_name(*options.tree).c_str(),
+                siblings_name(options.tree->siblings));
+    for (std::size_t d = 0; d < stats.drafted_at.size() && stats.drafted_at[d] > 0; ++d) {
+      std::printf("  %zu: %zu/%zu", d + 1, stats.accepted_at[d], stats.drafted_at[d]);
+    }
+    std::printf("  (rounds accepting a node at that depth / rounds drafting one)\n  rank: ");
+    for (std::size_t r = 0; r < stats.drafted_at_rank.size() && stats.drafted_at_rank[r] > 0; ++r) {
+      std::printf("  %zu: %zu/%zu", r + 1, stats.accepted_at_rank[r], stats.drafted_at_rank[r]);
+    }
+    std::printf("  (accepted / drafted nodes that were a parent's r-th child)\n");
+  }
   if (adaptive) {
     // The chosen draft lengths, as "length x rounds" for every length that occurred.
     std::string chosen;
@@ -376,7 +476,26 @@ int run(Options& options) {
     return result;
   };
   specdec::GenerationResult fast, slow;
-  if (options.proposer == Proposer::model) {
+  if (options.tree) {
+    // The target's own tree call when it has one; else every node's row by a chain call.
+    const auto run_tree = [&](auto& tree_target) {
+      specdec::TreeProposer proposer(draft, *options.tree);
+      if (config.verifier == specdec::VerifierKind::block) {
+        specdec::StrategyDecoder speculative(tree_target, proposer, specdec::StaticDraftLength{},
+                                             specdec::TraversalVerifier{});
+        return speculate(speculative);
+      }
+      specdec::StrategyDecoder speculative(tree_target, proposer, specdec::StaticDraftLength{},
+                                           specdec::TreeVerifier{});
+      return speculate(speculative);
+    };
+    if constexpr (specdec::TreeTargetModel<GptModel>) {
+      fast = run_tree(target);
+    } else {
+      specdec::PathwiseTreeTarget<GptModel> tree_target(target);
+      fast = run_tree(tree_target);
+    }
+  } else if (options.proposer == Proposer::model) {
     specdec::SpeculativeDecoder speculative(draft, target);
     fast = speculate(speculative);
   } else if (options.proposer == Proposer::ngram) {

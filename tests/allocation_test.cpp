@@ -297,6 +297,37 @@ class PreallocatedTarget {
 using SpanTarget = PreallocatedTarget<false>;
 using MapTarget = PreallocatedTarget<true>;
 
+// The same target with the tree call: row 0 after the committed tokens, row 1 + i after the
+// path to node i (hashes extended along the path).
+class PreallocatedTreeTarget : public SpanTarget {
+ public:
+  PreallocatedTreeTarget(std::size_t vocab, std::size_t max_rows)
+      : SpanTarget(vocab, max_rows), vocab_(vocab), max_rows_(max_rows),
+        tree_(vocab * max_rows), hashes_(max_rows) {}
+
+  std::span<const float> score_tree(std::span<const token_t> committed,
+                                    std::span<const token_t> tokens,
+                                    std::span<const std::int32_t> parents) {
+    if (tokens.size() + 1 > max_rows_) std::abort();  // a test bug; throwing would allocate
+    const std::uint64_t root = prefix_hash(committed);
+    fill_logits(root, std::span<float>(tree_.data(), vocab_), /*draft=*/false);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      const std::int32_t parent = parents[i];
+      const std::uint64_t base = parent < 0 ? root : hashes_[static_cast<std::size_t>(parent)];
+      hashes_[i] = extend_hash(base, tokens[i]);
+      fill_logits(hashes_[i], std::span<float>(tree_.data() + (i + 1) * vocab_, vocab_),
+                  /*draft=*/false);
+    }
+    return std::span<const float>(tree_.data(), (tokens.size() + 1) * vocab_);
+  }
+
+ private:
+  std::size_t vocab_;
+  std::size_t max_rows_;
+  std::vector<float> tree_;            // (max_rows, V)
+  std::vector<std::uint64_t> hashes_;  // (max_rows) each node's prefix hash
+};
+
 // ---------------------------------------------------------------------------------------------
 // Sampling modes
 // ---------------------------------------------------------------------------------------------
@@ -644,6 +675,48 @@ TEST(NgramRound, AllocatesNothingAfterTheFirstRound) {
       EXPECT_LE(std::count_if(counts.begin(), counts.end(), [](std::size_t c) { return c > 0; }),
                 1)
           << ::testing::PrintToString(counts);
+    }
+  }
+}
+
+// Tree drafts: TreeProposer (fixed and budgeted shapes, every sibling mode) with the tree call,
+// verified by recursive rejection sampling or sequence-level.
+template <class TreeVerifierT>
+AllocationWindows run_tree(std::size_t vocab, Mode mode, const specdec::TreeOptions& options) {
+  PreallocatedDraft draft(vocab);
+  constexpr std::size_t kNodes = 10;
+  PreallocatedTreeTarget target(vocab, kNodes + 1);
+  specdec::StrategyDecoder decoder(target, specdec::TreeProposer(draft, options),
+                                   specdec::StaticDraftLength{}, TreeVerifierT{});
+  const specdec::GenerationConfig config = config_for(mode, kNodes, 42);
+  const std::vector<token_t> prompt = {1, 2, 3, 4};
+  AllocationWindows windows(Inject::nothing);
+  const specdec::GenerationResult result = decoder.generate(
+      prompt, config,
+      [&windows](std::span<const token_t> chunk) { return windows.on_chunk(chunk); });
+  EXPECT_EQ(result.tokens.size(), config.max_new_tokens);
+  return windows;
+}
+
+TEST(TreeRound, AllocatesNothingAfterTheFirstRound) {
+  SKIP_IF_NOT_COUNTING();
+  for (const std::size_t vocab : {std::size_t{50}, std::size_t{32000}}) {
+    for (const Mode mode : {Mode::sampling, Mode::greedy, Mode::all_filters,
+                            Mode::logits_processor}) {
+      for (const specdec::SiblingMode siblings :
+           {specdec::SiblingMode::with_replacement, specdec::SiblingMode::without_replacement,
+            specdec::SiblingMode::top_k}) {
+        for (const specdec::TreeShape& shape :
+             {specdec::TreeShape::parse("3x2x1"), specdec::TreeShape::dynamic(10, 3)}) {
+          SCOPED_TRACE(std::string(mode_name(mode)) + " V=" + std::to_string(vocab) + " " +
+                       (shape.is_dynamic() ? "dynamic" : "3x2x1") + " siblings " +
+                       std::to_string(static_cast<int>(siblings)));
+          const specdec::TreeOptions options{shape, siblings};
+          EXPECT_TRUE(all_windows_equal(run_tree<specdec::TreeVerifier>(vocab, mode, options), 0));
+          EXPECT_TRUE(
+              all_windows_equal(run_tree<specdec::TraversalVerifier>(vocab, mode, options), 0));
+        }
+      }
     }
   }
 }

@@ -98,6 +98,10 @@ TEST(StatsTest, MergedStatsPoolTheRuns) {
   b.library_seconds = 0.1;
   b.drafted_at = {5, 5};
   b.accepted_at = {2, 0};
+  a.drafted_at_rank = {30, 10};  // tree rounds: drafted / accepted nodes by sibling rank
+  a.accepted_at_rank = {20, 3};
+  b.drafted_at_rank = {10};
+  b.accepted_at_rank = {9};
 
   const specdec::DecodeStats sum = a + b;
   EXPECT_EQ(sum.rounds, 15u);
@@ -113,6 +117,8 @@ TEST(StatsTest, MergedStatsPoolTheRuns) {
   EXPECT_DOUBLE_EQ(sum.library_seconds, 0.2);
   EXPECT_EQ(sum.drafted_at, (std::vector<std::size_t>{15, 15, 10, 10}));
   EXPECT_EQ(sum.accepted_at, (std::vector<std::size_t>{11, 8, 7, 6}));
+  EXPECT_EQ(sum.drafted_at_rank, (std::vector<std::size_t>{40, 10}));
+  EXPECT_EQ(sum.accepted_at_rank, (std::vector<std::size_t>{29, 3}));
   // Derived figures of the pooled counters.
   EXPECT_DOUBLE_EQ(sum.acceptance_rate(), 32.0 / 50.0);
   EXPECT_DOUBLE_EQ(sum.alpha_hat(), 32.0 / 43.0);

@@ -46,6 +46,7 @@
 #include "specdec/strategies.hpp"
 #include "specdec/target_rows.hpp"
 #include "specdec/token_verifier.hpp"
+#include "specdec/tree.hpp"
 #include "specdec/types.hpp"
 #include "specdec/verify.hpp"
 
@@ -288,6 +289,7 @@ class StrategyDecoder {
   static_assert(DraftLengthPolicy<Policy>,
                 "specdec: a DraftLengthPolicy must provide `bool draft_more(const DraftState&)` "
                 "and `void observe(const RoundReport&)` (see strategies.hpp)");
+  static_assert(detail::TreeTargetRequirements<Target>::satisfied);  // score_tree, if any
   static_assert(specdec::Verifier<Verifier>,
                 "specdec: a Verifier must provide `template <class Scalar, class Coins> "
                 "VerifyResult verify(const Proposal<Scalar>&, TargetRows<Scalar>&, Coins&)` "
@@ -352,6 +354,8 @@ class StrategyDecoder {
     const std::size_t usable_draft_length = config.usable_draft_length();
     stats.drafted_at.assign(usable_draft_length, 0);
     stats.accepted_at.assign(usable_draft_length, 0);
+    stats.drafted_at_rank.assign(usable_draft_length, 0);
+    stats.accepted_at_rank.assign(usable_draft_length, 0);
 
     Rng rng(config.seed);
     DraftCoins draft_coins(rng);
@@ -360,6 +364,10 @@ class StrategyDecoder {
     context.reserve(prompt.size() + reserve + usable_draft_length + 1);
     context.assign(prompt.begin(), prompt.end());
     detail::ensure_size(acceptance_coins_, usable_draft_length);
+    detail::ensure_size(path_, usable_draft_length);
+    detail::ensure_size(sibling_rank_, usable_draft_length);
+    detail::ensure_size(tree_scratch_, 2 * usable_draft_length + 1);
+    target_buffers_.path_context.reserve(context.capacity());
     if (certain_tokens_.size() < usable_draft_length) certain_tokens_.assign(usable_draft_length, 1.0);
     std::size_t vocab_size = 0;  // learned from the first model call of this generate()
     bool prompt_checked = false;  // against vocab_size, once it is known
@@ -398,11 +406,19 @@ class StrategyDecoder {
       context.insert(context.end(), proposal.tokens.begin(), proposal.tokens.end());
 
       // ---- target: one call scores every drafted position plus the next ------------------
-      auto&& target_result = detail::timed_call(stats.target_seconds, [&]() -> decltype(auto) {
-        return (*target_)(std::span<const token_t>(context), n + 1);
-      });
+      // A tree goes to score_tree (tree.hpp), and only to a target that has it.
+      const bool tree = !proposal.is_chain();
+      if (tree) detail::check_tree(proposal);
+      const auto chain_call = [&]() -> decltype(auto) {
+        return detail::timed_call(stats.target_seconds, [&]() -> decltype(auto) {
+          return (*target_)(std::span<const token_t>(context), n + 1);
+        });
+      };
+      const LogitsRows<float> rows =
+          tree ? tree_call_.score(*target_, stats.target_seconds,
+                                  std::span<const token_t>(context).first(committed), proposal)
+               : detail::as_target_rows(chain_result_.hold(chain_call), n + 1);
       ++stats.target_calls;
-      const LogitsRows<float> rows = detail::as_target_rows(target_result, n + 1);
       check_target_vocab(vocab_size, rows.vocab_size(), n);
       check_prompt_once();
       detail::check_proposal(proposal, request.limit, vocab_size);
@@ -412,14 +428,16 @@ class StrategyDecoder {
                                 static_cast<bool>(params.logits_processor));
         target_buffers_sized = true;
       }
-      TargetRows<float> target(rows, context, committed, params, config.logprobs,
-                               target_buffers_);
+      TargetRows<float> target(rows, context, committed, params, config.logprobs, target_buffers_,
+                               tree ? proposal.parents : std::span<const std::int32_t>());
 
       // ---- verify: keep a prefix, draw the next token --------------------------------------
       VerifyResult verdict;
       if (params.greedy()) {
         // A deterministic target admits one lossless verifier: accept exactly its argmax path.
-        verdict = verify_greedy(proposal.tokens, [&](std::size_t j) { return target.argmax(j); });
+        const auto argmax_at = [&](std::size_t j) { return target.argmax(j); };
+        verdict = tree ? verify_greedy_tree(proposal, argmax_at)
+                       : verify_greedy(proposal.tokens, argmax_at);
       } else {
         for (std::size_t i = 0; i < n; ++i) acceptance_coins_[i] = rng.uniform01();
         const VerificationCoins coins(std::span<const double>(acceptance_coins_.data(), n),
@@ -431,12 +449,22 @@ class StrategyDecoder {
       }
 
       // ---- commit: statistics, emit up to a stop token, budget, callback -------------------
+      // The accepted path's nodes (a chain's: 0..accepted-1) and each node's sibling rank.
+      const std::span<const std::int32_t> path =
+          tree ? detail::accepted_path(proposal, verdict, path_)
+               : std::span<const std::int32_t>(chain_path(verdict.accepted));
+      const std::size_t depth =
+          tree ? detail::sibling_ranks(proposal, sibling_rank_, tree_scratch_) : n;
       ++stats.rounds;
       stats.drafted += n;
       stats.accepted += verdict.accepted;
-      if (verdict.accepted < n) ++stats.rejecting_rounds;
-      for (std::size_t k = 0; k < n; ++k) ++stats.drafted_at[k];
+      if (tree ? !verdict.bonus : verdict.accepted < n) ++stats.rejecting_rounds;
+      for (std::size_t k = 0; k < depth; ++k) ++stats.drafted_at[k];
       for (std::size_t k = 0; k < verdict.accepted; ++k) ++stats.accepted_at[k];
+      for (std::size_t i = 0; i < n; ++i) ++stats.drafted_at_rank[tree ? sibling_rank_[i] : 0];
+      for (const std::int32_t node : path) {
+        ++stats.accepted_at_rank[tree ? sibling_rank_[static_cast<std::size_t>(node)] : 0];
+      }
       const std::span<const double> token_probabilities =
           proposal.token_probabilities.size() == n
               ? proposal.token_probabilities
@@ -449,15 +477,22 @@ class StrategyDecoder {
       const std::size_t chunk_start = result.tokens.size();
       bool stopped = false;
       for (std::size_t j = 0; j <= verdict.accepted && !stopped; ++j) {
-        const token_t token = j < verdict.accepted ? proposal.tokens[j] : verdict.next_token;
+        const token_t token = j < verdict.accepted
+                                  ? proposal.tokens[static_cast<std::size_t>(path[j])]
+                                  : verdict.next_token;
         result.tokens.push_back(token);
         if (config.logprobs) {
-          result.logprobs.push_back(static_cast<float>(target.log_probability(j, token)));
+          // Row 1 + node follows that node (row 0 the committed tokens), chain or tree.
+          const std::size_t row = j == 0 ? 0 : static_cast<std::size_t>(path[j - 1]) + 1;
+          result.logprobs.push_back(static_cast<float>(target.log_probability(row, token)));
         }
         stopped = detail::is_stop_token(config.stop_tokens, token);
       }
       stats.emitted = result.tokens.size();
-      context.resize(committed + verdict.accepted);
+      context.resize(committed);
+      for (const std::int32_t node : path) {
+        context.push_back(proposal.tokens[static_cast<std::size_t>(node)]);
+      }
       context.push_back(verdict.next_token);
 
       if (stopped) {
@@ -492,6 +527,12 @@ class StrategyDecoder {
     detail::check_vocab_size(vocab_size, got, "target model");
   }
 
+  /// Nodes 0..accepted-1: a chain's accepted path.
+  std::span<const std::int32_t> chain_path(std::size_t accepted) {
+    for (std::size_t k = 0; k < accepted; ++k) path_[k] = static_cast<std::int32_t>(k);
+    return std::span<const std::int32_t>(path_.data(), accepted);
+  }
+
   static void check_verdict(const VerifyResult& verdict, std::size_t n, std::size_t vocab_size) {
     if (verdict.accepted > n || verdict.next_token < 0 ||
         static_cast<std::size_t>(verdict.next_token) >= vocab_size) {
@@ -510,6 +551,12 @@ class StrategyDecoder {
   std::vector<double> acceptance_coins_;  // (K) usable draft length
   std::vector<double> certain_tokens_;    // (K) all 1: probabilities of a proposer that has none
   TargetRowBuffers<float> target_buffers_;
+  detail::HeldResult<typename detail::chain_call_result<Target>::type>
+      chain_result_;                      // the last chain call's rows, until the next call
+  detail::TreeCall<Target> tree_call_;    // score_tree, for targets that have it
+  std::vector<std::int32_t> path_;        // (K) the accepted path's nodes
+  std::vector<std::size_t> sibling_rank_;  // (K) each node's rank among its siblings
+  std::vector<std::size_t> tree_scratch_;  // (2 K + 1) counters for sibling_ranks
 };
 
 /// \brief Speculative decoding with a draft model and a target model: the two-model face of

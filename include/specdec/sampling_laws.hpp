@@ -49,6 +49,22 @@ struct WeightsLaw {
   }
 };
 
+/// \brief Stored unnormalised weights and their sum, sampled without block sums (one scan):
+/// the law of a residual a verifier has materialised (tree verification's running residual).
+template <class Scalar>
+struct StoredWeightsLaw {
+  std::span<const Scalar> weights;  ///< V weights >= 0
+  Scalar total = 0;                 ///< their sum (> 0)
+
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return weights.size(); }
+  [[nodiscard]] token_t sample(double coin) const {
+    return sample_from_weights(weights, total, coin);
+  }
+  [[nodiscard]] double mass(token_t token) const noexcept {
+    return static_cast<double>(weights[static_cast<std::size_t>(token)]);
+  }
+};
+
 /// \brief A processed target distribution p: the law of a bonus token (or of a plain step).
 template <class Scalar>
 struct DistributionLaw {

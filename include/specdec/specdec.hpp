@@ -30,5 +30,8 @@
 #include "specdec/strategies.hpp"
 #include "specdec/target_rows.hpp"
 #include "specdec/token_verifier.hpp"
+#include "specdec/tree.hpp"
+#include "specdec/tree_proposer.hpp"
+#include "specdec/tree_verifier.hpp"
 #include "specdec/types.hpp"
 #include "specdec/verify.hpp"

@@ -56,6 +56,10 @@ struct DecodeStats {
   /// min(draft_length, max_new_tokens - 1)
   std::vector<std::size_t> drafted_at;
   std::vector<std::size_t> accepted_at;  ///< [k]: rounds whose position-k draft was accepted
+  /// Tree drafts (chains count every node as rank 0): [r] = drafted nodes that were the r-th
+  /// child of their parent (r = 0: the first); drafted_at / accepted_at count by depth.
+  std::vector<std::size_t> drafted_at_rank;
+  std::vector<std::size_t> accepted_at_rank;  ///< [r]: accepted nodes that were an r-th child
 
   /// Rounds whose draft-length policy stated what it expected (RoundPrediction), and the sums
   /// of those expectations: compare predicted_tokens_per_second() with the measured rate.
@@ -139,9 +143,9 @@ struct DecodeStats {
   }
 
   /// \brief Pools `other` into these statistics (e.g. over many prompts): every counter and
-  /// every time is summed, drafted_at / accepted_at elementwise (the shorter grows to the
-  /// longer, with zeros). Every derived figure is a ratio of sums, so those of the merge are
-  /// the pooled ones (alpha_hat of all rounds together, not an average of alpha_hats).
+  /// every time is summed, the per-position and per-rank vectors elementwise (the shorter
+  /// grows to the longer, with zeros). Every derived figure is a ratio of sums, so those of the
+  /// merge are the pooled ones (alpha_hat of all rounds together, not an average of alpha_hats).
   DecodeStats& operator+=(const DecodeStats& other) {
     rounds += other.rounds;
     drafted += other.drafted;
@@ -155,6 +159,8 @@ struct DecodeStats {
     predicted_seconds += other.predicted_seconds;
     add_elementwise(drafted_at, other.drafted_at);
     add_elementwise(accepted_at, other.accepted_at);
+    add_elementwise(drafted_at_rank, other.drafted_at_rank);
+    add_elementwise(accepted_at_rank, other.accepted_at_rank);
     draft_seconds += other.draft_seconds;
     target_seconds += other.target_seconds;
     total_seconds += other.total_seconds;

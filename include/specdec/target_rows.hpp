@@ -85,6 +85,8 @@ struct TargetRowBuffers {
   std::vector<std::uint8_t> done;       // (R) whether row j is processed
   std::vector<Scalar> filter_scratch;   // top-k / top-p selection (grown on first use)
   Aligned scratch;                      // (V) sampling scratch for verifiers
+  std::vector<token_t> path_context;    // (committed + depth) a tree row's context, for the
+                                        // logits processor
 
   /// \brief Room for `rows` rows of `vocab_size` logits.
   void reserve(std::size_t rows, std::size_t vocab_size, bool with_processor) {
@@ -101,7 +103,9 @@ struct TargetRowBuffers {
 };
 
 /// \brief The R = n + 1 rows of one target call for a proposal of n tokens, processed on
-/// demand. Row j follows the committed tokens and drafted tokens 0..j-1.
+/// demand. Row j follows the committed tokens and drafted tokens 0..j-1; for a tree proposal
+/// (`parents` given), row 0 follows the committed tokens and row 1 + i the path root -> node i
+/// (tree.hpp), which is also what a logits processor sees as the row's context.
 template <class Scalar>
 class TargetRows {
  public:
@@ -109,15 +113,18 @@ class TargetRows {
   /// \param context committed tokens followed by the drafted tokens (the call's context)
   /// \param committed number of committed tokens at the start of `context`
   /// \param greedy_logprobs whether argmax(j) also computes the greedy log-prob
+  /// \param parents a tree proposal's parents (empty: a chain); context then needs to hold
+  /// the committed tokens followed by the nodes' tokens in node order
   TargetRows(LogitsRows<Scalar> rows, std::span<const token_t> context, std::size_t committed,
              const SamplingParams& params, bool greedy_logprobs,
-             TargetRowBuffers<Scalar>& buffers)
+             TargetRowBuffers<Scalar>& buffers, std::span<const std::int32_t> parents = {})
       : rows_(rows),
         context_(context),
         committed_(committed),
         params_(&params),
         greedy_logprobs_(greedy_logprobs),
-        buffers_(&buffers) {
+        buffers_(&buffers),
+        parents_(parents) {
     buffers.reserve(rows.rows(), rows.vocab_size(), static_cast<bool>(params.logits_processor));
     std::fill_n(buffers.done.begin(), rows.rows(), std::uint8_t{0});
   }
@@ -133,9 +140,10 @@ class TargetRows {
       return verify();
     } catch (const std::domain_error& error) {
       if (row_error_named_ || last_row_ >= size()) throw;
+      const std::size_t position = committed_ + depth(last_row_);
       detail::throw_domain_error_for_row(error, "target model row ", last_row_, " of ", size(),
-                                         " (position ", committed_ + last_row_, ", context length ",
-                                         committed_ + last_row_, ")");
+                                         " (position ", position, ", context length ", position,
+                                         ")");
     }
   }
 
@@ -207,19 +215,47 @@ class TargetRows {
     }
   }
 
+  /// Drafted tokens row j follows: j for a chain, the depth of node j - 1 plus 1 for a tree.
+  [[nodiscard]] std::size_t depth(std::size_t j) const noexcept {
+    if (parents_.empty() || j == 0) return j;
+    std::size_t length = 0;
+    for (std::int32_t v = static_cast<std::int32_t>(j) - 1; v >= 0;
+         v = parents_[static_cast<std::size_t>(v)]) {
+      ++length;
+    }
+    return length;
+  }
+
+  /// The context row j follows: committed + drafted 0..j-1 (chain), committed + the path
+  /// root -> node j - 1 (tree; built in a buffer, only for a logits processor).
+  std::span<const token_t> row_context(std::size_t j) {
+    if (parents_.empty()) return context_.first(committed_ + j);
+    const std::size_t length = depth(j);
+    std::vector<token_t>& path = buffers_->path_context;
+    path.resize(committed_ + length);
+    std::copy_n(context_.begin(), committed_, path.begin());
+    std::size_t i = committed_ + length;
+    for (std::int32_t v = static_cast<std::int32_t>(j) - 1; v >= 0;
+         v = parents_[static_cast<std::size_t>(v)]) {
+      path[--i] = context_[committed_ + static_cast<std::size_t>(v)];
+    }
+    return path;
+  }
+
   std::span<const Scalar> processed_row(std::size_t j) {
     const std::size_t v = vocab_size();
     std::span<Scalar> out;
-    if (params_->logits_processor) out = std::span<Scalar>(buffers_->processed.data() + j * v, v);
-    return detail::apply_processor_into(*params_, context_.first(committed_ + j), rows_.row(j),
-                                        out);
+    if (!params_->logits_processor) return rows_.row(j);
+    out = std::span<Scalar>(buffers_->processed.data() + j * v, v);
+    return detail::apply_processor_into(*params_, row_context(j), rows_.row(j), out);
   }
 
   template <class Kernel>
   decltype(auto) on_row(std::size_t j, Kernel&& kernel) {
     try {
+      const std::size_t position = committed_ + depth(j);
       return detail::on_model_row(kernel, "target model row ", j, " of ", size(), " (position ",
-                                  committed_ + j, ", context length ", committed_ + j, ")");
+                                  position, ", context length ", position, ")");
     } catch (const std::domain_error&) {
       row_error_named_ = true;  // naming_rows_in_errors must not name the row twice
       throw;
@@ -232,6 +268,7 @@ class TargetRows {
   const SamplingParams* params_;
   bool greedy_logprobs_;
   TargetRowBuffers<Scalar>* buffers_;
+  std::span<const std::int32_t> parents_;  // a tree's parents; empty for a chain
   std::size_t last_row_ = static_cast<std::size_t>(-1);  // the row last asked for (none yet)
   bool row_error_named_ = false;  // a row-processing error (already naming its row) was thrown
 };

@@ -55,6 +55,7 @@
 #include "specdec/stats.hpp"
 #include "specdec/strategies.hpp"
 #include "specdec/target_rows.hpp"
+#include "specdec/tree.hpp"
 #include "specdec/types.hpp"
 #include "specdec/verify.hpp"
 
@@ -520,6 +521,25 @@ class EnumeratingCoins {
   std::vector<bool> read_;
 };
 
+/// \brief The rows of a tree call (tree.hpp) computed from a chain-call target, one call per
+/// path: row 0 after `context`, row 1 + i after context + the path root -> node i.
+template <class Scalar, class TargetFn>
+[[nodiscard]] std::vector<Scalar> tree_rows(TargetFn&& target, const Sequence& context,
+                                            const Proposal<Scalar>& proposal) {
+  std::vector<Scalar> rows;
+  std::vector<std::int32_t> path;
+  for (std::int32_t node = -1; node < static_cast<std::int32_t>(proposal.size()); ++node) {
+    Sequence path_context = context;
+    const std::size_t length = specdec::detail::path_to(proposal, node, path);
+    for (std::size_t k = 0; k < length; ++k) {
+      path_context.push_back(proposal.tokens[static_cast<std::size_t>(path[k])]);
+    }
+    const auto row = target(std::span<const token_t>(path_context), std::size_t{1});
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  return rows;
+}
+
 /// \brief What a round's history records for a draft-length policy: the emitted chunk and the
 /// drafted tokens' probabilities (their count is the number drafted).
 struct RoundOutcome {
@@ -563,19 +583,25 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
     const auto proposal = run_proposer.propose(request, coins);
     using Scalar = typename std::remove_cvref_t<decltype(proposal)>::scalar_type;
     const std::size_t n = proposal.size();
+    // A tree is scored as the decoder's tree call would (one row per node plus the root).
+    const bool tree = !proposal.is_chain();
+    if (tree) specdec::detail::check_tree(proposal);
     tokens.resize(context.size());
     tokens.insert(tokens.end(), proposal.tokens.begin(), proposal.tokens.end());
-    const std::vector<Scalar> rows = target(std::span<const token_t>(tokens), n + 1);
+    const std::vector<Scalar> rows = tree ? tree_rows(target, context, proposal)
+                                          : target(std::span<const token_t>(tokens), n + 1);
     const LogitsRows<Scalar> view(std::span<const Scalar>(rows), rows.size() / (n + 1));
     if (vocab_size == 0) vocab_size = view.vocab_size();
     specdec::detail::check_proposal(proposal, limit, vocab_size);
     TargetRowBuffers<Scalar> buffers;
-    TargetRows<Scalar> target_rows(view, tokens, context.size(), params, false, buffers);
+    TargetRows<Scalar> target_rows(view, tokens, context.size(), params, false, buffers,
+                                   tree ? proposal.parents : std::span<const std::int32_t>());
     coins.begin_verification(n);
+    const auto argmax_at = [&](std::size_t j) { return target_rows.argmax(j); };
     const VerifyResult verdict =
-        params.greedy()
-            ? verify_greedy(proposal.tokens, [&](std::size_t j) { return target_rows.argmax(j); })
-            : run_verifier.verify(proposal, target_rows, coins);
+        params.greedy() ? (tree ? verify_greedy_tree(proposal, argmax_at)
+                                : verify_greedy(proposal.tokens, argmax_at))
+                        : run_verifier.verify(proposal, target_rows, coins);
     if (verdict.accepted > n || verdict.next_token < 0 ||
         static_cast<std::size_t>(verdict.next_token) >= vocab_size) {
       // As the decoder's own check: a chunk is never built from tokens that were not drafted.
@@ -584,8 +610,16 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
                              " tokens and drew token " + std::to_string(verdict.next_token) +
                              "; expected at most the drafted tokens and a token in [0, V)");
     }
-    Sequence chunk(proposal.tokens.begin(),
+    Sequence chunk;
+    if (tree) {
+      std::vector<std::int32_t> path(n);
+      for (const std::int32_t node : specdec::detail::accepted_path(proposal, verdict, path)) {
+        chunk.push_back(proposal.tokens[static_cast<std::size_t>(node)]);
+      }
+    } else {
+      chunk.assign(proposal.tokens.begin(),
                    proposal.tokens.begin() + static_cast<std::ptrdiff_t>(verdict.accepted));
+    }
     chunk.push_back(verdict.next_token);
     const double probability = coins.probability();
     law.chunks[chunk] += probability;

@@ -43,6 +43,10 @@ struct VerifyResult {
   token_t next_token = 0;    ///< correction at position `accepted` (residual sample or target
                              ///< argmax), or the bonus from target row K if accepted == K
   bool bonus = false;        ///< accepted == K: next_token came from target row K
+  /// Tree proposals: the last node of the accepted path (its ancestors are the rest of the
+  /// path; `accepted` is the path's length), -1 if none was accepted; bonus then says that
+  /// node is a leaf. Chains may leave it at -1 (the path is nodes 0..accepted-1).
+  std::int32_t accepted_node = -1;
 };
 
 /// \brief min(1, p_x / q_x): the probability of accepting a drafted token.

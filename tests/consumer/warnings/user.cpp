@@ -4,8 +4,9 @@
 // user's build warn. It includes only <specdec/specdec.hpp> and instantiates what a program does
 // with it: speculative and plain decoding, greedy and sampled (T = 1, top-p, top-k with min-p),
 // with a logits processor, token-level and block verification, every built-in draft-length
-// policy, n-gram lookup alone and before the draft model; it checks that greedy speculative
-// decoding reproduces greedy plain decoding.
+// policy, n-gram lookup alone and before the draft model, tree drafts (fixed and budgeted
+// shapes, every sibling mode, both tree verifiers, a target with score_tree and the pathwise
+// adapter); it checks that greedy speculative decoding reproduces greedy plain decoding.
 
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +42,32 @@ struct Target {
       }
     }
     return rows;
+  }
+};
+
+// The same target with the tree call: row 0 after the committed tokens, row 1 + i after the
+// path to node i.
+struct TreeTarget : Target {
+  std::vector<float> tree_rows;
+  std::span<const float> score_tree(std::span<const specdec::token_t> committed,
+                                    std::span<const specdec::token_t> tokens,
+                                    std::span<const std::int32_t> parents) {
+    tree_rows.resize((tokens.size() + 1) * kVocab);
+    for (std::size_t i = 0; i <= tokens.size(); ++i) {
+      std::size_t length = committed.size();
+      specdec::token_t last = committed.back();
+      if (i > 0) {
+        last = tokens[i - 1];
+        for (std::int32_t v = static_cast<std::int32_t>(i) - 1; v >= 0;
+             v = parents[static_cast<std::size_t>(v)]) {
+          ++length;
+        }
+      }
+      for (std::size_t token = 0; token < kVocab; ++token) {
+        tree_rows[i * kVocab + token] = base_logit(length, last, token);
+      }
+    }
+    return tree_rows;
   }
 };
 
@@ -125,6 +152,34 @@ int main() {
       sampled_tokens += speculative.generate(prompt, config).tokens.size();
       sampled_tokens += combined.generate(prompt, config).tokens.size();
       config.sampling.temperature = 0.0f;
+    }
+  }
+  // Tree drafts: every sibling mode, fixed and budgeted shapes, both tree verifiers; a target
+  // with score_tree and one served by chain calls per path.
+  TreeTarget tree_target;
+  specdec::PathwiseTreeTarget<Target> pathwise(target);
+  config.draft_length_policy.kind = specdec::DraftLengthKind::fixed;
+  config.draft_length = 12;
+  for (const specdec::SiblingMode mode :
+       {specdec::SiblingMode::with_replacement, specdec::SiblingMode::without_replacement,
+        specdec::SiblingMode::top_k}) {
+    for (const specdec::TreeShape& shape :
+         {specdec::TreeShape::parse("3x2x1"), specdec::TreeShape::dynamic(10)}) {
+      const specdec::TreeOptions options{shape, mode};
+      specdec::StrategyDecoder rrs(tree_target, specdec::TreeProposer(draft, options),
+                                   specdec::StaticDraftLength{}, specdec::TreeVerifier{});
+      specdec::StrategyDecoder traversal(pathwise, specdec::TreeProposer(draft, options),
+                                         specdec::StaticDraftLength{},
+                                         specdec::TraversalVerifier{});
+      config.sampling.temperature = 0.0f;
+      if (rrs.generate(prompt, config).tokens != greedy_plain.tokens ||
+          traversal.generate(prompt, config).tokens != greedy_plain.tokens) {
+        std::fprintf(stderr, "consumer warnings test: FAILED, a tree draft changed greedy\n");
+        return 1;
+      }
+      config.sampling.temperature = 1.0f;
+      sampled_tokens += rrs.generate(prompt, config).tokens.size();
+      sampled_tokens += traversal.generate(prompt, config).tokens.size();
     }
   }
   std::printf("consumer warnings test: OK (%zu greedy tokens in %zu rounds, %zu sampled)\n",

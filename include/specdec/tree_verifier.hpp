@@ -1,0 +1,330 @@
+#pragma once
+/// \file
+/// \brief TreeVerifier: recursive rejection sampling over a drafted tree (SpecInfer, Miao et
+/// al. 2024; Sequoia, Chen et al. 2024), lossless for every sibling mode at every temperature.
+///
+/// From the root: p is the target row of the current node. Its children x_1, x_2, ... are
+/// tried in node order; child k was drawn from the law q_k the proposal reports for it (the
+/// parent's draft distribution for i.i.d. siblings; that distribution without the earlier
+/// siblings' tokens, renormalised, for siblings drawn without replacement; a point mass for
+/// deterministic ones). Accept x_k with probability min(1, p(x_k) / q_k(x_k)) and descend into
+/// it (p becomes its row); after a rejection p <- normalize(max(p - q_k, 0)) and the next child
+/// is tried. When every child is rejected the next token is drawn from the current p; at an
+/// accepted leaf it is the bonus from the leaf's own row.
+///
+/// Why it is exact, at one node: given everything drafted before child k (which fixes q_k and,
+/// by induction, the current p), x_k ~ q_k, so the child step emits y with probability
+/// min(q_k(y), p(y)) + P(reject) r(y) = p(y), r the normalised residual — the token-level
+/// identity (verify.hpp) — and what follows an accepted x_k is, again by induction, the
+/// target's continuation. Sibling k + 1 may depend on x_k (without replacement), and a node's
+/// existence on anything drafted before it (dynamic shapes), never on what is drafted after it
+/// or on the target. For point masses the step is accept with p(x), else p without x. Reporting
+/// "without replacement" siblings' q_k as the law they were drawn from is what makes the q
+/// update (q <- q without the rejected token) part of the proposal: the verifier is one rule
+/// for all modes. testing.hpp certifies it by enumeration for every mode.
+///
+/// Cost: one pass over the vocabulary per visited row (its distribution), plus one per rejected
+/// sampled sibling (the residual update); a rejected point mass after the first costs O(1).
+/// The running residual lives in TargetRows::scratch(); nothing is allocated after warm-up.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "specdec/coins.hpp"
+#include "specdec/detail/exp_weights.hpp"
+#include "specdec/proposal.hpp"
+#include "specdec/sampling_laws.hpp"
+#include "specdec/target_rows.hpp"
+#include "specdec/tree.hpp"
+#include "specdec/verify.hpp"
+
+namespace specdec {
+
+namespace detail {
+
+/// The current target law at one node during recursive rejection sampling: the processed row
+/// itself until the first rejection, then stored unnormalised weights r with their sum.
+template <class Scalar>
+class RunningResidual {
+ public:
+  RunningResidual(const TokenDistribution<Scalar>& p, std::span<Scalar> storage) noexcept
+      : p_(&p), r_(storage) {}
+
+  /// The current law's probability of `token`.
+  [[nodiscard]] double probability(token_t token) const noexcept {
+    if (!stored_) return static_cast<double>(p_->probability(token));
+    return static_cast<double>(r_[static_cast<std::size_t>(token)]) / total_;
+  }
+
+  /// After rejecting a token drawn from `q` (node `node` of `proposal`): p <- norm(max(p - q, 0)).
+  void reject(const Proposal<Scalar>& proposal, std::size_t node) {
+    const token_t x = proposal.tokens[node];
+    const auto xi = static_cast<std::size_t>(x);
+    if (proposal.is_point_mass(node)) {
+      // max(p - delta_x, 0) = p without x (p(x) <= 1).
+      if (!stored_) store_p();
+      // The rest's sum, summed (total_ - r[x] could round to a positive value with nothing
+      // left). Nothing left: p is a point mass at x, a rejection of probability 0.
+      double rest = 0;
+      for (std::size_t y = 0; y < r_.size(); ++y) {
+        if (y != xi) rest += static_cast<double>(r_[y]);
+      }
+      if (rest > 0) {
+        r_[xi] = Scalar(0);
+        total_ = rest;
+      }
+      return;
+    }
+    const std::span<const Scalar> q_weights = proposal.q_weights.row(node);
+    const Scalar q_normalizer = proposal.q_normalizers[node];
+    double total = 0;
+    if (!stored_) {
+      total = residual_distribution(*p_, q_weights, q_normalizer, r_);
+    } else {
+      const auto inv_total = static_cast<Scalar>(1.0 / total_);
+      const Scalar inv_q = Scalar(1) / q_normalizer;
+      for (std::size_t y = 0; y < r_.size(); ++y) {
+        const Scalar value = std::max(Scalar(0), r_[y] * inv_total - q_weights[y] * inv_q);
+        r_[y] = value;
+        total += static_cast<double>(value);
+      }
+    }
+    stored_ = true;
+    total_ = total;
+    if (!(total > 0)) {
+      // p <= q everywhere, so p = q: the rejection had probability 0 (it happened through
+      // rounding); q itself is then the law to continue with.
+      std::copy(q_weights.begin(), q_weights.end(), r_.begin());
+      total_ = static_cast<double>(q_normalizer);
+    }
+  }
+
+  /// The law to draw the next token from when every child was rejected.
+  template <class Coins>
+  [[nodiscard]] token_t draw(Coins& coins, std::span<Scalar> scratch) const {
+    if (!stored_) return coins.draw(DistributionLaw<Scalar>{*p_, scratch});
+    return coins.draw(StoredWeightsLaw<Scalar>{r_, static_cast<Scalar>(total_)});
+  }
+
+  [[nodiscard]] bool stored() const noexcept { return stored_; }
+
+ private:
+  void store_p() {
+    total_ = store_weights(p_->logits, p_->max_logit, p_->inv_temperature, p_->threshold, r_);
+    stored_ = true;
+  }
+
+  const TokenDistribution<Scalar>* p_;
+  std::span<Scalar> r_;
+  double total_ = 1;
+  bool stored_ = false;
+};
+
+}  // namespace detail
+
+/// \brief Recursive rejection sampling over a tree (see the file comment); on a chain it is
+/// token-level verification. Acceptance coin i decides node i (each node is judged at most
+/// once); the final coin draws the next token.
+class TreeVerifier {
+ public:
+  template <class Scalar, class Coins>
+  VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target, Coins& coins) {
+    links_.build(proposal);
+    std::int32_t node = -1;
+    std::size_t depth = 0;
+    for (;;) {
+      const std::size_t row = static_cast<std::size_t>(node + 1);
+      std::int32_t child = links_.first(node);
+      if (child < 0) {
+        // An accepted leaf (or an empty proposal): the bonus from its own row.
+        return {depth,
+                coins.draw(DistributionLaw<Scalar>{target.distribution(row), target.scratch()}),
+                true, node};
+      }
+      const TokenDistribution<Scalar>& p = target.distribution(row);
+      detail::RunningResidual<Scalar> residual(p, target.scratch());
+      std::int32_t accepted = -1;
+      for (; child >= 0; child = links_.next(child)) {
+        const auto c = static_cast<std::size_t>(child);
+        const token_t x = proposal.tokens[c];
+        const double q_x = static_cast<double>(proposal.q(c, x));
+        const double p_x = residual.probability(x);
+        const double accept = p_x >= q_x ? 1.0 : p_x / q_x;
+        if (coins.accept(c, accept)) {
+          accepted = child;
+          break;
+        }
+        residual.reject(proposal, c);
+      }
+      if (accepted < 0) return {depth, residual.draw(coins, target.scratch()), false, node};
+      node = accepted;
+      ++depth;
+    }
+  }
+
+ private:
+  detail::ChildLinks links_;
+};
+
+/// \brief Sequence-level tree verification: block verification (block_verifier.hpp) extended
+/// to trees, judging whole root-to-node sequences leaf first, in the spirit of traversal
+/// verification (Weng et al., arXiv 2505.12398).
+///
+/// A post-order traversal: a node's subtrees (children in node order) before the node itself.
+/// A node u reached with weight w (1 at the root) owes the vector A = w P_u (P_u its target
+/// row, total w). Child c gets the weight w_c = min(1, A(x_c) / q_c(x_c)); if c's whole
+/// subtree is rejected — probability R = sum_y [q_c(y) - A(y)]_+ — the debt left is
+/// A <- [A - q_c]_+ / R (renormalised by the rejection, not by its own mass). When every child
+/// is rejected, u itself is accepted with probability sum_y A(y) (w for a leaf) and the next
+/// token drawn from A normalised (a leaf: its row); the root is always accepted.
+///
+/// Why it is exact: by induction from the leaves, the subtree of a node u reached with weight
+/// w emits "u, then y, then the target's continuation" with probability exactly w P_u(y) and
+/// rejects with probability 1 - w. A leaf does so directly. For an inner node, child c emits
+/// its token y with probability q_c(y) w_c(y) = min(q_c(y), A(y)) and is rejected with
+/// probability R; given the rejection the debt is [A - q_c]_+ / R and the mass to reject
+/// (1 - w) / R, so the remaining children and u pay exactly the rest (the accept step of u
+/// pays the leftover debt sum A and rejects with the rest). At the root, w = 1: the output is
+/// the target's. On a chain the rule is block verification (tested: identical round laws); at
+/// weight 1 (siblings at the root) it is recursive rejection sampling. It is not the paper's
+/// algorithm verbatim, and not provably never below TreeVerifier in expected accepted tokens:
+/// on the enumerated cases it accepts more on most trees with depth, and on one of them
+/// slightly fewer (docs/trees.md).
+///
+/// Cost: every node visited before the accepted one has its row processed (one pass, cached);
+/// an inner node stores its debt only once a child subtree is rejected (one pass), then updates
+/// it in one pass per rejected sampled child and in O(1) per rejected point mass. Debts live in a
+/// buffer of (depth + 1) V values that only grows.
+class TraversalVerifier {
+ public:
+  template <class Scalar, class Coins>
+  VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target, Coins& coins) {
+    links_.build(proposal);
+    const std::size_t vocab_size = target.vocab_size();
+    auto& debts = debts_for<Scalar>();
+    if (debts.size() < (proposal.size() + 1) * vocab_size) {
+      debts.resize((proposal.size() + 1) * vocab_size);
+    }
+    VerifyResult result;
+    (void)visit(proposal, target, coins, -1, 1.0, 0, debts, result);
+    return result;
+  }
+
+ private:
+  template <class Scalar>
+  std::vector<Scalar>& debts_for() {
+    if constexpr (std::is_same_v<Scalar, float>) {
+      return float_debts_;
+    } else {
+      return double_debts_;
+    }
+  }
+
+  template <class Scalar, class Coins>
+  bool visit(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target, Coins& coins,
+             std::int32_t node, double w, std::size_t depth, std::vector<Scalar>& debts,
+             VerifyResult& result) {
+    const std::size_t row = static_cast<std::size_t>(node + 1);
+    std::int32_t child = links_.first(node);
+    if (child < 0) {
+      // A leaf owes w P_u: accept with probability w, then the bonus from its row.
+      if (node >= 0 && !coins.accept(static_cast<std::size_t>(node), w)) return false;
+      result = {depth,
+                coins.draw(DistributionLaw<Scalar>{target.distribution(row), target.scratch()}),
+                true, node};
+      return true;
+    }
+    // The debt: A = w p until a child subtree is rejected (nothing stored: a child's weight
+    // needs A at its own token only), then A = scale * stored.
+    const std::size_t vocab_size = target.vocab_size();
+    const std::span<Scalar> stored(debts.data() + depth * vocab_size, vocab_size);
+    const TokenDistribution<Scalar>& p = target.distribution(row);
+    bool materialized = false;
+    double stored_total = 1.0, scale = w;
+    const auto owed_at = [&](token_t y) {
+      return materialized ? scale * static_cast<double>(stored[static_cast<std::size_t>(y)])
+                          : w * static_cast<double>(p.probability(y));
+    };
+    const auto materialize = [&] {
+      if (materialized) return;
+      stored_total =
+          detail::store_weights(p.logits, p.max_logit, p.inv_temperature, p.threshold, stored);
+      scale = w / stored_total;
+      materialized = true;
+    };
+    for (; child >= 0; child = links_.next(child)) {
+      const auto c = static_cast<std::size_t>(child);
+      const token_t x = proposal.tokens[c];
+      const auto xi = static_cast<std::size_t>(x);
+      const double q_x = static_cast<double>(proposal.q(c, x));
+      const double owed_x = owed_at(x);
+      const double w_c = std::min(1.0, owed_x / q_x);
+      if (visit(proposal, target, coins, child, w_c, depth + 1, debts, result)) return true;
+      // c's subtree was rejected: A <- [A - q_c]_+ / R, R = sum [q_c - A]_+.
+      if (proposal.is_point_mass(c)) {
+        // q_c = delta_x: R = 1 - A(x), and A loses x.
+        const double rejection = 1.0 - std::min(1.0, owed_x);
+        if (!(rejection > 0)) continue;  // a rejection of probability 0 (rounding)
+        materialize();
+        double left = stored_total - static_cast<double>(stored[xi]);
+        if (!(left > 1e-6 * stored_total)) {  // re-summed near nothing, where rounding rules
+          left = 0;
+          for (std::size_t y = 0; y < vocab_size; ++y) {
+            if (y != xi) left += static_cast<double>(stored[y]);
+          }
+        }
+        if (!(left > 0) && node < 0) continue;  // at weight 1: probability 0, as above
+        stored[xi] = Scalar(0);
+        stored_total = left;
+        scale /= rejection;
+        continue;
+      }
+      materialize();
+      // One pass, in place: stored <- [scale stored - q_c]_+, with R and the debt left.
+      const std::span<const Scalar> q_weights = proposal.q_weights.row(c);
+      const auto a = static_cast<Scalar>(scale);
+      const Scalar b = Scalar(1) / proposal.q_normalizers[c];
+      const double mass = scale * stored_total;
+      double rejection = 0, left = 0;
+      for (std::size_t y = 0; y < vocab_size; ++y) {
+        const Scalar difference = a * stored[y] - b * q_weights[y];
+        const Scalar kept = std::max(Scalar(0), difference);
+        left += static_cast<double>(kept);
+        rejection += static_cast<double>(kept - difference);
+        stored[y] = kept;
+      }
+      if (!(rejection > 0) || (!(left > 0) && node < 0)) {
+        // q_c >= A everywhere, so A was q_c: a rejection of probability 0 (rounding). The
+        // debt stays q_c's (with A's mass).
+        std::copy(q_weights.begin(), q_weights.end(), stored.begin());
+        stored_total = static_cast<double>(proposal.q_normalizers[c]);
+        scale = mass / stored_total;
+        continue;
+      }
+      stored_total = left;
+      scale = 1.0 / rejection;
+    }
+    const double owed = materialized ? scale * stored_total : w;
+    if (node >= 0 && !coins.accept(static_cast<std::size_t>(node), std::min(1.0, owed))) {
+      return false;
+    }
+    if (!materialized || !(stored_total > 0)) {
+      result = {depth, coins.draw(DistributionLaw<Scalar>{p, target.scratch()}), false, node};
+    } else {
+      result = {depth,
+                coins.draw(StoredWeightsLaw<Scalar>{stored, static_cast<Scalar>(stored_total)}),
+                false, node};
+    }
+    return true;
+  }
+
+  detail::ChildLinks links_;
+  std::vector<float> float_debts_;    // (depth + 1, V) the debts along the current path
+  std::vector<double> double_debts_;  // the same for exact (double) rounds
+};
+
+}  // namespace specdec
