@@ -44,7 +44,13 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
                              (default draft-simple); --proposer model|ngram|both says the same
   --ngram-min N, --ngram-max N   lookup n-gram lengths (default 4..12 for byte vocabularies,
                              2..5 otherwise)
-  --verifier token|block     how sampled drafts are verified (default token)
+  --verifier token|block     how sampled drafts are verified (default token); with a tree:
+                             recursive rejection sampling or sequence-level
+  --tree WxWxW               draft a tree (W children per node at each depth, e.g. 4x2x2x1),
+                             scored by the target in one llama_decode (one sequence per leaf)
+  --tree-budget N            a tree of N nodes grown best first from the draft's probabilities
+  --siblings MODE            replace (i.i.d.) | distinct (without replacement) | top-k
+                             (default distinct)
   --temp T                   temperature >= 0; 0 = greedy (also --temperature; default 0)
   --top-k N, --top-p P, --min-p P   filters (defaults 0 = off, 1 = off, 0 = off)
   -s,  --seed N              sampling seed (default 0)
@@ -83,6 +89,7 @@ struct Options {
   specdec::GenerationConfig config;
   Proposer proposer = Proposer::model;
   std::optional<std::size_t> ngram_min, ngram_max;
+  std::optional<specdec::TreeOptions> tree;  // --tree / --tree-budget
   llama::ContextOptions target_context, draft_context;
   std::string rpc;
   bool ignore_eos = false, json = false, baseline = true, verbose = false, help = false;
@@ -152,6 +159,19 @@ Options parse_args(int argc, char** argv) {
   config.max_new_tokens = 200;
   config.sampling.temperature = 0.0f;
   bool draft_length_given = false;
+  std::optional<specdec::SiblingMode> siblings;
+  const auto tree_options = [&]() -> specdec::TreeOptions& {
+    if (!options.tree) options.tree = specdec::TreeOptions{};
+    return *options.tree;
+  };
+  // The library's own parse errors, as usage errors naming the flag.
+  const auto usage = [](std::string_view flag, auto&& parse) {
+    try {
+      return parse();
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(std::string(flag) + ": " + (error.what() + 9));  // after "specdec: "
+    }
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     const auto value = [&]() -> std::string_view {
@@ -199,6 +219,19 @@ Options parse_args(int argc, char** argv) {
       else if (name == "block") config.verifier = specdec::VerifierKind::block;
       else throw UsageError("--verifier expects token or block, got '" + std::string(name) + "'");
     }
+    else if (is({"--tree"})) {
+      const std::string_view text = value();
+      tree_options().shape = usage(flag, [&] { return specdec::TreeShape::parse(text); });
+    }
+    else if (is({"--tree-budget"})) {
+      const std::size_t nodes = size_value();
+      if (nodes == 0) throw UsageError("--tree-budget must be >= 1");
+      tree_options().shape = specdec::TreeShape::dynamic(nodes);
+    }
+    else if (is({"--siblings"})) {
+      const std::string_view text = value();
+      siblings = usage(flag, [&] { return specdec::parse_sibling_mode(text); });
+    }
     else if (is({"--temp", "--temperature"})) config.sampling.temperature = float_value();
     else if (is({"--top-k"})) config.sampling.top_k = parse_number<int>(flag, value());
     else if (is({"--top-p"})) config.sampling.top_p = float_value();
@@ -229,9 +262,19 @@ Options parse_args(int argc, char** argv) {
     // clang-format on
   }
   if (config.max_new_tokens == 0) throw UsageError("--n-predict must be >= 1");
+  if (siblings && !options.tree) throw UsageError("--siblings needs --tree or --tree-budget");
+  if (options.tree) {
+    if (siblings) options.tree->siblings = *siblings;
+    if (options.proposer != Proposer::model ||
+        config.draft_length_policy.kind != specdec::DraftLengthKind::fixed) {
+      throw UsageError("--tree / --tree-budget draft with the draft model and a fixed node "
+                       "budget: not with --spec-type ngram-simple or --draft-policy");
+    }
+  }
   if (!draft_length_given) {
     const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
     config.draft_length = adaptive ? kAutoDraftLengthCap : kDefaultDraftLength;
+    if (options.tree) config.draft_length = options.tree->shape.nodes();  // the whole tree
   }
   try {
     config.validate();
@@ -293,6 +336,13 @@ int run(Options& options) {
     target_model.devices = {llama::rpc_device(options.rpc)};
     draft_model.cpu_only = true;
   }
+  if (options.tree) {
+    // One llama.cpp sequence per leaf, plus sequence 0 for the committed tokens (llama.cpp
+    // holds at most 256). The draft scores the tree drafted so far a depth at a time through
+    // the same call, so it needs as many.
+    options.target_context.n_seq_max = options.draft_context.n_seq_max =
+        static_cast<std::uint32_t>(std::min<std::size_t>(256, options.tree->shape.nodes() + 1));
+  }
   auto target = llama::LoadedModel::load(options.target_path, options.target_context, target_model);
   auto draft = llama::LoadedModel::load(options.draft_path, options.draft_context, draft_model);
   if (options.proposer != Proposer::ngram) llama::check_compatible(draft.model(), target.model());
@@ -328,7 +378,18 @@ int run(Options& options) {
   };
   const auto speculate = [&](auto& decoder) { return decoder.generate(prompt, config, stream); };
   specdec::GenerationResult fast, slow;
-  if (options.proposer == Proposer::model) {
+  if (options.tree) {
+    specdec::TreeProposer proposer(draft, *options.tree);
+    if (config.verifier == specdec::VerifierKind::block) {
+      specdec::StrategyDecoder decoder(target, proposer, specdec::StaticDraftLength{},
+                                       specdec::TraversalVerifier{});
+      fast = speculate(decoder);
+    } else {
+      specdec::StrategyDecoder decoder(target, proposer, specdec::StaticDraftLength{},
+                                       specdec::TreeVerifier{});
+      fast = speculate(decoder);
+    }
+  } else if (options.proposer == Proposer::model) {
     specdec::SpeculativeDecoder decoder(draft, target);
     fast = speculate(decoder);
   } else if (options.proposer == Proposer::ngram) {
@@ -379,10 +440,11 @@ int run(Options& options) {
     }
     std::printf("\n}\n");
   } else {
-    std::printf("\nspeculative (%s, %s K %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
-                proposer_name(options.proposer),
+    std::printf("\nspeculative (%s, %s %s %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
+                options.tree ? "tree" : proposer_name(options.proposer),
                 adaptive ? draft_policy_name(config.draft_length_policy.kind) : "fixed",
-                adaptive ? "<=" : "=", config.draft_length,
+                options.tree ? "nodes" : "K", adaptive || options.tree ? "<=" : "=",
+                config.draft_length,
                 config.verifier == specdec::VerifierKind::block ? ", block" : "", stats.emitted,
                 stats.total_seconds, tokens_per_second(stats));
     std::printf("  rounds %zu, tokens per round %.2f, acceptance rate %.3f; time in draft %.1f %%, "
@@ -391,6 +453,20 @@ int run(Options& options) {
                 100 * stats.draft_seconds / stats.total_seconds,
                 100 * stats.target_seconds / stats.total_seconds,
                 100 * stats.library_seconds / stats.total_seconds);
+    if (options.tree) {
+      // Per depth: rounds accepting a node there / rounds drafting one; per sibling rank:
+      // accepted / drafted nodes that were a parent's r-th child.
+      std::printf("  tree depth:");
+      for (std::size_t d = 0; d < stats.drafted_at.size() && stats.drafted_at[d] > 0; ++d) {
+        std::printf(" %zu: %zu/%zu", d + 1, stats.accepted_at[d], stats.drafted_at[d]);
+      }
+      std::printf("; sibling rank:");
+      for (std::size_t r = 0; r < stats.drafted_at_rank.size() && stats.drafted_at_rank[r] > 0;
+           ++r) {
+        std::printf(" %zu: %zu/%zu", r + 1, stats.accepted_at_rank[r], stats.drafted_at_rank[r]);
+      }
+      std::printf("\n");
+    }
     if (options.baseline) {
       std::printf("plain decoding:        %4zu tokens in %.3f s, %7.1f tokens/s\n",
                   slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats));
