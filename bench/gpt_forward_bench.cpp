@@ -15,11 +15,22 @@
 //   T1_ms          mean one-row time (wall clock)
 // Before timing, the benchmark checks in this (-march=native) binary that every row of an n-row
 // call equals the one-row forward of the same prefix bit for bit.
+//
+// T_tree(nodes) vs T_chain (BM_GptTree): what scoring a tree of drafts costs against a chain with
+// as many drafts. Both compute nodes + 1 rows on the cached 100-token context (a tree call: the
+// last committed token and every node; a chain call: the last committed token and the drafts).
+// Each iteration times the tree call, the chain call with the same row count and a one-row call:
+//   T_tree/T(1), T_chain/T(1)   mean tree / chain call time over the mean one-row time
+//   T_tree/T_chain             mean tree time / mean chain time (the price of the tree layout)
+//   ..._min                    the same from the fastest call of each kind
+// Tree shape: two children of the root, then two per node, breadth first (depth ~ log2 nodes).
+// Before timing, every tree row is checked bitwise against the chain call of its path.
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -118,6 +129,97 @@ void BM_GptForward(benchmark::State& state, const std::string& file) {
       benchmark::Counter(static_cast<double>(n) * iterations, benchmark::Counter::kIsRate);
 }
 
+/// The benchmark's tree of `nodes` nodes: node i's parent is i / 2 - 1 (two root children, then
+/// two children per node), tokens taken from the text after the context.
+void binary_tree(std::size_t nodes, std::span<const token_t> text, std::vector<token_t>& tokens,
+                 std::vector<std::int32_t>& parents) {
+  tokens.resize(nodes);
+  parents.resize(nodes);
+  for (std::size_t i = 0; i < nodes; ++i) {
+    tokens[i] = text[kContextTokens + 1 + i % kMaxRows];
+    parents[i] = static_cast<std::int32_t>(i / 2) - 1;
+  }
+}
+
+/// Every tree row equals the row of the same prefix in a chain call over the node's path.
+bool tree_rows_match_path_calls(GptModel& m, std::span<const token_t> committed,
+                                std::span<const token_t> tokens,
+                                std::span<const std::int32_t> parents) {
+  const std::size_t vocab = m.vocab_size();
+  const auto tree = m.score_tree(committed, tokens, parents);
+  const std::vector<float> rows(tree.begin(), tree.end());
+  for (std::size_t node = 0; node < tokens.size(); ++node) {
+    std::vector<token_t> context(committed.begin(), committed.end());
+    std::size_t depth = 0;
+    for (auto i = static_cast<std::int32_t>(node); i >= 0; i = parents[std::size_t(i)]) ++depth;
+    context.resize(committed.size() + depth);
+    std::size_t at = context.size();
+    for (auto i = static_cast<std::int32_t>(node); i >= 0; i = parents[std::size_t(i)]) {
+      context[--at] = tokens[std::size_t(i)];
+    }
+    const auto row = m.draft(context);
+    if (std::memcmp(row.data(), rows.data() + (node + 1) * vocab, vocab * sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void BM_GptTree(benchmark::State& state, const std::string& file) {
+  GptModel& m = model(file);
+  const auto nodes = static_cast<std::size_t>(state.range(0));
+  const std::vector<token_t> text(kText.begin(), kText.begin() + kContextTokens + kMaxRows + 1);
+  std::vector<token_t> chain_context(text.begin(), text.begin() + kContextTokens + 1);
+  for (std::size_t i = 0; i < nodes; ++i) {
+    chain_context.push_back(text[kContextTokens + 1 + i % kMaxRows]);
+  }
+  const std::span<const token_t> committed(text.data(), kContextTokens + 1);  // 100 cached + 1
+  std::vector<token_t> tokens;
+  std::vector<std::int32_t> parents;
+  binary_tree(nodes, text, tokens, parents);
+  if (nodes > m.max_tree_nodes()) {
+    state.SkipWithError("tree larger than the model's max_tree_nodes");
+    return;
+  }
+
+  m.reset();
+  if (!tree_rows_match_path_calls(m, committed, tokens, parents)) {
+    state.SkipWithError("tree rows are not bitwise equal to the chain calls of their paths");
+    return;
+  }
+  m.reset();
+  m.draft(std::span(text).first(kContextTokens));  // cache the context
+
+  double tree_seconds = 0.0, chain_seconds = 0.0, one_row_seconds = 0.0;
+  double fastest_tree = 1e30, fastest_chain = 1e30, fastest_one_row = 1e30;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    benchmark::DoNotOptimize(m.score_tree(committed, tokens, parents).data());  // 1 + nodes rows
+    const auto t1 = Clock::now();
+    benchmark::DoNotOptimize(m.target(chain_context, nodes + 1).data());  // 1 + nodes rows
+    const auto t2 = Clock::now();
+    benchmark::DoNotOptimize(m.target(committed, 1).data());  // keeps 100, computes 1
+    const auto t3 = Clock::now();
+    const double tree = std::chrono::duration<double>(t1 - t0).count();
+    const double chain = std::chrono::duration<double>(t2 - t1).count();
+    const double one_row = std::chrono::duration<double>(t3 - t2).count();
+    state.SetIterationTime(tree);
+    tree_seconds += tree;
+    chain_seconds += chain;
+    one_row_seconds += one_row;
+    fastest_tree = std::min(fastest_tree, tree);
+    fastest_chain = std::min(fastest_chain, chain);
+    fastest_one_row = std::min(fastest_one_row, one_row);
+  }
+  const auto iterations = static_cast<double>(state.iterations());
+  state.counters["T_tree/T(1)"] = tree_seconds / one_row_seconds;
+  state.counters["T_chain/T(1)"] = chain_seconds / one_row_seconds;
+  state.counters["T_tree/T_chain"] = tree_seconds / chain_seconds;
+  state.counters["T_tree/T(1)_min"] = fastest_tree / fastest_one_row;
+  state.counters["T_chain/T(1)_min"] = fastest_chain / fastest_one_row;
+  state.counters["T1_ms"] = 1e3 * one_row_seconds / iterations;
+}
+
 BENCHMARK_CAPTURE(BM_GptForward, target, std::string("kjv-target.spdc"))
     ->ArgName("n")
     ->DenseRange(1, kMaxRows)
@@ -128,5 +230,16 @@ BENCHMARK_CAPTURE(BM_GptForward, draft, std::string("kjv-draft.spdc"))
     ->DenseRange(1, kMaxRows)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK_CAPTURE(BM_GptTree, target, std::string("kjv-target.spdc"))
+    ->ArgName("nodes")
+    ->DenseRange(1, 16)
+    ->Arg(20)
+    ->Arg(24)
+    ->Arg(32)
+    ->Arg(48)
+    ->Arg(64)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Tests for the example GPT (examples/gpt/): fp16 conversion, the .spdc loader's error messages,
 // and the KV-cached forward: golden logits from PyTorch, cached == full, batched rows == single
-// rows bit for bit, KV rollback after a rejected draft, call errors, no allocation per call.
+// rows bit for bit, KV rollback after a rejected draft, tree calls (every row == the chain call of
+// its path, bit for bit; the accepted path kept by the next call), call errors, no allocation
+// per call.
 //
 // The shipped models are read from SPECDEC_MODELS_DIR (models/kjv-{target,draft}.{spdc,golden});
 // a small synthetic model with "odd" dimensions (not multiples of the 16 dot lanes, head_dim 8)
@@ -11,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -156,9 +159,11 @@ GptConfig odd_config() {
   return c;
 }
 
-GptModel synthetic_model(std::size_t chunk_rows = GptModel::kDefaultChunkRows) {
+GptModel synthetic_model(std::size_t chunk_rows = GptModel::kDefaultChunkRows,
+                         std::size_t max_tree_nodes = GptModel::kDefaultMaxTreeNodes) {
   const std::vector<unsigned char> bytes = synthetic_spdc(odd_config(), 42);
-  return GptModel(specdec::examples::parse_gpt_weights(bytes, "synthetic.spdc"), chunk_rows);
+  return GptModel(specdec::examples::parse_gpt_weights(bytes, "synthetic.spdc"), chunk_rows,
+                  max_tree_nodes);
 }
 
 std::vector<token_t> random_tokens(std::size_t count, std::size_t vocab, std::uint64_t seed) {
@@ -485,6 +490,326 @@ TEST(GptModel, BatchedRowsEqualSingleRowsBitwiseInChunksOfMoreThanThirtyTwoRows)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Trees: every row of score_tree == the chain call of a root-to-leaf path, bit for bit; the
+// cache keeps the accepted path
+
+struct Tree {
+  std::vector<token_t> tokens;
+  std::vector<std::int32_t> parents;
+};
+
+/// A tree with widths[d] children under every node of depth d - 1 (the root for d = 0), in
+/// breadth-first order, tokens drawn at random. With duplicates, each node's second child
+/// repeats the first one's token (siblings drawn with replacement).
+Tree fixed_tree(std::span<const std::size_t> widths, std::size_t vocab, std::uint64_t seed,
+                bool duplicates) {
+  std::mt19937_64 gen(seed);
+  Tree tree;
+  std::vector<std::int32_t> level{-1};
+  for (const std::size_t width : widths) {
+    std::vector<std::int32_t> next_level;
+    for (const std::int32_t parent : level) {
+      for (std::size_t w = 0; w < width; ++w) {
+        const bool repeat = duplicates && w == 1;
+        tree.tokens.push_back(repeat ? tree.tokens.back() : static_cast<token_t>(gen() % vocab));
+        tree.parents.push_back(parent);
+        next_level.push_back(static_cast<std::int32_t>(tree.tokens.size() - 1));
+      }
+    }
+    level = std::move(next_level);
+  }
+  return tree;
+}
+
+/// `nodes` nodes, each under a random earlier node or the root: depth-first, breadth-first and
+/// everything between.
+Tree random_tree(std::size_t nodes, std::size_t vocab, std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  Tree tree;
+  for (std::size_t i = 0; i < nodes; ++i) {
+    tree.tokens.push_back(static_cast<token_t>(gen() % vocab));
+    tree.parents.push_back(static_cast<std::int32_t>(gen() % (i + 1)) - 1);
+  }
+  return tree;
+}
+
+/// Node indices from the root to `node`.
+std::vector<std::size_t> path_to(const Tree& tree, std::size_t node) {
+  std::vector<std::size_t> path;
+  for (auto i = static_cast<std::int32_t>(node); i >= 0; i = tree.parents[std::size_t(i)]) {
+    path.insert(path.begin(), static_cast<std::size_t>(i));
+  }
+  return path;
+}
+
+std::vector<token_t> with_path(std::span<const token_t> committed, const Tree& tree,
+                               std::span<const std::size_t> path) {
+  std::vector<token_t> context(committed.begin(), committed.end());
+  for (const std::size_t node : path) context.push_back(tree.tokens[node]);
+  return context;
+}
+
+/// Every row of model.score_tree(committed, tree) equals, bit for bit, the row of the same prefix
+/// in reference.target(committed + path, path.size() + 1) for the path to each leaf.
+void expect_tree_rows_match_path_calls(GptModel& model, GptModel& reference,
+                                       std::span<const token_t> committed, const Tree& tree) {
+  const std::size_t vocab = model.vocab_size();
+  const std::vector<float> rows = copy_of(model.score_tree(committed, tree.tokens, tree.parents));
+  ASSERT_EQ(rows.size(), (tree.tokens.size() + 1) * vocab);
+  const auto tree_row = [&](std::size_t r) { return std::span(rows).subspan(r * vocab, vocab); };
+  std::vector<bool> is_parent(tree.tokens.size(), false);
+  for (const std::int32_t parent : tree.parents) {
+    if (parent >= 0) is_parent[static_cast<std::size_t>(parent)] = true;
+  }
+  std::size_t leaves = 0;
+  for (std::size_t leaf = 0; leaf < tree.tokens.size(); ++leaf) {
+    if (is_parent[leaf]) continue;
+    ++leaves;
+    const std::vector<std::size_t> path = path_to(tree, leaf);
+    const std::vector<token_t> context = with_path(committed, tree, path);
+    const std::span<const float> chain = reference.target(context, path.size() + 1);
+    ASSERT_TRUE(bitwise_equal(tree_row(0), chain.first(vocab))) << "row 0, leaf " << leaf;
+    for (std::size_t k = 0; k < path.size(); ++k) {
+      ASSERT_TRUE(bitwise_equal(tree_row(1 + path[k]), chain.subspan((k + 1) * vocab, vocab)))
+          << "node " << path[k] << " (depth " << k << ") on the path to leaf " << leaf;
+    }
+  }
+  if (tree.tokens.empty()) {
+    ASSERT_TRUE(bitwise_equal(tree_row(0), reference.draft(committed)));
+  }
+  EXPECT_GT(leaves + (tree.tokens.empty() ? 1 : 0), 0u);
+}
+
+TEST(GptTree, RowsEqualChainCallsOfEveryPathBitwiseOddDims) {
+  // Widths 1..4 at every depth, depths 1..4 (up to 4 + 16 + 64 + 256 = 340 nodes: many chunks of
+  // keys, every tile shape of the kernel), with and without duplicate siblings, after committed
+  // contexts that are cached (5 tokens, once computed) or mostly new (30 tokens after a reset).
+  GptModel model = synthetic_model(GptModel::kDefaultChunkRows, 340);
+  GptModel reference = synthetic_model();
+  for (std::size_t width = 1; width <= 4; ++width) {
+    for (std::size_t depth = 1; depth <= 4; ++depth) {
+      for (const bool duplicates : {false, true}) {
+        if (duplicates && width == 1) continue;
+        const std::vector<std::size_t> widths(depth, width);
+        const Tree tree = fixed_tree(widths, model.vocab_size(), width * 10 + depth, duplicates);
+        for (const std::size_t committed_length : {5u, 30u}) {
+          SCOPED_TRACE(::testing::Message() << width << "^" << depth << " tree, duplicates "
+                                            << duplicates << ", committed " << committed_length);
+          const std::vector<token_t> committed =
+              random_tokens(committed_length, model.vocab_size(), committed_length);
+          if (committed_length == 30) model.reset();
+          expect_tree_rows_match_path_calls(model, reference, committed, tree);
+        }
+      }
+    }
+  }
+}
+
+TEST(GptTree, RowsEqualChainCallsRandomTreesSmallChunksAndEmptyTree) {
+  // chunk_rows 3: the committed positions before the tree's chunk go in several chunks.
+  GptModel model = synthetic_model(3, 24);
+  GptModel reference = synthetic_model();
+  for (std::size_t nodes : {0u, 1u, 2u, 7u, 16u, 24u}) {
+    for (std::uint64_t seed = 0; seed < 3; ++seed) {
+      SCOPED_TRACE(::testing::Message() << nodes << " nodes, seed " << seed);
+      const Tree tree = random_tree(nodes, model.vocab_size(), 100 * nodes + seed);
+      const std::vector<token_t> committed = random_tokens(20, model.vocab_size(), seed);
+      model.reset();
+      expect_tree_rows_match_path_calls(model, reference, committed, tree);
+    }
+  }
+}
+
+TEST(GptTree, RowsEqualChainCallsOfEveryPathBitwiseShippedModels) {
+  // 4x2x2x1 (44 nodes: 45 rows, input groups on every weight tile), 2x2x2x2 (30 nodes), 3x3
+  // (12 nodes: two register-tile groups), a 4-node chain and 8 siblings: every shape on the
+  // shipped draft, with and without duplicate siblings; three of them on the shipped target.
+  struct Case {
+    std::vector<std::size_t> widths;
+    bool duplicates;
+    bool on_target;
+  };
+  const std::vector<Case> cases{
+      {{4, 2, 2, 1}, false, false}, {{4, 2, 2, 1}, true, true}, {{2, 2, 2, 2}, false, false},
+      {{2, 2, 2, 2}, true, false},  {{3, 3}, false, true},      {{3, 3}, true, false},
+      {{1, 1, 1, 1}, false, false}, {{8}, false, false},        {{8}, true, true}};
+  const std::vector<token_t>& text = genesis();
+  GptModel draft = GptModel::from_file(kDraftPath);
+  GptModel& draft_reference = shared_draft();
+  GptModel& target = shared_target();
+  GptModel target_reference = GptModel::from_file(kTargetPath);
+  target.reset();
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE(::testing::Message() << "case " << c);
+    const Tree tree = fixed_tree(cases[c].widths, 128, c, cases[c].duplicates);
+    const std::span<const token_t> committed = std::span(text).first(60 + c);
+    expect_tree_rows_match_path_calls(draft, draft_reference, committed, tree);
+    if (cases[c].on_target) {
+      expect_tree_rows_match_path_calls(target, target_reference, committed, tree);
+    }
+  }
+}
+
+/// One call of a random sequence: the rows of `model` must equal those of a model that computes
+/// the same call from scratch.
+void expect_call_matches_fresh(GptModel& model, GptModel& fresh, std::span<const token_t> context,
+                               std::size_t n) {
+  const std::vector<float> rows = copy_of(model.target(context, n));
+  fresh.reset();
+  ASSERT_TRUE(bitwise_equal(rows, fresh.target(context, n)));
+}
+
+TEST(GptTree, CachedCallsAfterATreeEqualFreshCalls) {
+  GptModel model = synthetic_model();
+  GptModel fresh = synthetic_model();
+  const std::size_t vocab = model.vocab_size();
+  const std::vector<token_t> committed = random_tokens(12, vocab, 1);
+  const std::array<std::size_t, 3> widths{3, 2, 2};
+  const Tree tree = fixed_tree(widths, vocab, 5, true);  // 3 + 6 + 12 nodes
+  const std::size_t deep_node = 17;                      // a leaf under the second root child
+  const std::vector<std::size_t> deep_path = path_to(tree, deep_node);
+  ASSERT_EQ(deep_path.size(), 3u);
+  ASSERT_NE(deep_path, (std::vector<std::size_t>{0, 1, 2}));  // its rows must move
+
+  {  // the accepted path, the next token and three drafts: only those four are computed
+    SCOPED_TRACE("path, next token, drafts");
+    (void)model.score_tree(committed, tree.tokens, tree.parents);
+    std::vector<token_t> context = with_path(committed, tree, deep_path);
+    context.insert(context.end(), {7, 8, 9, 10});
+    const std::uint64_t before = model.positions_computed();
+    expect_call_matches_fresh(model, fresh, context, 4);
+    EXPECT_EQ(model.positions_computed() - before, 4u);
+  }
+  {  // a context that follows no node: the committed context is kept, the tree dropped
+    SCOPED_TRACE("no path");
+    (void)model.score_tree(committed, tree.tokens, tree.parents);
+    std::vector<token_t> context = committed;
+    token_t unused = 0;
+    while (std::find(tree.tokens.begin(), tree.tokens.end(), unused) != tree.tokens.end()) ++unused;
+    context.insert(context.end(), {unused, 3});
+    const std::uint64_t before = model.positions_computed();
+    expect_call_matches_fresh(model, fresh, context, 1);
+    EXPECT_EQ(model.positions_computed() - before, 2u);
+  }
+  {  // part of a path, then draft calls one token at a time
+    SCOPED_TRACE("a path then more");
+    (void)model.score_tree(committed, tree.tokens, tree.parents);
+    std::vector<token_t> context = with_path(committed, tree, std::span(deep_path).first(2));
+    for (token_t t = 0; t < 5; ++t) {
+      context.push_back(t);
+      const std::uint64_t before = model.positions_computed();
+      expect_call_matches_fresh(model, fresh, context, 1);
+      EXPECT_EQ(model.positions_computed() - before, 1u);
+    }
+  }
+  {  // a tree after a tree: the path is kept inside the new committed context
+    SCOPED_TRACE("tree after tree");
+    (void)model.score_tree(committed, tree.tokens, tree.parents);
+    std::vector<token_t> next_committed = with_path(committed, tree, deep_path);
+    next_committed.push_back(4);
+    const Tree next_tree = random_tree(9, vocab, 3);
+    const std::uint64_t before = model.positions_computed();
+    expect_tree_rows_match_path_calls(model, fresh, next_committed, next_tree);
+    EXPECT_EQ(model.positions_computed() - before, 1u + next_tree.tokens.size());
+    // and a rollback into the committed context
+    const std::span<const token_t> rolled_back = std::span(committed).first(8);
+    expect_call_matches_fresh(model, fresh, rolled_back, 2);
+  }
+}
+
+TEST(GptTree, RandomSequencesOfChainAndTreeCallsEqualFreshCalls) {
+  GptModel model = synthetic_model(4, 20);
+  GptModel fresh = synthetic_model();
+  std::mt19937_64 gen(2026);
+  const std::size_t vocab = model.vocab_size();
+  std::vector<token_t> committed = random_tokens(6, vocab, 9);
+  Tree tree;
+  for (int call = 0; call < 150; ++call) {
+    SCOPED_TRACE(::testing::Message() << "call " << call);
+    std::vector<token_t> context = committed;
+    if (!tree.tokens.empty() && gen() % 4 != 0) {  // usually: a path of the last tree
+      const std::vector<std::size_t> path = path_to(tree, gen() % tree.tokens.size());
+      context = with_path(committed, tree, std::span(path).first(1 + gen() % path.size()));
+    }
+    context.push_back(static_cast<token_t>(gen() % 3));  // the next token: repeats are likely
+    if (gen() % 8 == 0) context.resize(1 + gen() % context.size());
+    if (context.size() + 6 > model.max_context()) context.erase(context.begin(), context.end() - 8);
+    if (gen() % 2 == 0) {
+      tree = random_tree(gen() % 21, 3, gen());
+      if (context.size() + tree.tokens.size() > model.max_context()) tree = Tree{};
+      const std::vector<float> rows = copy_of(model.score_tree(context, tree.tokens, tree.parents));
+      fresh.reset();
+      ASSERT_TRUE(bitwise_equal(rows, fresh.score_tree(context, tree.tokens, tree.parents)));
+    } else {
+      tree = Tree{};
+      expect_call_matches_fresh(model, fresh, context, 1 + gen() % context.size());
+    }
+    committed = context;
+  }
+}
+
+TEST(GptTree, BadTreeCallsThrowAndLeaveTheCacheUsable) {
+  GptModel model = synthetic_model(GptModel::kDefaultChunkRows, 8);
+  GptModel fresh = synthetic_model();
+  const std::vector<token_t> committed = random_tokens(10, model.vocab_size(), 4);
+  const Tree tree = random_tree(6, model.vocab_size(), 8);
+  (void)model.score_tree(committed, tree.tokens, tree.parents);
+
+  const auto message_of = [&](std::span<const token_t> c, std::span<const token_t> tokens,
+                              std::span<const std::int32_t> parents) -> std::string {
+    try {
+      (void)model.score_tree(c, tokens, parents);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "no exception";
+  };
+  const std::vector<token_t> three{1, 2, 3};
+  EXPECT_EQ(message_of(committed, three, std::vector<std::int32_t>{-1, 0, 2}),
+            "specdec: tree node 2 has parent 2; expected a parent in [-1, 2): nodes in "
+            "topological order (parents[i] < i), -1 for a child of the root");
+  EXPECT_NE(message_of(committed, three, std::vector<std::int32_t>{-1, 5, 0})
+                .find("tree node 1 has parent 5"),
+            std::string::npos);
+  EXPECT_NE(message_of(committed, three, std::vector<std::int32_t>{-3, -1, 0})
+                .find("tree node 0 has parent -3"),
+            std::string::npos);
+  EXPECT_NE(message_of(committed, three, std::vector<std::int32_t>{-1, 0})
+                .find("given 3 tokens and 2 parents; expected one parent per token"),
+            std::string::npos);
+  const std::vector<token_t> nine(9, 1);
+  const std::vector<std::int32_t> flat(9, -1);
+  EXPECT_NE(message_of(committed, nine, flat)
+                .find("tree of 9 nodes; expected at most 8 (max_tree_nodes, a GptModel "
+                      "constructor argument)"),
+            std::string::npos);
+  const std::vector<token_t> bad_token{1, 41};
+  EXPECT_NE(message_of(committed, bad_token, std::vector<std::int32_t>{-1, 0})
+                .find("tree token 41 at node 1 is outside the vocabulary [0, 41)"),
+            std::string::npos);
+  EXPECT_THROW((void)model.score_tree({}, three, std::vector<std::int32_t>{-1, 0, 1}),
+               std::invalid_argument);
+  // 45 committed tokens + a path of 4 > max_context 48; a path of 3 fits.
+  const std::vector<token_t> long_committed = random_tokens(45, model.vocab_size(), 5);
+  const std::vector<std::int32_t> chain4{-1, 0, 1, 2};
+  const std::vector<token_t> four{1, 2, 3, 4};
+  EXPECT_THROW((void)model.score_tree(long_committed, four, chain4), std::length_error);
+  EXPECT_NE(message_of(long_committed, four, chain4)
+                .find("committed context of 45 tokens plus a tree path of 4 nodes needs 49 "
+                      "positions; expected at most the model's max_context of 48"),
+            std::string::npos);
+
+  // The tree scored before the errors is still the one the next context is matched against.
+  std::vector<token_t> context = with_path(committed, tree, path_to(tree, 5));
+  context.push_back(2);
+  const std::uint64_t before = model.positions_computed();
+  expect_call_matches_fresh(model, fresh, context, 1);
+  EXPECT_EQ(model.positions_computed() - before, 1u);
+  EXPECT_EQ(model.score_tree(long_committed, three, std::vector<std::int32_t>{-1, 0, 1}).size(),
+            4 * model.vocab_size());
+}
+
+// ---------------------------------------------------------------------------------------------
 // Call errors
 
 TEST(GptModel, ContextLongerThanMaxContextThrowsLengthError) {
@@ -761,11 +1086,25 @@ TEST(GptModel, CallsDoNotAllocate) {
     EXPECT_GT(g_allocations.load() - before, 0u);
     EXPECT_EQ(probe.size(), 3u);
   }
+  const std::vector<token_t> tree_tokens{10, 11, 12, 13, 14, 15, 16, 17};
+  const std::vector<std::int32_t> tree_parents{-1, -1, 0, 0, 1, 2, 3, 4};
+  const std::vector<token_t> after_tree{context[0], 11, 14, 17, 3};  // path 1 -> 4 -> 7, then 3
+  const std::vector<token_t> big_tokens(GptModel::kDefaultMaxTreeNodes, 9);
+  std::vector<std::int32_t> big_parents(GptModel::kDefaultMaxTreeNodes);
+  for (std::size_t i = 0; i < big_parents.size(); ++i) {
+    big_parents[i] = static_cast<std::int32_t>(i / 2) - 1;
+  }
   const std::size_t before = g_allocations.load();
   model.target(context.first(40), 40);  // a prompt: three chunks of new positions
   model.draft(context.first(41));
   model.target(context.first(50), 9);  // verify 8 drafts
   model.target(context.first(45), 2);  // roll back
+  // Tree calls (up to max_tree_nodes), then the calls that keep a path of them.
+  model.score_tree(context.first(30), tree_tokens, tree_parents);
+  model.score_tree(context.first(1), tree_tokens, tree_parents);
+  model.target(after_tree, 2);
+  model.score_tree(context.first(40), big_tokens, big_parents);
+  model.score_tree(context.first(41), tree_tokens, tree_parents);
   model.reset();
   model.draft(context.first(20));
   EXPECT_EQ(g_allocations.load() - before, 0u);

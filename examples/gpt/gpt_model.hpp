@@ -6,6 +6,9 @@
 //   std::span<const float> rows = model.target(context, n);  // n x V, row-major; row i follows
 //                                                             // the first size - n + 1 + i tokens
 //   // (operator() forwards to both, so one GptModel is a specdec::DraftModel and a TargetModel.)
+//   std::span<const float> tree = model.score_tree(committed, tokens, parents);
+//   // (nodes + 1) x V: row 0 follows `committed`, row 1 + i follows committed + the path from the
+//   // root to node i (parents[i] < i, -1 = child of the root); every node in one forward.
 //
 // Architecture (must match gpt.py exactly): x = wte[token] + wpe[position]; per layer
 // x += proj(attention(LN1(x))); x += fc2(gelu_tanh(fc1(LN2(x)))); logits = LN_f(x) @ wte^T.
@@ -21,6 +24,10 @@
 //   * attention, layer norm and GELU run row by row with the same code for every row; packet
 //     functions pad their tail instead of switching to scalar code.
 // So cached == full forward, and row i of target(context, n) == draft(first size-n+1+i tokens).
+// A tree node is one more such position: its keys and queries come from the same kernel, and its
+// attention gathers the scores of the committed positions and of its ancestors into position
+// order before the same softmax and the same weighted sum over the value rows, in that order.
+// So row 1 + i of score_tree(committed, tokens, parents) == draft(committed + path to node i).
 // (Bitwise equality holds within one binary; another compiler or -march may round differently.)
 //
 // Speed: an n-row call reads every weight from memory once: into one register tile shaped for n
@@ -32,7 +39,9 @@
 // outlasts one pass over the weights.
 //
 // Memory: weights are float32 in [out][in] row-major layout (converted from fp16 at load). All run
-// buffers are allocated in the constructor; a call allocates nothing. Single-threaded.
+// buffers are allocated in the constructor, for trees of up to max_tree_nodes nodes (a
+// constructor argument): the K/V buffers hold max_context + max_tree_nodes rows, because a tree's
+// nodes take one row each after the committed context. A call allocates nothing. Single-threaded.
 #pragma once
 
 // GCC 12 with AVX-512 enabled reports "'__Y' may be used uninitialized" inside its own
@@ -676,11 +685,14 @@ inline void softmax_inplace(float* x, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) x[i] *= inv_sum;
 }
 
-/// out[0..dim) = sum over t < count of weights[t] * rows[t * stride + 0..dim): one fused
-/// multiply-add per element and t, in t order, the sums held in registers across all t. (Adding
-/// one row at a time into memory put a store-to-load round trip on every step's critical path.)
-inline void weighted_row_sum(const float* weights, std::size_t count, const float* rows,
-                             std::size_t stride, std::size_t dim, float* out) noexcept {
+/// out[0..dim) = sum over t < count of weights[t] * row_at(t)[0..dim): one fused multiply-add per
+/// element and t, in t order, the sums held in registers across all t. (Adding one row at a time
+/// into memory put a store-to-load round trip on every step's critical path.) Where the rows live
+/// does not change a result: a tree node's ancestors are read from their own K/V rows in the same
+/// order as a chain reads consecutive ones.
+template <class RowAt>
+inline void weighted_row_sum(const float* weights, std::size_t count, RowAt row_at,
+                             std::size_t dim, float* out) noexcept {
   using namespace Eigen::internal;
   constexpr std::size_t kBlock = 4;  // packets per pass: 4 independent FMA chains
   std::size_t c = 0;
@@ -689,7 +701,7 @@ inline void weighted_row_sum(const float* weights, std::size_t count, const floa
     for (auto& a : acc) a = pset1<Packet>(0.0f);
     for (std::size_t t = 0; t < count; ++t) {
       const Packet w = pset1<Packet>(weights[t]);
-      const float* row = rows + t * stride + c;
+      const float* row = row_at(t) + c;
       for (std::size_t p = 0; p < kBlock; ++p) {
         acc[p] = pmadd(w, ploadu<Packet>(row + p * kPacketSize), acc[p]);
       }
@@ -699,15 +711,22 @@ inline void weighted_row_sum(const float* weights, std::size_t count, const floa
   for (; c + kPacketSize <= dim; c += kPacketSize) {
     Packet acc = pset1<Packet>(0.0f);
     for (std::size_t t = 0; t < count; ++t) {
-      acc = pmadd(pset1<Packet>(weights[t]), ploadu<Packet>(rows + t * stride + c), acc);
+      acc = pmadd(pset1<Packet>(weights[t]), ploadu<Packet>(row_at(t) + c), acc);
     }
     pstoreu(out + c, acc);
   }
   for (; c < dim; ++c) {
     float acc = 0.0f;
-    for (std::size_t t = 0; t < count; ++t) acc = std::fma(weights[t], rows[t * stride + c], acc);
+    for (std::size_t t = 0; t < count; ++t) acc = std::fma(weights[t], row_at(t)[c], acc);
     out[c] = acc;
   }
+}
+
+/// weighted_row_sum over rows[t * stride + 0..dim): consecutive rows (a chain's positions).
+inline void weighted_row_sum(const float* weights, std::size_t count, const float* rows,
+                             std::size_t stride, std::size_t dim, float* out) noexcept {
+  weighted_row_sum(
+      weights, count, [rows, stride](std::size_t t) { return rows + t * stride; }, dim, out);
 }
 
 }  // namespace detail
@@ -715,11 +734,14 @@ inline void weighted_row_sum(const float* weights, std::size_t count, const floa
 // ----------------------------------------------------------------------------
 // The model
 
-/// \brief A KV-cached GPT forward that is both a specdec DraftModel and a TargetModel.
+/// \brief A KV-cached GPT forward that is both a specdec DraftModel and a TargetModel, and scores
+/// trees of drafts in one call (score_tree).
 ///
 /// Calls take the whole context; the model keeps the K/V rows of the last context it saw and reuses
-/// the longest common prefix (specdec::ContextCache / plan_cache_update), so a call costs the new
-/// positions only, and a rejected draft costs nothing extra (its rows are simply overwritten).
+/// the longest common prefix (specdec::TreeContextCache), so a call costs the new positions only,
+/// and a rejected draft costs nothing extra (its rows are simply overwritten). After a tree call
+/// the next call's context tells which path of the tree was accepted; that path's K/V rows are
+/// moved into place and reused, the rest of the tree is dropped.
 /// Returned spans point into the model's own logits buffer and stay valid until the next call on
 /// this model. Not thread-safe. Move-only: an accidental copy would duplicate all the weights
 /// (~44 MB for the target).
@@ -728,34 +750,46 @@ class GptModel {
   /// New positions are run through the layers chunk_rows at a time: a target call with
   /// n <= chunk_rows reads every weight once. Any n works; larger n just takes more chunks.
   static constexpr std::size_t kDefaultChunkRows = 16;
+  /// The most nodes score_tree accepts unless the constructor is told otherwise. A tree call
+  /// runs its nodes and the last committed position as one chunk (one pass over the weights),
+  /// so scratch rows are max(chunk_rows, max_tree_nodes + 1); the K/V buffers get
+  /// max_tree_nodes rows beyond max_context.
+  static constexpr std::size_t kDefaultMaxTreeNodes = 64;
 
-  explicit GptModel(GptWeights weights, std::size_t chunk_rows = kDefaultChunkRows)
-      : weights_(std::move(weights)), chunk_rows_(chunk_rows) {
+  explicit GptModel(GptWeights weights, std::size_t chunk_rows = kDefaultChunkRows,
+                    std::size_t max_tree_nodes = kDefaultMaxTreeNodes)
+      : weights_(std::move(weights)), chunk_rows_(chunk_rows), max_tree_nodes_(max_tree_nodes) {
     const GptConfig& c = weights_.config;
     if (chunk_rows_ == 0) throw std::invalid_argument("specdec: GptModel chunk_rows must be >= 1");
     if (c.n_layer != weights_.layers.size() || c.n_head == 0 || c.d_model % c.n_head != 0) {
       throw std::invalid_argument("specdec: GptModel given inconsistent GptWeights");
     }
-    const auto rows = static_cast<Eigen::Index>(chunk_rows_);
+    scratch_rows_ = std::max(chunk_rows_, max_tree_nodes_ + 1);
+    const auto rows = static_cast<Eigen::Index>(scratch_rows_);
     const auto d = static_cast<Eigen::Index>(c.d_model);
-    const auto context = static_cast<Eigen::Index>(c.max_context);
+    const auto slots = static_cast<Eigen::Index>(c.max_context + max_tree_nodes_);
     residual_.setZero(rows, d);
     normed_.setZero(rows, d);
     query_.setZero(rows, d);
     attention_.setZero(rows, d);
     hidden_.setZero(rows, static_cast<Eigen::Index>(c.d_ff));
     branch_.setZero(rows, d);
-    scores_.setZero(rows, context);
-    key_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(context, d));
-    value_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(context, d));
-    logits_.setZero(context, static_cast<Eigen::Index>(c.vocab_size));
-    cache_.reserve(c.max_context);
+    scores_.setZero(rows, slots);
+    key_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(slots, d));
+    value_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(slots, d));
+    logits_.setZero(static_cast<Eigen::Index>(std::max(c.max_context, max_tree_nodes_ + 1)),
+                    static_cast<Eigen::Index>(c.vocab_size));
+    cache_.reserve(c.max_context, max_tree_nodes_);
+    checked_depths_.resize(max_tree_nodes_);
+    path_slots_.resize(max_tree_nodes_);
+    chunk_tokens_.resize(scratch_rows_);
   }
 
   /// \brief Loads a .spdc file (see weights.hpp). Throws std::runtime_error naming the file.
   static GptModel from_file(const std::filesystem::path& path,
-                            std::size_t chunk_rows = kDefaultChunkRows) {
-    return GptModel(load_gpt_weights(path), chunk_rows);
+                            std::size_t chunk_rows = kDefaultChunkRows,
+                            std::size_t max_tree_nodes = kDefaultMaxTreeNodes) {
+    return GptModel(load_gpt_weights(path), chunk_rows, max_tree_nodes);
   }
 
   GptModel(GptModel&&) noexcept = default;
@@ -775,10 +809,13 @@ class GptModel {
     const GptConfig& c = weights_.config;
     check_call(context, n);
     // Keep the K/V rows of the longest common prefix with the cached context (but at most
-    // size - n: rows whose logits are wanted are recomputed); rows >= keep get overwritten, which
-    // is all a rollback after a rejected draft takes. The forward below cannot throw, so the
-    // cache's token list is updated up front.
-    const CacheUpdate plan = cache_.update(context, n);
+    // size - n: rows whose logits are wanted are recomputed), after moving the accepted path of
+    // a tree scored by the last call into place; rows >= keep get overwritten, which is all a
+    // rollback after a rejected draft takes. The forward below cannot throw, so the cache's
+    // token list is updated up front.
+    const specdec::TreeCacheUpdate plan = cache_.update(context, n);
+    move_kept_nodes(plan);
+    tree_nodes_ = 0;
     const std::size_t first_logits_position = context.size() - n;
     for (std::size_t start = plan.keep; start < context.size(); start += chunk_rows_) {
       const std::size_t rows = std::min(chunk_rows_, context.size() - start);
@@ -786,6 +823,48 @@ class GptModel {
     }
     positions_computed_ += plan.new_tokens.size();
     return {logits_.data(), n * c.vocab_size};
+  }
+
+  /// \brief Tree call: tokens.size() + 1 rows of vocab_size() logits, row-major. Row 0 is the
+  /// next-token logits after `committed`, row 1 + i after committed followed by the path from the
+  /// root to node i. Nodes are in topological order: parents[i] < i, -1 for a child of the root.
+  ///
+  /// Every row is bitwise equal to draft(committed + path) (see the numerics contract). The
+  /// nodes and the last committed position go through the layers as one chunk: one pass over
+  /// the weights, each node attending to the committed context and its ancestors. Node i's K/V
+  /// rows sit at slot committed.size() + i; the next call keeps the path its context follows
+  /// (specdec::TreeContextCache), so accepted drafts are not computed again.
+  /// \throws std::invalid_argument (empty committed context, a token outside [0, vocab_size),
+  ///         tokens and parents of different sizes, a parent outside [-1, i), more than
+  ///         max_tree_nodes() nodes), std::length_error (committed context plus the longest
+  ///         root-to-leaf path longer than max_context). Nothing changes when it throws.
+  std::span<const float> score_tree(std::span<const token_t> committed,
+                                    std::span<const token_t> tokens,
+                                    std::span<const std::int32_t> parents) {
+    const GptConfig& c = weights_.config;
+    check_tree_call(committed, tokens, parents);
+    const specdec::TreeCacheUpdate plan = cache_.update_tree(committed, tokens, parents);
+    move_kept_nodes(plan);
+    tree_start_ = committed.size();
+    tree_nodes_ = tokens.size();
+    // Slots keep .. committed.size() + nodes - 1: committed positions, then node i at slot
+    // committed.size() + i. The last chunk holds the last committed position (row 0) and every
+    // node; committed positions before it go in chunks of chunk_rows.
+    const std::size_t end = tree_start_ + tree_nodes_;
+    const std::size_t last_chunk = std::max(plan.keep, end - std::min(end, scratch_rows_));
+    for (std::size_t start = plan.keep; start < last_chunk; start += chunk_rows_) {
+      const std::size_t rows = std::min(chunk_rows_, last_chunk - start);
+      forward_chunk(committed.subspan(start, rows), start, tree_start_ - 1);
+    }
+    // The chunk's tokens by slot: committed ones, then the nodes' (copied: they are two spans).
+    for (std::size_t slot = last_chunk; slot < end; ++slot) {
+      chunk_tokens_[slot - last_chunk] =
+          slot < tree_start_ ? committed[slot] : tokens[slot - tree_start_];
+    }
+    forward_chunk(std::span<const token_t>(chunk_tokens_.data(), end - last_chunk), last_chunk,
+                  tree_start_ - 1);
+    positions_computed_ += plan.new_tokens.size() + tree_nodes_;
+    return {logits_.data(), (tree_nodes_ + 1) * c.vocab_size};
   }
 
   std::span<const float> operator()(std::span<const token_t> context) { return draft(context); }
@@ -797,9 +876,12 @@ class GptModel {
   [[nodiscard]] std::size_t vocab_size() const noexcept { return weights_.config.vocab_size; }
   [[nodiscard]] std::size_t max_context() const noexcept { return weights_.config.max_context; }
   [[nodiscard]] std::size_t chunk_rows() const noexcept { return chunk_rows_; }
-  /// Tokens whose K/V rows are cached (a prefix of the last context).
+  /// The most nodes a tree call takes (the constructor's max_tree_nodes).
+  [[nodiscard]] std::size_t max_tree_nodes() const noexcept { return max_tree_nodes_; }
+  /// Tokens whose K/V rows are cached at their positions (a prefix of the last context; after a
+  /// tree call, the committed context, with the tree's nodes held beside it).
   [[nodiscard]] std::span<const token_t> cached_tokens() const noexcept { return cache_.tokens(); }
-  /// Positions run through the model since construction (cache misses); for tests and stats.
+  /// Positions run through the model since construction (cache misses, tree nodes included).
   [[nodiscard]] std::uint64_t positions_computed() const noexcept { return positions_computed_; }
   /// Forgets the cache; the next call recomputes its whole context.
   void reset() noexcept { cache_.clear(); }
@@ -835,31 +917,106 @@ class GptModel {
     }
   }
 
-  /// Runs positions start .. start + tokens.size() - 1 (at most chunk_rows) through the model,
-  /// writing their K/V rows into the cache and, for positions >= first_logits_position, their
-  /// logits into logits_ row (position - first_logits_position).
+  void check_tree_call(std::span<const token_t> committed, std::span<const token_t> tokens,
+                       std::span<const std::int32_t> parents) {
+    const GptConfig& c = weights_.config;
+    if (committed.empty()) {
+      throw std::invalid_argument(
+          "specdec: GptModel::score_tree needs at least one committed token (row 0 follows it)");
+    }
+    if (tokens.size() != parents.size()) {
+      throw std::invalid_argument("specdec: GptModel::score_tree given " +
+                                  std::to_string(tokens.size()) + " tokens and " +
+                                  std::to_string(parents.size()) +
+                                  " parents; expected one parent per token");
+    }
+    if (tokens.size() > max_tree_nodes_) {
+      throw std::invalid_argument("specdec: GptModel::score_tree given a tree of " +
+                                  std::to_string(tokens.size()) + " nodes; expected at most " +
+                                  std::to_string(max_tree_nodes_) +
+                                  " (max_tree_nodes, a GptModel constructor argument)");
+    }
+    check_tokens(committed);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab_size) {
+        throw std::invalid_argument("specdec: tree token " + std::to_string(tokens[i]) +
+                                    " at node " + std::to_string(i) +
+                                    " is outside the vocabulary [0, " +
+                                    std::to_string(c.vocab_size) + ")");
+      }
+    }
+    const std::size_t height = specdec::tree_depths(parents, checked_depths_);  // checks parents
+    if (committed.size() + height > c.max_context) {
+      throw std::length_error("specdec: committed context of " + std::to_string(committed.size()) +
+                              " tokens plus a tree path of " + std::to_string(height) +
+                              " nodes needs " + std::to_string(committed.size() + height) +
+                              " positions; expected at most the model's max_context of " +
+                              std::to_string(c.max_context));
+    }
+  }
+
+  /// The accepted path of the last call's tree becomes ordinary positions: its K/V rows move, in
+  /// every layer, from the nodes' slots to the slots of their positions.
+  void move_kept_nodes(const specdec::TreeCacheUpdate& plan) {
+    plan.move_kept_nodes([&](std::size_t from, std::size_t to) {
+      const auto source = static_cast<Eigen::Index>(from);
+      const auto destination = static_cast<Eigen::Index>(to);
+      for (std::size_t l = 0; l < weights_.config.n_layer; ++l) {
+        key_cache_[l].row(destination) = key_cache_[l].row(source);
+        value_cache_[l].row(destination) = value_cache_[l].row(source);
+      }
+    });
+  }
+
+  /// Slots at and past tree_start_ hold the nodes of the tree being scored (tree_nodes_ > 0).
+  [[nodiscard]] bool is_tree_slot(std::size_t slot) const noexcept {
+    return tree_nodes_ > 0 && slot >= tree_start_;
+  }
+
+  /// Writes node's ancestors' slots and its own, root first, to path_slots_; returns how many.
+  std::size_t fill_path_slots(std::size_t node) noexcept {
+    const std::span<const std::int32_t> parents = cache_.tree_parents();
+    const std::size_t length = cache_.tree_depths()[node] + 1;
+    std::size_t at = length;
+    for (auto i = static_cast<std::int32_t>(node); i >= 0;) {
+      path_slots_[--at] = tree_start_ + static_cast<std::size_t>(i);
+      i = parents[static_cast<std::size_t>(i)];
+    }
+    return length;
+  }
+
+  /// Runs slots start .. start + tokens.size() - 1 (at most scratch_rows_) through the model,
+  /// writing their K/V rows into the cache and, for slots >= first_logits_slot, their logits into
+  /// logits_ row (slot - first_logits_slot). A slot below tree_start_ (or any slot when no tree is
+  /// being scored) is the position of the same index and attends to every position up to it; tree
+  /// node i (slot tree_start_ + i) sits at position tree_start_ + depth(i) and attends to the
+  /// committed positions [0, tree_start_) and to its root-to-node path.
   void forward_chunk(std::span<const token_t> tokens, std::size_t start,
-                     std::size_t first_logits_position) {
+                     std::size_t first_logits_slot) {
     using detail::linear_rows;
     const GptConfig& c = weights_.config;
-    const auto rows = static_cast<Eigen::Index>(tokens.size());  // new positions in this chunk
+    const auto rows = static_cast<Eigen::Index>(tokens.size());  // new slots in this chunk
     const auto d_model = static_cast<Eigen::Index>(c.d_model);
     const auto d_ff = static_cast<std::size_t>(c.d_ff);
     const auto n_head = static_cast<Eigen::Index>(c.n_head);
     const auto head_dim = static_cast<Eigen::Index>(c.head_dim());
-    const auto first = static_cast<Eigen::Index>(start);  // position of chunk row 0
+    const auto first = static_cast<Eigen::Index>(start);  // slot of chunk row 0
     const float score_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    const std::span<const std::size_t> depths = cache_.tree_depths();
 
     // ---- embeddings: x = wte[token] + wpe[position]
     for (Eigen::Index r = 0; r < rows; ++r) {
+      const auto slot = static_cast<std::size_t>(first + r);
+      const std::size_t position =
+          is_tree_slot(slot) ? tree_start_ + depths[slot - tree_start_] : slot;
       residual_.row(r) = weights_.token_embedding.row(tokens[static_cast<std::size_t>(r)]) +
-                         weights_.position_embedding.row(first + r);
+                         weights_.position_embedding.row(static_cast<Eigen::Index>(position));
     }
 
     for (std::size_t l = 0; l < c.n_layer; ++l) {
       const GptLayerWeights& w = weights_.layers[l];
-      RowMajorMatrixXf& keys = key_cache_[l];      // (max_context, d_model)
-      RowMajorMatrixXf& values = value_cache_[l];  // (max_context, d_model)
+      RowMajorMatrixXf& keys = key_cache_[l];      // (max_context + max_tree_nodes, d_model)
+      RowMajorMatrixXf& values = value_cache_[l];  // (max_context + max_tree_nodes, d_model)
 
       // ---- attention: x += proj(attention(ln1(x)))
       for (Eigen::Index r = 0; r < rows; ++r) {
@@ -876,22 +1033,45 @@ class GptModel {
 
       // Per head: the scores of all new rows against all keys they can see come from one kernel
       // call (the keys play the weight rows, so each key is read once for the whole chunk; row r
-      // uses its first first + r + 1 scores, and every score is the same dot product a one-row
-      // call computes). Then, row by row, softmax and the weighted sum of the value rows.
-      const Eigen::Index keys_seen = first + rows;  // the last new row sees all of them
+      // uses the scores of the slots it attends to, and every score is the same dot product a
+      // one-row call computes). Then, row by row, softmax and the weighted sum of the value rows,
+      // over the visible slots in position order.
+      const Eigen::Index keys_seen = first + rows;  // the last new row sees at most all of them
       for (Eigen::Index h = 0; h < n_head; ++h) {
         const Eigen::Index offset = h * head_dim;  // head h owns dims [offset, offset + head_dim)
         linear_rows(keys.block(0, offset, keys_seen, head_dim), nullptr,
                     query_.block(0, offset, rows, head_dim), scores_.topLeftCorner(rows, keys_seen));
+        const float* value_rows = values.data() + offset;
+        const auto stride = static_cast<std::size_t>(d_model);
         for (Eigen::Index r = 0; r < rows; ++r) {
-          const Eigen::Index visible = first + r + 1;  // causal: positions 0 .. first + r
+          const auto slot = static_cast<std::size_t>(first + r);
           float* scores = scores_.row(r).data();
-          for (Eigen::Index t = 0; t < visible; ++t) scores[t] *= score_scale;
-          detail::softmax_inplace(scores, static_cast<std::size_t>(visible));
-          detail::weighted_row_sum(scores, static_cast<std::size_t>(visible),
-                                   values.data() + offset, static_cast<std::size_t>(d_model),
-                                   static_cast<std::size_t>(head_dim),
-                                   attention_.row(r).data() + offset);
+          float* out = attention_.row(r).data() + offset;
+          if (!is_tree_slot(slot)) {  // causal: positions 0 .. slot
+            const std::size_t visible = slot + 1;
+            for (std::size_t t = 0; t < visible; ++t) scores[t] *= score_scale;
+            detail::softmax_inplace(scores, visible);
+            detail::weighted_row_sum(scores, visible, value_rows, stride,
+                                     static_cast<std::size_t>(head_dim), out);
+            continue;
+          }
+          // Tree node: the committed positions, then its path, gathered into position order
+          // (path slot j >= tree_start_ + j, so the gather can run in place, front to back).
+          const std::size_t path_length = fill_path_slots(slot - tree_start_);
+          for (std::size_t j = 0; j < path_length; ++j) {
+            scores[tree_start_ + j] = scores[path_slots_[j]];
+          }
+          const std::size_t visible = tree_start_ + path_length;
+          for (std::size_t t = 0; t < visible; ++t) scores[t] *= score_scale;
+          detail::softmax_inplace(scores, visible);
+          const std::size_t shared = tree_start_;
+          const std::size_t* path = path_slots_.data();
+          detail::weighted_row_sum(
+              scores, visible,
+              [=](std::size_t t) {
+                return value_rows + (t < shared ? t : path[t - shared]) * stride;
+              },
+              static_cast<std::size_t>(head_dim), out);
         }
       }
       linear_rows(w.proj_weight, w.proj_bias.data(), attention_.topRows(rows),
@@ -911,7 +1091,7 @@ class GptModel {
     }
 
     // ---- head: logits = ln_f(x) @ wte^T, only for the rows the caller asked for
-    const auto wanted_from = static_cast<Eigen::Index>(first_logits_position);
+    const auto wanted_from = static_cast<Eigen::Index>(first_logits_slot);
     const Eigen::Index first_row = std::max<Eigen::Index>(0, wanted_from - first);
     if (first_row >= rows) return;
     const Eigen::Index logit_rows = rows - first_row;
@@ -925,19 +1105,28 @@ class GptModel {
 
   GptWeights weights_;
   std::size_t chunk_rows_;
+  std::size_t max_tree_nodes_;
+  std::size_t scratch_rows_ = 0;  // max(chunk_rows_, max_tree_nodes_ + 1): rows of one chunk
 
-  // Run state, allocated once in the constructor (chunk = chunk_rows_ new positions at a time).
+  // Run state, allocated once in the constructor (chunk = up to scratch_rows_ new slots at a
+  // time; slots = max_context + max_tree_nodes K/V rows).
   RowMajorMatrixXf residual_;   // (chunk, d_model)  residual stream x
   RowMajorMatrixXf normed_;     // (chunk, d_model)  layer-norm output, input of qkv / fc1 / head
   RowMajorMatrixXf query_;      // (chunk, d_model)  q of the new positions, heads concatenated
   RowMajorMatrixXf attention_;  // (chunk, d_model)  attention output, heads concatenated
   RowMajorMatrixXf hidden_;     // (chunk, d_ff)     MLP hidden activations
   RowMajorMatrixXf branch_;     // (chunk, d_model)  proj / fc2 output, added to the residual
-  RowMajorMatrixXf scores_;     // (chunk, max_context) one head's attention weights, row by row
-  std::vector<RowMajorMatrixXf> key_cache_;    // (n_layer) x (max_context, d_model)
-  std::vector<RowMajorMatrixXf> value_cache_;  // (n_layer) x (max_context, d_model)
-  RowMajorMatrixXf logits_;  // (max_context, vocab_size)  target rows; a call fills the first n
-  ContextCache cache_;       // (<= max_context)  tokens whose K/V rows are valid
+  RowMajorMatrixXf scores_;     // (chunk, slots)    one head's attention weights, row by row
+  std::vector<RowMajorMatrixXf> key_cache_;    // (n_layer) x (slots, d_model)
+  std::vector<RowMajorMatrixXf> value_cache_;  // (n_layer) x (slots, d_model)
+  RowMajorMatrixXf logits_;  // (max(max_context, max_tree_nodes + 1), vocab_size)  a call's rows
+  // Positions [0, size) at slots [0, size), then the last tree's nodes (<= max_context + nodes).
+  specdec::TreeContextCache cache_;
+  std::vector<std::size_t> checked_depths_;  // (max_tree_nodes) depths while a tree is checked
+  std::vector<std::size_t> path_slots_;      // (max_tree_nodes) one node's root-to-node slots
+  std::vector<token_t> chunk_tokens_;        // (chunk) a tree call's last chunk, slot by slot
+  std::size_t tree_start_ = 0;  // the tree being scored: committed length (slot of node 0) ...
+  std::size_t tree_nodes_ = 0;  // ... and node count; 0 in chain calls
   std::uint64_t positions_computed_ = 0;
 };
 
