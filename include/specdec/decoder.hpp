@@ -6,7 +6,9 @@
 /// A speculative round (StrategyDecoder::run reads as this list):
 ///   propose: the Proposer drafts n <= limit = min(K, remaining budget - 1, max_context -
 ///            committed) tokens, asking the DraftLengthPolicy before each, and reports the
-///            distribution each was drawn from
+///            distribution each was drawn from; the proposal is checked (detail::check_proposal)
+///            before the target sees it: against V too once a model call has told V (in a first
+///            round that called no model before the target, its token ids right after)
 ///   target:  one call target(committed + drafted, n + 1)
 ///   verify:  the Verifier keeps a prefix of a tokens and draws the next token (greedy: argmax
 ///            matching); a + 1 <= remaining, so the budget is exact
@@ -20,6 +22,7 @@
 #include <optional>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <tuple>
@@ -234,8 +237,12 @@ class ConfiguredVerifier {
 
 namespace detail {
 
-/// A proposal the decoder can verify: at most `limit` tokens, each in [0, V), one q row or a
-/// point-mass flag per token. Cheap (O(n)); a user's proposer gets a clear error, not UB.
+/// A proposal the decoder can verify: at most `limit` tokens, a chain, each token in [0, V),
+/// one q row and a positive finite normalizer or a point-mass flag per token. Every span's
+/// size is checked before any element is read. Cheap (O(n)); a user's proposer gets a clear
+/// error, not UB. vocab_size = 0 (no model called yet in this generate()) checks all but the
+/// upper bound of the token ids and the width of the q rows; the decoder checks again once V is
+/// known.
 template <class Scalar>
 void check_proposal(const Proposal<Scalar>& proposal, std::size_t limit, std::size_t vocab_size) {
   const std::size_t n = proposal.size();
@@ -247,26 +254,40 @@ void check_proposal(const Proposal<Scalar>& proposal, std::size_t limit, std::si
     throw_invalid_argument("proposer returned ", proposal.parents.size(), " parents for ", n,
                            " tokens; expected one per token (or none for a chain)");
   }
+  if (!proposal.point_mass.empty() && proposal.point_mass.size() != n) {
+    throw_invalid_argument("proposer returned ", proposal.point_mass.size(),
+                           " point-mass flags for ", n, " tokens; expected one per token");
+  }
+  require_chain(proposal, "proposer");
   bool sampled = false;
   for (std::size_t i = 0; i < n; ++i) {
     const token_t token = proposal.tokens[i];
-    if (token < 0 || static_cast<std::size_t>(token) >= vocab_size) {
+    if (token < 0 || (vocab_size != 0 && static_cast<std::size_t>(token) >= vocab_size)) {
+      if (vocab_size == 0) {
+        throw_invalid_argument("proposer returned token ", token, " at node ", i,
+                               "; expected a token id in [0, V)");
+      }
       throw_invalid_argument("proposer returned token ", token, " at node ", i,
                              "; expected a token id in [0, ", vocab_size, ")");
     }
     sampled = sampled || !proposal.is_point_mass(i);
   }
-  if (!proposal.point_mass.empty() && proposal.point_mass.size() != n) {
-    throw_invalid_argument("proposer returned ", proposal.point_mass.size(),
-                           " point-mass flags for ", n, " tokens; expected one per token");
-  }
-  if (sampled && (proposal.q_weights.rows() != n || proposal.q_normalizers.size() != n ||
-                  proposal.q_weights.vocab_size() != vocab_size)) {
+  if (!sampled) return;
+  if (proposal.q_weights.rows() != n || proposal.q_normalizers.size() != n ||
+      (vocab_size != 0 && proposal.q_weights.vocab_size() != vocab_size)) {
     throw_invalid_argument("proposer returned ", proposal.q_weights.rows(), " q rows of ",
                            proposal.q_weights.vocab_size(), " weights and ",
                            proposal.q_normalizers.size(), " normalizers for ", n,
                            " sampled tokens; expected one row of V = ", vocab_size,
                            " weights and one normalizer per token");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const Scalar normalizer = proposal.q_normalizers[i];
+    if (!proposal.is_point_mass(i) &&
+        !(normalizer > Scalar(0) && normalizer <= std::numeric_limits<Scalar>::max())) {
+      throw_invalid_argument("proposer returned the q normalizer ", normalizer, " at node ", i,
+                             "; expected the positive, finite sum of the q row");
+    }
   }
 }
 
@@ -386,6 +407,10 @@ class StrategyDecoder {
       request.bind_policy(policy_);
       const auto proposal = proposer_.propose(request, draft_coins);
       check_prompt_once();
+      // Before the target sees it: the limit (so no call exceeds max_context or the usable
+      // draft length), the spans, the shape and, once a model call has told V, the token ids.
+      const bool vocab_known = vocab_size != 0;
+      detail::check_proposal(proposal, request.limit, vocab_size);
       const std::size_t n = proposal.size();
       if constexpr (requires { policy_.prediction(); }) {
         if (const std::optional<RoundPrediction> expected = policy_.prediction()) {
@@ -405,7 +430,9 @@ class StrategyDecoder {
       const LogitsRows<float> rows = detail::as_target_rows(target_result, n + 1);
       check_target_vocab(vocab_size, rows.vocab_size(), n);
       check_prompt_once();
-      detail::check_proposal(proposal, request.limit, vocab_size);
+      // A first round with no model called before the target (a proposer without a model):
+      // the token ids against V now, as the prompt's.
+      if (!vocab_known) detail::check_proposal(proposal, request.limit, vocab_size);
       if (!target_buffers_sized) {
         // For the longest round up front: a policy may draft few tokens for many rounds first.
         target_buffers_.reserve(usable_draft_length + 1, vocab_size,

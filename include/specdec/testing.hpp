@@ -563,6 +563,8 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
     const auto proposal = run_proposer.propose(request, coins);
     using Scalar = typename std::remove_cvref_t<decltype(proposal)>::scalar_type;
     const std::size_t n = proposal.size();
+    // Before the target call, as the decoder checks it (and again once V is known).
+    specdec::detail::check_proposal(proposal, limit, vocab_size);
     tokens.resize(context.size());
     tokens.insert(tokens.end(), proposal.tokens.begin(), proposal.tokens.end());
     const std::vector<Scalar> rows = target(std::span<const token_t>(tokens), n + 1);
