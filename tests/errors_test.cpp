@@ -844,6 +844,16 @@ const BadConfig kBadConfigs[] = {
     {"MinPOne", [](auto& c) { c.sampling.min_p = 1.0f; }, {"min_p", "1", "expected"}},
     {"MinPNaN", [](auto& c) { c.sampling.min_p = kNaN; }, {"min_p", "nan", "expected"}},
     {"TopKNegative", [](auto& c) { c.sampling.top_k = -1; }, {"top_k", "-1", "expected"}},
+    // An enum value cast from a config file or a command line (the autoregressive decoder
+    // reads neither field).
+    {"VerifierKindOutOfRange",
+     [](auto& c) { c.verifier = static_cast<specdec::VerifierKind>(7); },
+     {"verifier = 7", "token (0) or block (1)", "expected"},
+     false},
+    {"DraftLengthKindOutOfRange",
+     [](auto& c) { c.draft_length_policy.kind = static_cast<specdec::DraftLengthKind>(-1); },
+     {"draft_length_policy.kind = -1", "goodput (3)", "expected"},
+     false},
 };
 
 class ConfigErrors : public ::testing::TestWithParam<BadConfig> {};

@@ -102,6 +102,11 @@ struct GenerationConfig {
           " tokens; expected min(K, max_new_tokens - 1) <= ", kMaxDraftLength,
           " (GenerationConfig::kMaxDraftLength)");
     }
+    if (verifier != VerifierKind::token && verifier != VerifierKind::block) {
+      detail::throw_invalid_argument(
+          "verifier = ", static_cast<std::underlying_type_t<VerifierKind>>(verifier),
+          "; expected a VerifierKind: token (0) or block (1)");
+    }
     draft_length_policy.validate();
     sampling.validate();
   }
