@@ -104,6 +104,26 @@ TEST(ScheduleDraftLengthTest, GrowsByTwoAfterFullAcceptanceAndShrinksByOneAfterR
   EXPECT_EQ(drafted_by(policy, sure, 2), 2u);  // and the round limit still rules
 }
 
+// grow = SIZE_MAX means "to the cap after a full acceptance": K + grow must not wrap (it gave
+// K = 0 from K = 1, and K = 1 from K = 3 with SIZE_MAX - 1).
+TEST(ScheduleDraftLengthTest, AHugeGrowSaturatesAtTheCap) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  for (const std::size_t initial : {std::size_t{1}, std::size_t{3}}) {
+    for (const std::size_t grow : {kMax, kMax - 1, kMax - 7}) {
+      SCOPED_TRACE(::testing::Message() << "initial " << initial << ", grow " << grow);
+      ScheduleDraftLength policy(
+          ScheduleOptions{.initial_draft_length = initial, .grow = grow, .shrink = kMax});
+      policy.begin(config_with(8));
+      policy.observe(report(initial, initial));
+      EXPECT_EQ(policy.current_draft_length(), 8u);
+      policy.observe(report(8, 3));  // a huge shrink floors at 1
+      EXPECT_EQ(policy.current_draft_length(), 1u);
+      policy.observe(report(1, 1));
+      EXPECT_EQ(policy.current_draft_length(), 8u);
+    }
+  }
+}
+
 TEST(ConfidenceDraftLengthTest, StopsAfterTheFirstTokenBelowTheThreshold) {
   ConfidenceDraftLength policy(ConfidenceOptions{.min_probability = 0.6});
   EXPECT_EQ(drafted_by(policy, std::vector<double>{0.9, 0.7, 0.5, 0.9, 0.9}, 5), 3u);
