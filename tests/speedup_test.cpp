@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -245,6 +246,29 @@ TEST(SpeedupTest, QuartilesInterpolateBetweenOrderStatistics) {
   EXPECT_DOUBLE_EQ(specdec::quartiles(one).p25, 1.7);
   EXPECT_DOUBLE_EQ(specdec::quartiles(one).p75, 1.7);
   EXPECT_DOUBLE_EQ(specdec::quartiles({}).median, 0.0);
+}
+
+// A NaN q was cast to size_t (undefined; an index of 2^63 on x86-64); a NaN value breaks the
+// sort's ordering. Both are rejected; q outside [0, 1] is clamped, infinities included.
+TEST(SpeedupTest, QuantileRejectsNaNAndClampsOutOfRangeQ) {
+  const std::vector<double> values{3.0, 1.0, 2.0};
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  try {
+    (void)specdec::quantile(values, kNaN);
+    ADD_FAILURE() << "a NaN q was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_STREQ(error.what(), "specdec: quantile: q = nan; expected a probability in [0, 1]");
+  }
+  try {
+    (void)specdec::quantile({1.0, kNaN, 2.0}, 0.5);
+    ADD_FAILURE() << "a NaN value was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_STREQ(error.what(),
+                 "specdec: quantile: value 1 of 3 is NaN; expected numbers (a sample can be "
+                 "ordered)");
+  }
+  EXPECT_DOUBLE_EQ(specdec::quantile(values, -std::numeric_limits<double>::infinity()), 1.0);
+  EXPECT_DOUBLE_EQ(specdec::quantile(values, 7.0), 3.0);
 }
 
 GenerationResult fabricated(std::size_t tokens, double seconds, std::size_t target_calls,

@@ -30,6 +30,7 @@
 /// A measurement tool: it allocates freely and is not meant for a hot path.
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <ctime>
@@ -88,8 +89,19 @@ struct Quartiles {
 };
 
 /// \brief Quantile q in [0, 1] of `values` by linear interpolation between order statistics
-/// (numpy's default): position q (n - 1) in the sorted sample. 0 for an empty sample.
+/// (numpy's default): position q (n - 1) in the sorted sample; q outside [0, 1] is clamped to
+/// it. 0 for an empty sample.
+/// \throws std::invalid_argument if q or a value is NaN (a NaN has no place in the order).
 [[nodiscard]] inline double quantile(std::vector<double> values, double q) {
+  if (std::isnan(q)) {
+    detail::throw_invalid_argument("quantile: q = ", q, "; expected a probability in [0, 1]");
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (std::isnan(values[i])) {
+      detail::throw_invalid_argument("quantile: value ", i, " of ", values.size(),
+                                     " is NaN; expected numbers (a sample can be ordered)");
+    }
+  }
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
   const double at = std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1);
