@@ -215,7 +215,8 @@ inline GoodnessOfFit goodness_of_fit(std::span<const std::uint64_t> observed,
 /// λ), and by Cauchy-Schwarz Σ (p' - p)² / p >= (Σ |p' - p|)² / Σ p = 4 d², with equality when
 /// the error is proportional to the cell probabilities: λ >= 4 N d². We ask 4 N d² to exceed
 /// the critical value's distance from k - 1 plus four standard deviations √(2(k-1)+4λ) — a
-/// conservative normal approximation of the noncentral χ² quantile.
+/// conservative normal approximation of the noncentral χ² quantile. SIZE_MAX when more
+/// samples than a std::size_t counts would be needed (a TV below ~1e-9).
 [[nodiscard]] inline std::size_t samples_to_detect(double total_variation, std::size_t cells,
                                                    double p_threshold = 1e-4) {
   if (!(total_variation > 0) || cells < 2 || !(p_threshold > 0 && p_threshold < 1)) {
@@ -233,9 +234,14 @@ inline GoodnessOfFit goodness_of_fit(std::span<const std::uint64_t> observed,
   const double excess = hi - dof;
   // Smallest N with 4 N d² >= excess + 4 sqrt(2 dof + 16 N d²).
   const double d2 = total_variation * total_variation;
+  // Saturating: a TV too small to detect in fewer than 2^64 samples (below ~1e-9; d² underflows
+  // to 0 below ~1e-154) gives SIZE_MAX, not a float-to-integer conversion out of range.
+  constexpr double kCountable = 18446744073709551616.0;  // 2^64: the first double above SIZE_MAX
   double n = 1;
-  while (4 * n * d2 < excess + 4 * std::sqrt(2 * dof + 16 * n * d2)) n *= 1.05;
-  return static_cast<std::size_t>(std::ceil(n));
+  while (n < kCountable && 4 * n * d2 < excess + 4 * std::sqrt(2 * dof + 16 * n * d2)) n *= 1.05;
+  const double samples = std::ceil(n);
+  if (!(samples < kCountable)) return std::numeric_limits<std::size_t>::max();
+  return static_cast<std::size_t>(samples);
 }
 
 /// \brief Total-variation distance (1/2 Σ |a - b|) between two laws over sequences.
