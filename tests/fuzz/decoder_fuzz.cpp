@@ -335,12 +335,13 @@ struct FuzzProposer {
         if (proposal.q_weights.rows() > 0) {
           weights.assign(proposal.q_weights.values().begin(), proposal.q_weights.values().end());
           weights[lie.node % weights.size()] = static_cast<float>(lie.value);
-          proposal.q_weights = specdec::LogitsRows<float>(
-              weights, proposal.q_weights.vocab_size(), proposal.q_weights.row_stride());
+          proposal.q_weights = specdec::LogitsRows<float>(weights, proposal.q_weights.vocab_size(),
+                                                          proposal.q_weights.row_stride());
         }
         break;
       case ProposalLie::Kind::normalizer:
-        if (!normalizers.empty()) normalizers[node % normalizers.size()] = static_cast<float>(lie.value);
+        if (!normalizers.empty())
+          normalizers[node % normalizers.size()] = static_cast<float>(lie.value);
         break;
       case ProposalLie::Kind::normalizers_size:
         normalizers.resize(lie.count, 1.0f);
@@ -429,8 +430,10 @@ FuzzVerifier plan_verifier(FuzzedDataProvider& data) {
 specdec::NgramOptions fuzz_ngram_options(FuzzedDataProvider& data) {
   specdec::NgramOptions options;
   if (data.ConsumeBool()) {
-    options.min_ngram = data.ConsumeBool() ? hostile_size(data, 8) : data.ConsumeIntegralInRange<std::size_t>(0, 66);
-    options.max_ngram = data.ConsumeBool() ? hostile_size(data, 12) : data.ConsumeIntegralInRange<std::size_t>(0, 66);
+    options.min_ngram = data.ConsumeBool() ? hostile_size(data, 8)
+                                           : data.ConsumeIntegralInRange<std::size_t>(0, 66);
+    options.max_ngram = data.ConsumeBool() ? hostile_size(data, 12)
+                                           : data.ConsumeIntegralInRange<std::size_t>(0, 66);
   }
   return options;
 }
@@ -670,8 +673,10 @@ std::size_t max_chunks(const specdec::GenerationConfig& config, std::size_t voca
 
 /// Runs one generate() under the oracle; its result, or nothing if it threw.
 template <class Decoder>
-std::optional<specdec::GenerationResult> run_generate(FuzzedDataProvider& data, Decoder& decoder, std::span<const token_t> prompt,
-                  const specdec::GenerationConfig& config, std::size_t vocab_bound) {
+std::optional<specdec::GenerationResult> run_generate(FuzzedDataProvider& data, Decoder& decoder,
+                                                      std::span<const token_t> prompt,
+                                                      const specdec::GenerationConfig& config,
+                                                      std::size_t vocab_bound) {
   const std::size_t chunk_limit = max_chunks(config, vocab_bound);
   const int callback_mode = data.ConsumeIntegralInRange<int>(0, 3);
   const std::size_t callback_at = data.ConsumeIntegralInRange<std::size_t>(0, 8);
@@ -681,8 +686,8 @@ std::optional<specdec::GenerationResult> run_generate(FuzzedDataProvider& data, 
         decoder.generate(prompt, config, [&](std::span<const token_t> chunk) {
           for (const token_t token : chunk) {
             if (token < 0 || static_cast<std::size_t>(token) >= vocab_bound) {
-              const std::string detail = std::to_string(token) + " (bound " +
-                                         std::to_string(vocab_bound) + ")";
+              const std::string detail =
+                  std::to_string(token) + " (bound " + std::to_string(vocab_bound) + ")";
               fail("chunk token out of range:", detail.c_str());
             }
           }
@@ -777,11 +782,10 @@ void fuzz_helpers(FuzzedDataProvider& data) {
   const double q = hostile_double(data, -0.5, 1.5);
   guarded([&] { (void)specdec::quantile(values, q); });
   guarded([&] { (void)specdec::quartiles(values); });
-  guarded([&] {
-    (void)specdec::testing::samples_to_detect(hostile_double(data, 0, 0.5),
-                                              hostile_size(data, 100),
-                                              hostile_double(data, 0, 1));
-  });
+  const double total_variation = hostile_double(data, 0, 0.5);
+  const std::size_t cells = hostile_size(data, 100);
+  const double p_threshold = hostile_double(data, 0, 1);
+  guarded([&] { (void)specdec::testing::samples_to_detect(total_variation, cells, p_threshold); });
   guarded([&] {
     std::vector<std::uint64_t> counts(data.ConsumeIntegralInRange<std::size_t>(0, 6));
     for (auto& c : counts) c = data.ConsumeBool() ? data.ConsumeIntegral<std::uint64_t>() : 3;
@@ -802,13 +806,15 @@ void fuzz_helpers(FuzzedDataProvider& data) {
       const std::size_t limit = data.ConsumeIntegralInRange<std::size_t>(0, 9);
       std::size_t drafted = 0;
       while (drafted < limit && drafted < 64 &&
-             policy.draft_more(specdec::DraftState{
-                 drafted, limit, std::span<const double>(probabilities).first(
-                                     std::min(drafted, probabilities.size()))})) {
+             policy.draft_more(
+                 specdec::DraftState{drafted, limit,
+                                     std::span<const double>(probabilities)
+                                         .first(std::min(drafted, probabilities.size()))})) {
         ++drafted;
       }
       specdec::RoundReport report;
-      report.drafted = data.ConsumeBool() ? drafted : data.ConsumeIntegralInRange<std::size_t>(0, 12);
+      report.drafted =
+          data.ConsumeBool() ? drafted : data.ConsumeIntegralInRange<std::size_t>(0, 12);
       report.accepted = data.ConsumeIntegralInRange<std::size_t>(0, report.drafted);
       report.limit = limit;
       report.draft_seconds = hostile_double(data, 0, 1e-3);
@@ -924,8 +930,9 @@ void check_greedy_identity(const specdec::GenerationResult& speculative,
 
 /// Pure models: no planned fault does anything, so every row is a function of its prefix.
 bool pure(const FuzzModel& model) {
-  return std::all_of(model.faults.begin(), model.faults.end(),
-                     [](const FuzzModel::PlannedFault& f) { return f.fault == FuzzModel::Fault::none; });
+  return std::all_of(
+      model.faults.begin(), model.faults.end(),
+      [](const FuzzModel::PlannedFault& f) { return f.fault == FuzzModel::Fault::none; });
 }
 
 using Strategy = specdec::StrategyDecoder<FuzzTarget, FuzzProposer, specdec::ConfiguredDraftLength,
@@ -1016,8 +1023,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
   switch (kind) {
     case DecoderKind::autoregressive:
       check_still_usable(
-          autoregressive_decoder, [&] { return specdec::AutoregressiveDecoder<FuzzTarget>(target); },
-          draft_model, target_model);
+          autoregressive_decoder,
+          [&] { return specdec::AutoregressiveDecoder<FuzzTarget>(target); }, draft_model,
+          target_model);
       break;
     case DecoderKind::speculative:
       check_still_usable(
