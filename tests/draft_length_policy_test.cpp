@@ -569,7 +569,8 @@ TEST(GoodputDraftLengthTest, MeasuredCostsFollowTheRoundTimings) {
 // 0.8: the best static K is 5, right below the step (2.544 tokens per unit against 2.472 at K = 4
 // and 1.829 at K = 6). Goodput, timed exactly, must settle there. (A line through every measured
 // row count rated 6 rows by the counts above the step, 1.44 units for a true 1.20, and the policy
-// drafted 4 in most rounds and never measured 6 rows: 0.96 of K = 5.)
+// drafted 4 in most rounds and never measured 6 rows: 0.96 of K = 5.) A delayed call among the
+// first samples of 6 rows did the same, until a row count's first estimate became a median.
 struct SteppedRounds {
   static double cost(std::size_t rows) {
     const double linear = 1.0 + 0.04 * static_cast<double>(rows - 1);
@@ -623,7 +624,8 @@ TEST(GoodputDraftLengthTest, SettlesBelowAStepInTheVerificationCost) {
     rounds.run(policy, delayed);
     const auto mode = std::max_element(rounds.histogram.begin(), rounds.histogram.end());
     EXPECT_EQ(mode - rounds.histogram.begin(), 5) << ::testing::PrintToString(rounds.histogram);
-    EXPECT_GT(rounds.speedup(), 0.98 * best_static);
+    // Within 2 % of K = 5 with exact timings; a call in 23 taking 4 times as long costs ~1 % more.
+    EXPECT_GT(rounds.speedup(), (delayed == 0 ? 0.98 : 0.97) * best_static);
     const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 8, {}});
     EXPECT_NEAR(estimates.verify_cost[5] / estimates.verify_cost[0], 1.20, 0.02);
   }

@@ -422,18 +422,14 @@ class MeasuredCosts {
                     std::min(std::max(samples[0], samples[1]), samples[2]));
   }
 
-  /// The running mean of the first few samples, then a moving average that a single sample
-  /// lowers by at most 5 % and raises by at most 2.5 %: on a shared machine a call preempted for
-  /// a scheduler slice takes several times its cost, which says nothing about the next call,
-  /// and such delays only ever add. (Clipping from the first sample on would let one slow first
-  /// call, e.g. a cold cache, hold the estimate for dozens of rounds. Raising by up to 10 %, a
-  /// delayed call lifted a row count's estimate for the next dozen samples, enough to keep
-  /// the policy away from it: with 15 % of calls delayed, goodput reached 0.96 of the best
-  /// static K below a cost step in a simulation, 0.99 with this clip. The estimate then
-  /// describes the undelayed calls: on a loaded machine the predicted seconds run low.)
+  /// The running mean of the first few samples, then a moving average that a single outlier
+  /// moves by at most 10 %: on a shared machine a call preempted for a scheduler slice takes
+  /// several times its cost, which says nothing about the next call. (Clipping from the first
+  /// sample on would let one slow first call, e.g. a cold cache, hold the estimate for dozens
+  /// of rounds.)
   static double smoothed(double average, double sample, double samples) noexcept {
     if (samples < kWarmupSamples) return (average * samples + sample) / (samples + 1);
-    const double clipped = std::clamp(sample, 0.5 * average, kMaxRise * average);
+    const double clipped = std::clamp(sample, 0.5 * average, 2.0 * average);
     return kSmoothing * average + (1 - kSmoothing) * clipped;
   }
   [[nodiscard]] double draft_token() const noexcept { return draft_token_; }
@@ -507,7 +503,6 @@ class MeasuredCosts {
   }
 
   static constexpr double kSmoothing = 0.9, kMaxWeight = 16, kTrustedWeight = 3;
-  static constexpr double kMaxRise = 1.25;  // a sample counts at most 1.25 times the average
   static constexpr double kWarmupSamples = 4;
   static constexpr double kPriorRowCost = 0.05;
   static constexpr std::size_t kFirstSamples = 3;  // = kTrustedWeight: trusted from the median
