@@ -1160,6 +1160,7 @@ enum class Lie {
   short_point_mass,  // 3 tokens, 1 point-mass flag
   long_point_mass,   // n tokens, n + 2 point-mass flags
   too_many_tokens,   // limit + 1 tokens
+  raised_limit,      // limit + 1 tokens, after raising request.limit to match
   token_v,           // the last token = V
   negative_token,    // the first token = -1
   tree,              // every node's parent is the committed context
@@ -1208,6 +1209,12 @@ struct LyingProposer {
         proposal.point_mass = point_mass;
         break;
       case Lie::too_many_tokens:
+        tokens.push_back(tokens.empty() ? 0 : tokens.back());
+        point_mass.assign(tokens.size(), 1);
+        proposal.point_mass = point_mass;
+        break;
+      case Lie::raised_limit:
+        ++request.limit;
         tokens.push_back(tokens.empty() ? 0 : tokens.back());
         point_mass.assign(tokens.size(), 1);
         proposal.point_mass = point_mass;
@@ -1300,6 +1307,7 @@ const LieCase kLies[] = {
     {"ShortPointMass", Lie::short_point_mass, {"1 point-mass flags for 4 tokens", "one per token"}},
     {"LongPointMass", Lie::long_point_mass, {"6 point-mass flags for 4 tokens", "one per token"}},
     {"TooManyTokens", Lie::too_many_tokens, {"returned 5 tokens", "limit 4"}},
+    {"RaisedLimit", Lie::raised_limit, {"returned 5 tokens", "limit 4"}},
     {"TokenV", Lie::token_v, {"token 16 at node 3", "[0, 16)"}},
     {"NegativeToken", Lie::negative_token, {"token -1 at node 0", "[0, 16)"}},
     {"Tree", Lie::tree, {"tree", "parent of node 1 is -1", "expected a chain"}},

@@ -415,7 +415,8 @@ class StrategyDecoder {
       // Before the target sees it: the limit (so no call exceeds max_context or the usable
       // draft length), the spans, the shape and, once a model call has told V, the token ids.
       const bool vocab_known = vocab_size != 0;
-      detail::check_proposal(proposal, request.limit, vocab_size);
+      // Against the round's own limit: request.limit is the proposer's to read, not to raise.
+      detail::check_proposal(proposal, limit, vocab_size);
       const std::size_t n = proposal.size();
       if constexpr (requires { policy_.prediction(); }) {
         if (const std::optional<RoundPrediction> expected = policy_.prediction()) {
@@ -437,7 +438,7 @@ class StrategyDecoder {
       check_prompt_once();
       // A first round with no model called before the target (a proposer without a model):
       // the token ids against V now, as the prompt's.
-      if (!vocab_known) detail::check_proposal(proposal, request.limit, vocab_size);
+      if (!vocab_known) detail::check_proposal(proposal, limit, vocab_size);
       if (!target_buffers_sized) {
         // For the longest round up front: a policy may draft few tokens for many rounds first.
         target_buffers_.reserve(usable_draft_length + 1, vocab_size,
@@ -473,7 +474,7 @@ class StrategyDecoder {
           proposal.token_probabilities.size() == n
               ? proposal.token_probabilities
               : std::span<const double>(certain_tokens_.data(), n);
-      policy_.observe(RoundReport{n, verdict.accepted, request.limit,
+      policy_.observe(RoundReport{n, verdict.accepted, limit,
                                   stats.draft_seconds - draft_seconds_before,
                                   stats.target_seconds - target_seconds_before,
                                   token_probabilities});
