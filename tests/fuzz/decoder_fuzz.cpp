@@ -255,7 +255,7 @@ struct ProposalLie {
   enum class Kind : std::uint8_t {
     none,
     token,             // one token replaced by `token`
-    extra_tokens,      // `count` more tokens (past the limit, or not)
+    extra_tokens,      // `count` more tokens (past the limit, or not; `flag`: request.limit raised)
     drop_tokens,       // `count` fewer tokens, the spans left as they were
     parents,           // a parents span: `count` entries, chain or not (`flag`)
     point_mass,        // a point-mass span of `count` entries, all `flag`
@@ -310,6 +310,7 @@ struct FuzzProposer {
         break;
       case ProposalLie::Kind::extra_tokens:
         for (std::size_t i = 0; i < lie.count; ++i) tokens.push_back(lie.token);
+        if (lie.flag) request.limit += lie.count;  // and raises the limit it was given to match
         break;
       case ProposalLie::Kind::drop_tokens:
         tokens.resize(n - std::min(n, lie.count));
