@@ -398,15 +398,28 @@ struct SegmentedDraft {
   }
 };
 
-/// A target whose call costs cost * (1 + row_cost * (n - 1)) for n rows (row_cost 0: flat, as a
-/// memory-bound GPU forward; 0.1: CPU-like, each row adds 10 % of a one-row call).
+/// A target call's cost in one-row calls: 1 + row_cost (n - 1) for n rows, times step_factor
+/// past step_rows rows (step_rows 0: no step). A CPU target's cost curve has such steps where
+/// the rows outgrow a register tile or a cache (docs/benchmarks.md).
+struct VerifyCostCurve {
+  double row_cost = 0;
+  std::size_t step_rows = 0;
+  double step_factor = 1;
+  [[nodiscard]] double operator()(std::size_t n) const noexcept {
+    const double linear = 1.0 + row_cost * static_cast<double>(n - 1);
+    return step_rows != 0 && n > step_rows ? linear * step_factor : linear;
+  }
+};
+
+/// A target whose call costs cost * curve(n) for n rows (row_cost 0: flat, as a memory-bound GPU
+/// forward; 0.1: CPU-like, each row adds 10 % of a one-row call).
 struct RowCostTarget {
   const Tables* tables;
   double cost;
-  double row_cost;
+  VerifyCostCurve curve;
   std::vector<float> rows = std::vector<float>((kMaxDraft + 1) * kVocab);
   std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
-    busy_wait(cost * (1.0 + row_cost * static_cast<double>(n - 1)));
+    busy_wait(cost * curve(n));
     const std::size_t L = context.size();
     for (std::size_t i = 0; i < n; ++i) {
       const auto r = static_cast<std::size_t>(context[L - n + i]);
@@ -462,7 +475,7 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
   constexpr double kDraftCost = 0.05;  // c: a draft call per target call
   const auto segment = static_cast<std::size_t>(env_double("SPECDEC_BENCH_SEGMENT", 32));
   SegmentedDraft draft{&easy, &hard, changing ? segment : 0, kDraftCost * cost};
-  RowCostTarget target{&easy, cost, row_cost};
+  RowCostTarget target{&easy, cost, VerifyCostCurve{row_cost}};
   specdec::SpeculativeDecoder<SegmentedDraft, RowCostTarget> speculative(draft, target);
   specdec::AutoregressiveDecoder<RowCostTarget> autoregressive(target);
   specdec::GenerationConfig config;
@@ -529,6 +542,99 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
   state.SetLabel(spin_on_wall_clock() ? "wall-clock spin" : "cpu-time spin");
 }
 
+/// The model-time speedup the counted rounds give under a cost model (plain decoding: one unit
+/// per token; a round drafting n tokens: n c + curve(n + 1)): free of timing noise.
+double model_speedup(const specdec::DecodeStats& sum, double draft_cost,
+                     const VerifyCostCurve& curve) {
+  const std::vector<std::size_t> histogram = sum.draft_length_histogram();
+  double units = 0;
+  for (std::size_t n = 0; n < histogram.size(); ++n) {
+    units += static_cast<double>(histogram[n]) *
+             (static_cast<double>(n) * draft_cost + curve(n + 1));
+  }
+  return units > 0 ? static_cast<double>(sum.emitted) / units : 0.0;
+}
+
+/// Draft-length policies on a target whose call cost steps up: stationary acceptance (alpha =
+/// 0.8, T = 1), c = 0.05, T(n) = 1 + 0.04 (n - 1) one-row calls, times 1.5 past 6 rows (T(5) =
+/// 1.16, T(6) = 1.20, T(7) = 1.80: the shape measured on a CPU target whose call cost jumps
+/// between 6 and 7 rows). The best static K sits right below the step (K = 5). Args: policy
+/// (1..8 static K; 9 schedule; 11 goodput with measured costs, cap 8), verifier (0 token,
+/// 1 block). Counters as BM_DraftLengthPolicy's; speedup_model applies the stepped curve to the
+/// counted rounds.
+void BM_SteppedCostPolicy(benchmark::State& state) {
+  const auto policy = state.range(0);
+  const Tables& easy = tables_for(80);
+  const double cost = target_cost_seconds();
+  constexpr double kDraftCost = 0.05;
+  const VerifyCostCurve curve{0.04, 6, 1.5};
+  SegmentedDraft draft{&easy, &easy, 0, kDraftCost * cost};
+  RowCostTarget target{&easy, cost, curve};
+  specdec::SpeculativeDecoder<SegmentedDraft, RowCostTarget> speculative(draft, target);
+  specdec::AutoregressiveDecoder<RowCostTarget> autoregressive(target);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = budget();
+  config.sampling.temperature = 1.0f;
+  config.verifier =
+      state.range(1) == 1 ? specdec::VerifierKind::block : specdec::VerifierKind::token;
+  config.draft_length = policy <= static_cast<std::int64_t>(kMaxDraft)
+                            ? static_cast<std::size_t>(policy) : kMaxDraft;
+  config.draft_length_policy.kind = policy == kSchedulePolicy  ? specdec::DraftLengthKind::schedule
+                                    : policy == kGoodputPolicy ? specdec::DraftLengthKind::goodput
+                                                               : specdec::DraftLengthKind::fixed;
+
+  static std::uint64_t next_seed = 3'000'000;
+  RunTimes times[2];
+  std::size_t tokens[2] = {0, 0};
+  specdec::DecodeStats sum;
+  std::int64_t iteration = 0;
+  for (auto _ : state) {
+    const std::uint64_t seed = next_seed++;
+    const std::vector<token_t> prompt = random_prompt(seed);
+    config.seed = seed;
+    const double before = times[0].wall + times[1].wall;
+    for (int step = 0; step < 2; ++step) {
+      const int which = (step + static_cast<int>(iteration % 2)) % 2;  // 0 plain, 1 speculative
+      const specdec::GenerationResult r =
+          which == 0 ? timed_generate(autoregressive, prompt, config, times[which])
+                     : timed_generate(speculative, prompt, config, times[which]);
+      tokens[which] += r.tokens.size();
+      if (which == 1) sum += r.stats;
+    }
+    ++iteration;
+    state.SetIterationTime(times[0].wall + times[1].wall - before);
+  }
+  auto rate = [&](int which, double seconds) {
+    return static_cast<double>(tokens[which]) / seconds;
+  };
+  state.counters["speedup"] = rate(1, times[1].wall) / rate(0, times[0].wall);
+  state.counters["speedup_cpu"] = rate(1, times[1].cpu) / rate(0, times[0].cpu);
+  state.counters["tau"] = sum.tokens_per_round();
+  state.counters["mean_k"] =
+      static_cast<double>(sum.drafted) / static_cast<double>(std::max<std::size_t>(sum.rounds, 1));
+  state.counters["alpha_hat"] = sum.alpha_hat();
+  state.counters["speedup_model"] = model_speedup(sum, kDraftCost, curve);
+  const std::vector<std::size_t> histogram = sum.draft_length_histogram();
+  std::size_t past_step = 0;
+  for (std::size_t n = 0; n < histogram.size(); ++n) {
+    if (curve.step_rows != 0 && n + 1 > curve.step_rows) past_step += histogram[n];
+  }
+  state.counters["past_step"] =
+      static_cast<double>(past_step) / static_cast<double>(std::max<std::size_t>(sum.rounds, 1));
+  state.SetLabel(spin_on_wall_clock() ? "wall-clock spin" : "cpu-time spin");
+}
+
+void stepped_cost_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"policy", "block"});
+  for (const std::int64_t verifier : {0, 1}) {
+    for (std::int64_t policy = 1; policy <= static_cast<std::int64_t>(kMaxDraft); ++policy) {
+      b->Args({policy, verifier});
+    }
+    b->Args({kSchedulePolicy, verifier});
+    b->Args({kGoodputPolicy, verifier});
+  }
+}
+
 void draft_length_policy_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"workload", "row_cost", "policy"});
   for (const std::int64_t workload : {kStationary, kChanging, kUseless, kChangingKnown}) {
@@ -554,6 +660,11 @@ BENCHMARK(BM_TokenVsBlock)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DraftLengthPolicy)
     ->Apply(draft_length_policy_args)
+    ->UseManualTime()
+    ->Iterations(iterations())
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SteppedCostPolicy)
+    ->Apply(stepped_cost_args)
     ->UseManualTime()
     ->Iterations(iterations())
     ->Unit(benchmark::kMillisecond);

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <ostream>
 #include <span>
 #include <stdexcept>
@@ -121,6 +122,18 @@ TEST(ChiSquareMachineryTest, StatisticsAndPoolingMatchHandComputedValues) {
   EXPECT_EQ(pooled.cells, 2u);
   EXPECT_NEAR(pooled.statistic, 0.0, 1e-12);
   EXPECT_EQ(pooled.p_value, 1.0);
+}
+
+// A TV too small to detect within 2^64 samples saturates at SIZE_MAX: the count used to overflow
+// (below ~1e-9) or reach +inf (below ~1e-154) and be cast to size_t (undefined; 2^63 seen).
+TEST(ChiSquareMachineryTest, SamplesToDetectSaturatesForAnUndetectableDeviation) {
+  using specdec::testing::samples_to_detect;
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  for (const double tv : {1e-9, 1e-10, 1e-200, std::numeric_limits<double>::denorm_min()}) {
+    EXPECT_EQ(samples_to_detect(tv, 6), kMax) << tv;
+  }
+  EXPECT_LT(samples_to_detect(1e-8, 6), kMax);  // still counted, and growing as tv shrinks
+  EXPECT_GT(samples_to_detect(1e-8, 6), samples_to_detect(1e-7, 6));
 }
 
 // samples_to_detect(d, k) is enough: a die off by total variation 0.01 spread evenly (the

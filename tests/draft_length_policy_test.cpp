@@ -104,6 +104,26 @@ TEST(ScheduleDraftLengthTest, GrowsByTwoAfterFullAcceptanceAndShrinksByOneAfterR
   EXPECT_EQ(drafted_by(policy, sure, 2), 2u);  // and the round limit still rules
 }
 
+// grow = SIZE_MAX means "to the cap after a full acceptance": K + grow must not wrap (it gave
+// K = 0 from K = 1, and K = 1 from K = 3 with SIZE_MAX - 1).
+TEST(ScheduleDraftLengthTest, AHugeGrowSaturatesAtTheCap) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  for (const std::size_t initial : {std::size_t{1}, std::size_t{3}}) {
+    for (const std::size_t grow : {kMax, kMax - 1, kMax - 7}) {
+      SCOPED_TRACE(::testing::Message() << "initial " << initial << ", grow " << grow);
+      ScheduleDraftLength policy(
+          ScheduleOptions{.initial_draft_length = initial, .grow = grow, .shrink = kMax});
+      policy.begin(config_with(8));
+      policy.observe(report(initial, initial));
+      EXPECT_EQ(policy.current_draft_length(), 8u);
+      policy.observe(report(8, 3));  // a huge shrink floors at 1
+      EXPECT_EQ(policy.current_draft_length(), 1u);
+      policy.observe(report(1, 1));
+      EXPECT_EQ(policy.current_draft_length(), 8u);
+    }
+  }
+}
+
 TEST(ConfidenceDraftLengthTest, StopsAfterTheFirstTokenBelowTheThreshold) {
   ConfidenceDraftLength policy(ConfidenceOptions{.min_probability = 0.6});
   EXPECT_EQ(drafted_by(policy, std::vector<double>{0.9, 0.7, 0.5, 0.9, 0.9}, 5), 3u);
@@ -542,6 +562,86 @@ TEST(GoodputDraftLengthTest, MeasuredCostsFollowTheRoundTimings) {
   ASSERT_TRUE(policy.prediction().has_value());
   EXPECT_GT(policy.prediction()->seconds, 10e-3);
   EXPECT_GE(policy.prediction()->tokens, 1.0);
+}
+
+// A target whose call cost steps up past 6 rows (T(n) = 1 + 0.04 (n - 1), times 1.5 past 6: the
+// shape of a CPU target whose rows outgrow a register tile), a draft at c = 0.05 and acceptance
+// 0.8: the best static K is 5, right below the step (2.544 tokens per unit against 2.472 at K = 4
+// and 1.829 at K = 6). Goodput, timed exactly, must settle there. (A line through every measured
+// row count rated 6 rows by the counts above the step, 1.44 units for a true 1.20, and the policy
+// drafted 4 in most rounds and never measured 6 rows: 0.96 of K = 5.) A delayed call among the
+// first samples of 6 rows did the same, until a row count's first estimate became a median.
+struct SteppedRounds {
+  static double cost(std::size_t rows) {
+    const double linear = 1.0 + 0.04 * static_cast<double>(rows - 1);
+    return rows > 6 ? 1.5 * linear : linear;
+  }
+  std::vector<std::size_t> histogram = std::vector<std::size_t>(9, 0);
+  double units = 0;
+  std::size_t emitted = 0;
+
+  /// 40 generations of 256 tokens, acceptance 0.8, every token's probability 0.8; timings exact
+  /// (1 ms per unit) except that every `delayed`-th call takes 4 times as long (a scheduler
+  /// slice on a shared machine).
+  void run(GoodputDraftLength& policy, std::size_t delayed) {
+    std::mt19937_64 gen(11);
+    std::bernoulli_distribution accept(0.8);
+    GenerationConfig config = config_with(8);
+    config.max_new_tokens = 256;
+    std::size_t calls = 0;
+    for (int generation = 0; generation < 40; ++generation) {
+      policy.begin(config);
+      std::size_t done = 0;
+      while (done < 256) {
+        const std::size_t limit = std::min<std::size_t>(8, 256 - done - 1);
+        std::vector<double> probabilities;
+        std::size_t n = 0;
+        while (n < limit && policy.draft_more(DraftState{n, limit, probabilities})) {
+          probabilities.push_back(0.8);
+          ++n;
+        }
+        std::size_t accepted = 0;
+        while (accepted < n && accept(gen)) ++accepted;
+        done += accepted + 1;
+        emitted += accepted + 1;
+        ++histogram[n];
+        units += 0.05 * static_cast<double>(n) + cost(n + 1);
+        const double delay = delayed != 0 && ++calls % delayed == 0 ? 4.0 : 1.0;
+        policy.observe(RoundReport{n, accepted, limit, 0.05e-3 * static_cast<double>(n),
+                                   1e-3 * cost(n + 1) * delay, probabilities});
+      }
+    }
+  }
+  [[nodiscard]] double speedup() const { return static_cast<double>(emitted) / units; }
+};
+
+TEST(GoodputDraftLengthTest, SettlesBelowAStepInTheVerificationCost) {
+  const double best_static = (1 - std::pow(0.8, 6)) / 0.2 / (5 * 0.05 + SteppedRounds::cost(6));
+  for (const std::size_t delayed : {std::size_t{0}, std::size_t{23}}) {
+    SCOPED_TRACE(::testing::Message() << "every " << delayed << "th call delayed");
+    GoodputDraftLength policy;
+    SteppedRounds rounds;
+    rounds.run(policy, delayed);
+    const auto mode = std::max_element(rounds.histogram.begin(), rounds.histogram.end());
+    EXPECT_EQ(mode - rounds.histogram.begin(), 5) << ::testing::PrintToString(rounds.histogram);
+    // Within 2 % of K = 5 with exact timings; a call in 23 taking 4 times as long costs ~1 % more.
+    EXPECT_GT(rounds.speedup(), (delayed == 0 ? 0.98 : 0.97) * best_static);
+    const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 8, {}});
+    EXPECT_NEAR(estimates.verify_cost[5] / estimates.verify_cost[0], 1.20, 0.02);
+  }
+}
+
+// One call delayed among a row count's first three (a scheduler slice on a shared machine) does
+// not make the count look expensive: its first estimate is the median of three.
+TEST(GoodputDraftLengthTest, ARowCountsFirstEstimateIsTheMedianOfThreeCalls) {
+  specdec::detail::MeasuredCosts costs;
+  costs.resize(4);
+  costs.observe(1, 1e-4, 10e-3);   // 2 rows
+  costs.observe(1, 1e-4, 40e-3);   // delayed
+  costs.observe(1, 1e-4, 11e-3);
+  std::vector<double> table(3);
+  costs.fill_verify(table);
+  EXPECT_DOUBLE_EQ(table[1], 11e-3);
 }
 
 // ---- exactness by enumeration --------------------------------------------------------------

@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <typeinfo>
 #include <vector>
 
@@ -843,6 +844,16 @@ const BadConfig kBadConfigs[] = {
     {"MinPOne", [](auto& c) { c.sampling.min_p = 1.0f; }, {"min_p", "1", "expected"}},
     {"MinPNaN", [](auto& c) { c.sampling.min_p = kNaN; }, {"min_p", "nan", "expected"}},
     {"TopKNegative", [](auto& c) { c.sampling.top_k = -1; }, {"top_k", "-1", "expected"}},
+    // An enum value cast from a config file or a command line (the autoregressive decoder
+    // reads neither field).
+    {"VerifierKindOutOfRange",
+     [](auto& c) { c.verifier = static_cast<specdec::VerifierKind>(7); },
+     {"verifier = 7", "token (0) or block (1)", "expected"},
+     false},
+    {"DraftLengthKindOutOfRange",
+     [](auto& c) { c.draft_length_policy.kind = static_cast<specdec::DraftLengthKind>(-1); },
+     {"draft_length_policy.kind = -1", "goodput (3)", "expected"},
+     false},
 };
 
 class ConfigErrors : public ::testing::TestWithParam<BadConfig> {};
@@ -1137,6 +1148,273 @@ TEST(UserCallbackExceptions, ChunkCallbackExceptionPropagatesUnchanged) {
     ADD_FAILURE() << "replaced by " << typeid(error).name() << ": " << error.what();
   }
   EXPECT_TRUE(s.recovers());
+}
+
+// ---------------------------------------------------------------------------------------------
+// A strategy breaking its contract: a clear invalid_argument before the target sees the round
+// ---------------------------------------------------------------------------------------------
+
+// What a lying proposer does to the honest draft-model proposal it wraps.
+enum class Lie {
+  none,
+  short_point_mass,  // 3 tokens, 1 point-mass flag
+  long_point_mass,   // n tokens, n + 2 point-mass flags
+  too_many_tokens,   // limit + 1 tokens
+  raised_limit,      // limit + 1 tokens, after raising request.limit to match
+  token_v,           // the last token = V
+  negative_token,    // the first token = -1
+  tree,              // every node's parent is the committed context
+  short_parents,     // n tokens, 1 parent
+  missing_q_row,     // n - 1 q rows for n sampled tokens
+  nan_normalizer,    // the first q normalizer NaN
+  zero_normalizer,   // the first q normalizer 0
+};
+
+// The draft model's proposal (so V is known before the target call), altered by `lie` from
+// round `from_round` on. Every altered span lives in its own heap vector of exactly the lying
+// size, so AddressSanitizer sees any read past it.
+struct LyingProposer {
+  explicit LyingProposer(ScriptedDraft& draft) : honest(draft) {}
+
+  specdec::ModelProposer<ScriptedDraft> honest;
+  Lie lie = Lie::none;
+  std::size_t from_round = 0;
+  std::size_t rounds = 0;
+  std::vector<token_t> tokens;
+  std::vector<std::int32_t> parents;
+  std::vector<std::uint8_t> point_mass;
+  std::vector<float> normalizers;
+
+  template <class Config>
+  void begin(const Config&) {
+    rounds = 0;
+  }
+
+  template <class Coins>
+  specdec::Proposal<float> propose(specdec::DraftRequest& request, Coins& coins) {
+    specdec::Proposal<float> proposal = honest.propose(request, coins);
+    if (lie == Lie::none || rounds++ < from_round) return proposal;
+    const std::size_t n = proposal.size();
+    tokens.assign(proposal.tokens.begin(), proposal.tokens.end());
+    normalizers.assign(proposal.q_normalizers.begin(), proposal.q_normalizers.end());
+    switch (lie) {
+      case Lie::none:
+        break;
+      case Lie::short_point_mass:
+        point_mass.assign(1, 0);
+        proposal.point_mass = point_mass;
+        break;
+      case Lie::long_point_mass:
+        point_mass.assign(n + 2, 0);
+        proposal.point_mass = point_mass;
+        break;
+      case Lie::too_many_tokens:
+        tokens.push_back(tokens.empty() ? 0 : tokens.back());
+        point_mass.assign(tokens.size(), 1);
+        proposal.point_mass = point_mass;
+        break;
+      case Lie::raised_limit:
+        ++request.limit;
+        tokens.push_back(tokens.empty() ? 0 : tokens.back());
+        point_mass.assign(tokens.size(), 1);
+        proposal.point_mass = point_mass;
+        break;
+      case Lie::token_v:
+        tokens.back() = static_cast<token_t>(kVocab);
+        break;
+      case Lie::negative_token:
+        tokens.front() = -1;
+        break;
+      case Lie::tree:
+        parents.assign(n, -1);
+        proposal.parents = parents;
+        break;
+      case Lie::short_parents:
+        parents.assign(1, -1);
+        proposal.parents = parents;
+        break;
+      case Lie::missing_q_row:
+        proposal.q_weights = specdec::LogitsRows<float>(
+            proposal.q_weights.values().first((n - 1) * proposal.q_weights.row_stride()),
+            proposal.q_weights.vocab_size(), proposal.q_weights.row_stride());
+        break;
+      case Lie::nan_normalizer:
+        normalizers.front() = kNaN;
+        break;
+      case Lie::zero_normalizer:
+        normalizers.front() = 0.0f;
+        break;
+    }
+    proposal.tokens = tokens;
+    proposal.q_normalizers = normalizers;
+    return proposal;
+  }
+};
+
+// A target that records what it was called with.
+struct RecordingTarget : SpanTarget {
+  std::size_t longest_context = 0;
+  std::size_t most_rows = 0;
+  std::vector<std::vector<token_t>> contexts;
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    longest_context = std::max(longest_context, context.size());
+    most_rows = std::max(most_rows, n);
+    contexts.emplace_back(context.begin(), context.end());
+    return SpanTarget::operator()(context, n);
+  }
+};
+
+struct LyingScenario {
+  using Decoder = specdec::StrategyDecoder<RecordingTarget, LyingProposer,
+                                           specdec::StaticDraftLength, specdec::ConfiguredVerifier>;
+  ScriptedDraft draft;
+  RecordingTarget target;
+  Decoder decoder{target, LyingProposer(draft)};
+  specdec::GenerationConfig config = valid_config();
+  std::vector<token_t> prompt = {1, 2, 3};
+
+  ::testing::AssertionResult fails_with(std::initializer_list<std::string_view> keys) {
+    return throws_with_message<std::invalid_argument>(
+        [&] { (void)decoder.generate(prompt, config); }, keys);
+  }
+
+  // The honest proposer again: the same decoder matches a fresh one.
+  ::testing::AssertionResult recovers() {
+    decoder.proposer().lie = Lie::none;
+    ScriptedDraft fresh_draft;
+    RecordingTarget fresh_target;
+    Decoder fresh(fresh_target, LyingProposer(fresh_draft));
+    for (const specdec::GenerationConfig& good : {valid_config(), valid_filtered_config()}) {
+      const ::testing::AssertionResult same =
+          same_output(decoder.generate(prompt, good), fresh.generate(prompt, good));
+      if (!same) return same;
+    }
+    return ::testing::AssertionSuccess();
+  }
+};
+
+struct LieCase {
+  const char* name;
+  Lie lie;
+  std::vector<std::string_view> keys;
+};
+
+void PrintTo(const LieCase& lie, std::ostream* os) { *os << lie.name; }
+
+class ProposerContract : public ::testing::TestWithParam<std::tuple<LieCase, float>> {};
+
+const LieCase kLies[] = {
+    {"ShortPointMass", Lie::short_point_mass, {"1 point-mass flags for 4 tokens", "one per token"}},
+    {"LongPointMass", Lie::long_point_mass, {"6 point-mass flags for 4 tokens", "one per token"}},
+    {"TooManyTokens", Lie::too_many_tokens, {"returned 5 tokens", "limit 4"}},
+    {"RaisedLimit", Lie::raised_limit, {"returned 5 tokens", "limit 4"}},
+    {"TokenV", Lie::token_v, {"token 16 at node 3", "[0, 16)"}},
+    {"NegativeToken", Lie::negative_token, {"token -1 at node 0", "[0, 16)"}},
+    // A tree for a target without score_tree (tree.hpp): refused before the target call.
+    {"Tree", Lie::tree, {"a tree of", "parents not a chain", "without score_tree"}},
+    {"ShortParents", Lie::short_parents, {"1 parents for 4 tokens", "one per token"}},
+};
+
+const LieCase kSampledLies[] = {
+    {"MissingQRow", Lie::missing_q_row, {"3 q rows", "4 sampled tokens", "V = 16"}},
+    {"NaNNormalizer", Lie::nan_normalizer, {"normalizer nan at node 0", "positive, finite"}},
+    {"ZeroNormalizer", Lie::zero_normalizer, {"normalizer 0 at node 0", "positive, finite"}},
+};
+
+std::string lie_name(const ::testing::TestParamInfo<std::tuple<LieCase, float>>& info) {
+  return std::string(std::get<0>(info.param).name) +
+         (std::get<1>(info.param) == 0.0f ? "Greedy" : "Sampled");
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryTemperature, ProposerContract,
+                         ::testing::Combine(::testing::ValuesIn(kLies),
+                                            ::testing::Values(0.0f, 1.0f)),
+                         lie_name);
+INSTANTIATE_TEST_SUITE_P(Sampled, ProposerContract,
+                         ::testing::Combine(::testing::ValuesIn(kSampledLies),
+                                            ::testing::Values(1.0f)),
+                         lie_name);
+
+// In the first round (the draft model has told V) and in a later one: the same error, before
+// the target call of that round, at every temperature and with either verifier.
+TEST_P(ProposerContract, RejectedBeforeTheTargetCallAndTheDecoderRecovers) {
+  const auto& [lie, temperature] = GetParam();
+  for (const std::size_t from_round : {std::size_t{0}, std::size_t{2}}) {
+    for (const specdec::VerifierKind verifier :
+         {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
+      SCOPED_TRACE(::testing::Message() << "from round " << from_round << ", block = "
+                                        << (verifier == specdec::VerifierKind::block));
+      LyingScenario s;
+      s.decoder.proposer().lie = lie.lie;
+      s.decoder.proposer().from_round = from_round;
+      s.config.sampling.temperature = temperature;
+      s.config.verifier = verifier;
+      s.config.max_context = 20;  // no honest round comes near it
+      s.config.max_new_tokens = 17;
+      EXPECT_TRUE(s.fails_with({"proposer", lie.keys[0], lie.keys[1]}));
+      // Stopped before the lying round's target call.
+      EXPECT_EQ(s.target.faults.calls, from_round);
+      EXPECT_LE(s.target.longest_context, s.config.max_context);
+      EXPECT_LE(s.target.most_rows, s.config.draft_length + 1);
+      EXPECT_TRUE(s.recovers());
+    }
+  }
+}
+
+// Too many tokens at the end of the context: the target would have seen max_context + 1.
+TEST(ProposerContractLimits, AProposalPastMaxContextNeverReachesTheTarget) {
+  LyingScenario s;
+  s.decoder.proposer().lie = Lie::too_many_tokens;
+  s.decoder.proposer().from_round = 0;
+  s.config.max_context = 6;  // prompt 3: the first round's limit is min(4, 6 - 3) = 3
+  EXPECT_TRUE(s.fails_with({"returned 4 tokens", "limit 3"}));
+  EXPECT_EQ(s.target.faults.calls, 0u);
+  EXPECT_TRUE(s.recovers());
+}
+
+// A proposer that calls no model: before the first target call V is unknown, so its token ids
+// are checked against V right after that call (as the prompt's are); negative ids, spans and the
+// shape before it.
+struct FixedProposer {
+  std::vector<token_t> tokens;
+  std::vector<std::int32_t> parents;
+  std::vector<std::uint8_t> point_mass;
+  template <class Coins>
+  specdec::Proposal<float> propose(specdec::DraftRequest& request, Coins&) {
+    const std::size_t n = std::min(tokens.size(), request.limit);
+    point_mass.assign(n, 1);
+    return {.tokens = std::span<const token_t>(tokens).first(n),
+            .parents = std::span<const std::int32_t>(parents).first(std::min(parents.size(), n)),
+            .point_mass = point_mass};
+  }
+};
+
+TEST(ProposerContractLimits, WithoutADraftModelTokensAreCheckedAgainstVAfterTheFirstTargetCall) {
+  using Decoder = specdec::StrategyDecoder<RecordingTarget, FixedProposer,
+                                           specdec::StaticDraftLength, specdec::TokenVerifier>;
+  for (const float temperature : {0.0f, 1.0f}) {
+    SCOPED_TRACE(temperature);
+    RecordingTarget target;
+    Decoder decoder(target, FixedProposer{{2, 3, static_cast<token_t>(kVocab) + 2}, {}, {}});
+    specdec::GenerationConfig config = valid_config();
+    config.sampling.temperature = temperature;
+    const std::vector<token_t> prompt = {1, 2, 3};
+    EXPECT_TRUE(throws_with_message<std::invalid_argument>(
+        [&] { (void)decoder.generate(prompt, config); }, {"token 18 at node 2", "[0, 16)"}));
+    EXPECT_EQ(target.faults.calls, 1u);
+    decoder.proposer().tokens = {2, -3};
+    EXPECT_TRUE(throws_with_message<std::invalid_argument>(
+        [&] { (void)decoder.generate(prompt, config); }, {"token -3 at node 1", "[0, V)"}));
+    EXPECT_EQ(target.faults.calls, 1u);  // no call for that one
+    decoder.proposer().tokens = {2, 3};
+    decoder.proposer().parents = {-1, -1};
+    EXPECT_TRUE(throws_with_message<std::invalid_argument>(
+        [&] { (void)decoder.generate(prompt, config); },
+        {"a tree of 2 nodes", "parents not a chain", "without score_tree"}));
+    EXPECT_EQ(target.faults.calls, 1u);
+    decoder.proposer().parents = {-1, 0};  // a chain spelled out is a chain
+    EXPECT_EQ(decoder.generate(prompt, config).tokens.size(), config.max_new_tokens);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

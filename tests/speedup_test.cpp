@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <limits>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -247,6 +250,29 @@ TEST(SpeedupTest, QuartilesInterpolateBetweenOrderStatistics) {
   EXPECT_DOUBLE_EQ(specdec::quartiles({}).median, 0.0);
 }
 
+// A NaN q was cast to size_t (undefined; an index of 2^63 on x86-64); a NaN value breaks the
+// sort's ordering. Both are rejected; q outside [0, 1] is clamped, infinities included.
+TEST(SpeedupTest, QuantileRejectsNaNAndClampsOutOfRangeQ) {
+  const std::vector<double> values{3.0, 1.0, 2.0};
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  try {
+    (void)specdec::quantile(values, kNaN);
+    ADD_FAILURE() << "a NaN q was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_STREQ(error.what(), "specdec: quantile: q = nan; expected a probability in [0, 1]");
+  }
+  try {
+    (void)specdec::quantile({1.0, kNaN, 2.0}, 0.5);
+    ADD_FAILURE() << "a NaN value was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_STREQ(error.what(),
+                 "specdec: quantile: value 1 of 3 is NaN; expected numbers (a sample can be "
+                 "ordered)");
+  }
+  EXPECT_DOUBLE_EQ(specdec::quantile(values, -std::numeric_limits<double>::infinity()), 1.0);
+  EXPECT_DOUBLE_EQ(specdec::quantile(values, 7.0), 3.0);
+}
+
 GenerationResult fabricated(std::size_t tokens, double seconds, std::size_t target_calls,
                             double target_seconds) {
   GenerationResult result;
@@ -352,6 +378,102 @@ TEST(SpeedupTest, RejectsEmptyInputsWithMessagesThatSayWhatWasExpected) {
             }),
             "specdec: measure_speedup: prompt 1 is empty; expected at least one token (e.g. BOS)");
   EXPECT_EQ(resets, 0);  // validation happens before any run
+}
+
+// An adaptive policy's row: the formula at the mean drafted length, not at the cap. Known
+// inputs: 10 rounds drafting 20 tokens (K̄ = 2), α̂ = 0.5, c = 0.01 / 0.05 = 0.2, v = 0.05 / 0.04
+// = 1.25: (1 - 0.5^3) / 0.5 / ((2 · 0.2 + 1) · 1.25) = 1.75 / 1.75 = 1. (At the cap K = 16
+// the formula says 0.38.)
+TEST(SpeedupTest, AnAdaptiveRowIsPredictedAtItsMeanDraftedLength) {
+  SpeedupRow row;
+  row.setting.config.draft_length = 16;
+  row.setting.config.draft_length_policy.kind = specdec::DraftLengthKind::schedule;
+  GenerationResult speculative = fabricated(30, 1.0, 10, 0.5);
+  speculative.stats.drafted = 20;
+  speculative.stats.accepted = 10;
+  speculative.stats.rejecting_rounds = 10;
+  speculative.stats.draft_calls = 20;
+  speculative.stats.draft_seconds = 0.2;
+  row.add(fabricated(30, 2.0, 30, 1.2), 2.0, speculative, 1.0);
+  EXPECT_EQ(row.prediction_basis(), specdec::PredictionBasis::mean_drafted_length);
+  EXPECT_DOUBLE_EQ(row.mean_drafted_length(), 2.0);
+  EXPECT_NEAR(row.predicted(), 1.0, 1e-12);
+  // A fixed K keeps the formula at K.
+  row.setting.config.draft_length_policy.kind = specdec::DraftLengthKind::fixed;
+  row.setting.config.draft_length = 2;
+  EXPECT_EQ(row.prediction_basis(), specdec::PredictionBasis::draft_length);
+  EXPECT_DOUBLE_EQ(row.predicted(), row.speculative.predicted_speedup(2, row.verify_cost()));
+}
+
+// A policy that stated its expectations (goodput with measured costs): its expected tokens per
+// second of model time over plain decoding's. Known inputs: 30 tokens in 0.6 s expected (50/s)
+// against 30 plain tokens in 1.2 s of target time (25/s): 2x.
+TEST(SpeedupTest, APolicyRowShowsWhatThePolicyPredicted) {
+  SpeedupRow row;
+  row.setting.config.draft_length = 16;
+  row.setting.config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
+  GenerationResult speculative = fabricated(30, 1.0, 10, 0.5);
+  speculative.stats.drafted = 20;
+  speculative.stats.predicted_rounds = 10;
+  speculative.stats.predicted_tokens = 30;
+  speculative.stats.predicted_seconds = 0.6;
+  row.add(fabricated(30, 2.0, 30, 1.2), 2.0, speculative, 1.0);
+  EXPECT_EQ(row.prediction_basis(), specdec::PredictionBasis::policy);
+  EXPECT_NEAR(row.predicted(), 2.0, 1e-12);
+  specdec::SpeedupTable table;
+  table.rows.push_back(row);
+  std::ostringstream out;
+  specdec::print_speedup_table(out, table);
+  EXPECT_NE(out.str().find("predicted  from"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("2.00x  policy"), std::string::npos) << out.str();
+}
+
+// Synthetic models where the prediction is known: the draft is the target (greedy: every token
+// accepted, α̂ = 1) and unsure of every token (its argmax has probability e^0.5 / (e^0.5 + 7)
+// = 0.19 < 0.75), so the confidence policy drafts exactly one token a round; with an even
+// budget every round drafts one. The row must predict (1 + 1) / ((c + 1) v), the geometric model
+// at K = 1 with the measured c and v, not the formula at the cap K = 16.
+struct UnsureModel {
+  std::vector<float> rows;
+  void fill(std::span<const token_t> prefix, float* row) const {
+    std::fill(row, row + 8, 0.0f);
+    row[(static_cast<std::size_t>(prefix.back()) * 3 + prefix.size()) % 8] = 0.5f;
+  }
+  std::span<const float> operator()(std::span<const token_t> context) {
+    rows.resize(8);
+    fill(context, rows.data());
+    return rows;
+  }
+  std::span<const float> operator()(std::span<const token_t> context, std::size_t n) {
+    rows.resize(n * 8);
+    for (std::size_t i = 0; i < n; ++i) {
+      fill(context.first(context.size() - n + 1 + i), rows.data() + i * 8);
+    }
+    return rows;
+  }
+};
+
+TEST(SpeedupTest, TheConfidencePolicysRowIsPredictedAtTheLengthItDrafted) {
+  UnsureModel draft, target;
+  specdec::SpeculativeDecoder speculative(draft, target);
+  specdec::AutoregressiveDecoder plain(target);
+  GenerationConfig config = config_for_test(0.0f);
+  config.max_new_tokens = 40;
+  config.draft_length = 16;
+  config.draft_length_policy.kind = specdec::DraftLengthKind::confidence;
+  const std::vector<specdec::SpeedupSetting> settings{{"confidence", config}};
+  const auto prompts = prompts_for_test(3);
+  const specdec::SpeedupTable table = specdec::measure_speedup(
+      speculative, plain, prompts, std::span<const specdec::SpeedupSetting>(settings), [] {});
+  const SpeedupRow& row = table.rows.front();
+  ASSERT_EQ(row.speculative.drafted, row.speculative.rounds);  // one token every round
+  ASSERT_EQ(row.speculative.alpha_hat(), 1.0);
+  EXPECT_EQ(row.prediction_basis(), specdec::PredictionBasis::mean_drafted_length);
+  const double c = row.speculative.cost_ratio(), v = row.verify_cost();
+  EXPECT_NEAR(row.predicted(), 2.0 / ((c + 1.0) * v), 1e-12);
+  std::ostringstream out;
+  specdec::print_speedup_table(out, table);
+  EXPECT_NE(out.str().find("mean 1.00"), std::string::npos) << out.str();
 }
 
 TEST(SpeedupTest, PrintsOneLinePerSettingWithGreedyIdentity) {

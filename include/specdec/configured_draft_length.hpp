@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <optional>
+#include <type_traits>
 
 #include "specdec/confidence_draft_length.hpp"
+#include "specdec/detail/error.hpp"
 #include "specdec/goodput_draft_length.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/schedule_draft_length.hpp"
@@ -33,6 +35,12 @@ struct DraftLengthPolicyOptions {
 
   /// \brief Throws std::invalid_argument naming the bad field.
   void validate() const {
+    if (kind != DraftLengthKind::fixed && kind != DraftLengthKind::schedule &&
+        kind != DraftLengthKind::confidence && kind != DraftLengthKind::goodput) {
+      detail::throw_invalid_argument(
+          "draft_length_policy.kind = ", static_cast<std::underlying_type_t<DraftLengthKind>>(kind),
+          "; expected a DraftLengthKind: fixed (0), schedule (1), confidence (2) or goodput (3)");
+    }
     schedule.validate();
     confidence.validate();
     goodput.validate();

@@ -6,7 +6,9 @@
 /// A speculative round (StrategyDecoder::run reads as this list):
 ///   propose: the Proposer drafts n <= limit = min(K, remaining budget - 1, max_context -
 ///            committed) tokens, asking the DraftLengthPolicy before each, and reports the
-///            distribution each was drawn from
+///            distribution each was drawn from; the proposal is checked (detail::check_proposal)
+///            before the target sees it: against V too once a model call has told V (in a first
+///            round that called no model before the target, its token ids right after)
 ///   target:  one call target(committed + drafted, n + 1)
 ///   verify:  the Verifier keeps a prefix of a tokens and draws the next token (greedy: argmax
 ///            matching); a + 1 <= remaining, so the budget is exact
@@ -20,6 +22,7 @@
 #include <optional>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <tuple>
@@ -99,6 +102,11 @@ struct GenerationConfig {
           " lets a round draft ", usable_draft_length(),
           " tokens; expected min(K, max_new_tokens - 1) <= ", kMaxDraftLength,
           " (GenerationConfig::kMaxDraftLength)");
+    }
+    if (verifier != VerifierKind::token && verifier != VerifierKind::block) {
+      detail::throw_invalid_argument(
+          "verifier = ", static_cast<std::underlying_type_t<VerifierKind>>(verifier),
+          "; expected a VerifierKind: token (0) or block (1)");
     }
     draft_length_policy.validate();
     sampling.validate();
@@ -235,8 +243,14 @@ class ConfiguredVerifier {
 
 namespace detail {
 
-/// A proposal the decoder can verify: at most `limit` tokens, each in [0, V), one q row or a
-/// point-mass flag per token. Cheap (O(n)); a user's proposer gets a clear error, not UB.
+/// A proposal the decoder can verify: at most `limit` tokens, a chain or a tree whose parents
+/// are in topological order (tree.hpp; a tree then needs a target with score_tree), each token
+/// in [0, V),
+/// one q row and a positive finite normalizer or a point-mass flag per token. Every span's
+/// size is checked before any element is read. Cheap (O(n)); a user's proposer gets a clear
+/// error, not UB. vocab_size = 0 (no model called yet in this generate()) checks all but the
+/// upper bound of the token ids and the width of the q rows; the decoder checks again once V is
+/// known.
 template <class Scalar>
 void check_proposal(const Proposal<Scalar>& proposal, std::size_t limit, std::size_t vocab_size) {
   const std::size_t n = proposal.size();
@@ -248,26 +262,40 @@ void check_proposal(const Proposal<Scalar>& proposal, std::size_t limit, std::si
     throw_invalid_argument("proposer returned ", proposal.parents.size(), " parents for ", n,
                            " tokens; expected one per token (or none for a chain)");
   }
+  if (!proposal.point_mass.empty() && proposal.point_mass.size() != n) {
+    throw_invalid_argument("proposer returned ", proposal.point_mass.size(),
+                           " point-mass flags for ", n, " tokens; expected one per token");
+  }
+  check_tree(proposal);
   bool sampled = false;
   for (std::size_t i = 0; i < n; ++i) {
     const token_t token = proposal.tokens[i];
-    if (token < 0 || static_cast<std::size_t>(token) >= vocab_size) {
+    if (token < 0 || (vocab_size != 0 && static_cast<std::size_t>(token) >= vocab_size)) {
+      if (vocab_size == 0) {
+        throw_invalid_argument("proposer returned token ", token, " at node ", i,
+                               "; expected a token id in [0, V)");
+      }
       throw_invalid_argument("proposer returned token ", token, " at node ", i,
                              "; expected a token id in [0, ", vocab_size, ")");
     }
     sampled = sampled || !proposal.is_point_mass(i);
   }
-  if (!proposal.point_mass.empty() && proposal.point_mass.size() != n) {
-    throw_invalid_argument("proposer returned ", proposal.point_mass.size(),
-                           " point-mass flags for ", n, " tokens; expected one per token");
-  }
-  if (sampled && (proposal.q_weights.rows() != n || proposal.q_normalizers.size() != n ||
-                  proposal.q_weights.vocab_size() != vocab_size)) {
+  if (!sampled) return;
+  if (proposal.q_weights.rows() != n || proposal.q_normalizers.size() != n ||
+      (vocab_size != 0 && proposal.q_weights.vocab_size() != vocab_size)) {
     throw_invalid_argument("proposer returned ", proposal.q_weights.rows(), " q rows of ",
                            proposal.q_weights.vocab_size(), " weights and ",
                            proposal.q_normalizers.size(), " normalizers for ", n,
                            " sampled tokens; expected one row of V = ", vocab_size,
                            " weights and one normalizer per token");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const Scalar normalizer = proposal.q_normalizers[i];
+    if (!proposal.is_point_mass(i) &&
+        !(normalizer > Scalar(0) && normalizer <= std::numeric_limits<Scalar>::max())) {
+      throw_invalid_argument("proposer returned the q normalizer ", normalizer, " at node ", i,
+                             "; expected the positive, finite sum of the q row");
+    }
   }
 }
 
@@ -394,6 +422,11 @@ class StrategyDecoder {
       request.bind_policy(policy_);
       const auto proposal = proposer_.propose(request, draft_coins);
       check_prompt_once();
+      // Before the target sees it: the limit (so no call exceeds max_context or the usable
+      // draft length), the spans, the shape and, once a model call has told V, the token ids.
+      const bool vocab_known = vocab_size != 0;
+      // Against the round's own limit: request.limit is the proposer's to read, not to raise.
+      detail::check_proposal(proposal, limit, vocab_size);
       const std::size_t n = proposal.size();
       if constexpr (requires { policy_.prediction(); }) {
         if (const std::optional<RoundPrediction> expected = policy_.prediction()) {
@@ -408,7 +441,6 @@ class StrategyDecoder {
       // ---- target: one call scores every drafted position plus the next ------------------
       // A tree goes to score_tree (tree.hpp), and only to a target that has it.
       const bool tree = !proposal.is_chain();
-      if (tree) detail::check_tree(proposal);
       const auto chain_call = [&]() -> decltype(auto) {
         return detail::timed_call(stats.target_seconds, [&]() -> decltype(auto) {
           return (*target_)(std::span<const token_t>(context), n + 1);
@@ -421,7 +453,9 @@ class StrategyDecoder {
       ++stats.target_calls;
       check_target_vocab(vocab_size, rows.vocab_size(), n);
       check_prompt_once();
-      detail::check_proposal(proposal, request.limit, vocab_size);
+      // A first round with no model called before the target (a proposer without a model):
+      // the token ids against V now, as the prompt's.
+      if (!vocab_known) detail::check_proposal(proposal, limit, vocab_size);
       if (!target_buffers_sized) {
         // For the longest round up front: a policy may draft few tokens for many rounds first.
         target_buffers_.reserve(usable_draft_length + 1, vocab_size,
@@ -469,7 +503,7 @@ class StrategyDecoder {
           proposal.token_probabilities.size() == n
               ? proposal.token_probabilities
               : std::span<const double>(certain_tokens_.data(), n);
-      policy_.observe(RoundReport{n, verdict.accepted, request.limit,
+      policy_.observe(RoundReport{n, verdict.accepted, limit,
                                   stats.draft_seconds - draft_seconds_before,
                                   stats.target_seconds - target_seconds_before,
                                   token_probabilities});

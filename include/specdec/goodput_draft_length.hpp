@@ -364,14 +364,26 @@ class AcceptanceCalibration {
 
 /// Draft and verification costs, measured from round timings: t_d as a moving average of
 /// draft seconds per token; T_v(n) per row count n as a moving average of target-call seconds,
-/// read where it has been seen a few times and from a weighted least-squares line through the
-/// averages elsewhere (one point: a slope of kPriorRowCost per row, none: unit costs).
+/// read where it has been seen a few times (trusted), and elsewhere extrapolated from the row
+/// counts below it: the weighted least-squares line through their averages, capped by the
+/// nearest trusted count above (a call never costs less for fewer rows). With fewer than two
+/// counts below, the line through all averages (one point: a slope of kPriorRowCost per row,
+/// none: unit costs).
+///
+/// Why from below: a CPU target's cost curve has steps (a 7-row call costing 1.5 times a 6-row
+/// one, where the rows outgrow a register tile). A line through every count then rated the
+/// counts just below the step by the ones above it (T_v(6) read 1.44 one-row calls for a true
+/// 1.20 in a simulation with exact timings), the policy never drafted there, so never measured
+/// them, and settled a row short of the best static K (0.92 of its speedup). Extrapolated from
+/// below, an untried count is assumed to continue the trend until measured: a few rounds there
+/// either confirm it or make it trusted at its real cost.
 class MeasuredCosts {
  public:
   void resize(std::size_t max_rows) {
     if (mean_.size() < max_rows + 1) {
       mean_.resize(max_rows + 1, 0.0);
       weight_.resize(max_rows + 1, 0.0);
+      first_.resize((max_rows + 1) * kFirstSamples, 0.0);
     }
   }
 
@@ -383,11 +395,32 @@ class MeasuredCosts {
     }
     const std::size_t rows = drafted + 1;
     if (rows >= mean_.size() || !(target_seconds > 0)) return;
-    mean_[rows] = smoothed(mean_[rows], target_seconds, weight_[rows]);
-    weight_[rows] = std::min(weight_[rows] + 1.0, kMaxWeight);
+    const double seen = weight_[rows];
+    if (seen < static_cast<double>(kFirstSamples)) {
+      double* first = first_.data() + rows * kFirstSamples;
+      const auto count = static_cast<std::size_t>(seen);
+      first[count] = target_seconds;
+      mean_[rows] = robust_start(first, count + 1);
+    } else {
+      mean_[rows] = smoothed(mean_[rows], target_seconds, kWarmupSamples);
+    }
+    weight_[rows] = std::min(seen + 1.0, kMaxWeight);
   }
 
   [[nodiscard]] bool known() const noexcept { return draft_samples_ > 0; }
+
+  /// A row count's cost from its first samples: the first, the lower of two, the median of
+  /// three. On a shared machine a call now and then takes a scheduler slice longer (the delay
+  /// only ever adds); averaged in, one such call among the first three made a row count look
+  /// expensive once it was trusted, and the policy then never drafted there again to correct
+  /// it (in a simulation with 5 % of calls delayed, the count just below a cost step was
+  /// trusted at 1.5 times its cost, and the policy settled a row short of the best static K).
+  static double robust_start(const double* samples, std::size_t count) noexcept {
+    if (count == 1) return samples[0];
+    if (count == 2) return std::min(samples[0], samples[1]);
+    return std::max(std::min(samples[0], samples[1]),
+                    std::min(std::max(samples[0], samples[1]), samples[2]));
+  }
 
   /// The running mean of the first few samples, then a moving average that a single outlier
   /// moves by at most 10 %: on a shared machine a call preempted for a scheduler slice takes
@@ -401,13 +434,45 @@ class MeasuredCosts {
   }
   [[nodiscard]] double draft_token() const noexcept { return draft_token_; }
 
-  /// Fills table[n - 1] = T_v(n), n = 1 .. table.size().
+  /// Fills table[n - 1] = T_v(n), n = 1 .. table.size(). O(table.size()): one forward pass
+  /// (the line through the counts below each n, from running sums), one backward (the caps).
   void fill_verify(std::span<double> table) const noexcept {
+    LineFit all;
+    for (std::size_t n = 1; n < mean_.size(); ++n) {
+      if (weight_[n] > 0) all.add(weight_[n], static_cast<double>(n - 1), mean_[n]);
+    }
+    const Line global = all.line();
+    LineFit below;
+    for (std::size_t n = 1; n <= table.size(); ++n) {
+      const bool measured = n < mean_.size() && weight_[n] > 0;
+      const auto x = static_cast<double>(n - 1);
+      if (trusted(n)) {
+        table[n - 1] = mean_[n];
+      } else {
+        const Line line = below.points >= 2 ? below.line() : global;
+        table[n - 1] = line.intercept + line.slope * x;
+      }
+      if (measured) below.add(weight_[n], x, mean_[n]);
+    }
+    double cap = std::numeric_limits<double>::infinity();
+    for (std::size_t n = table.size(); n >= 1; --n) {
+      if (trusted(n)) {
+        cap = std::min(cap, mean_[n]);
+      } else {
+        table[n - 1] = std::min(table[n - 1], cap);
+      }
+    }
+  }
+
+ private:
+  struct Line {
+    double intercept = 1.0, slope = kPriorRowCost;
+  };
+  /// Running weighted least-squares sums of (x, y) points; line() as the comment above says.
+  struct LineFit {
     double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
     std::size_t points = 0;
-    for (std::size_t n = 1; n < mean_.size(); ++n) {
-      if (weight_[n] <= 0) continue;
-      const double w = weight_[n], x = static_cast<double>(n - 1), y = mean_[n];
+    void add(double w, double x, double y) noexcept {
       sw += w;
       sx += w * x;
       sy += w * y;
@@ -415,30 +480,34 @@ class MeasuredCosts {
       sxy += w * x * y;
       ++points;
     }
-    double intercept = 1.0, slope = kPriorRowCost;
-    if (points >= 2 && sw * sxx - sx * sx > 0) {
-      slope = std::max(0.0, (sw * sxy - sx * sy) / (sw * sxx - sx * sx));
-      intercept = (sy - slope * sx) / sw;
-      if (!(intercept > 0)) {  // a line through the origin or below: fall back to the mean
-        slope = 0;
-        intercept = sy / sw;
+    [[nodiscard]] Line line() const noexcept {
+      Line line;
+      if (points >= 2 && sw * sxx - sx * sx > 0) {
+        line.slope = std::max(0.0, (sw * sxy - sx * sy) / (sw * sxx - sx * sx));
+        line.intercept = (sy - line.slope * sx) / sw;
+        if (!(line.intercept > 0)) {  // a line through the origin or below: fall back to the mean
+          line.slope = 0;
+          line.intercept = sy / sw;
+        }
+      } else if (points >= 1) {
+        const double x = sx / sw;
+        line.intercept = (sy / sw) / (1 + kPriorRowCost * x);
+        line.slope = kPriorRowCost * line.intercept;
       }
-    } else if (points == 1) {
-      const double x = sx / sw;
-      intercept = (sy / sw) / (1 + kPriorRowCost * x);
-      slope = kPriorRowCost * intercept;
+      return line;
     }
-    for (std::size_t n = 1; n <= table.size(); ++n) {
-      const bool seen = n < mean_.size() && weight_[n] >= kTrustedWeight;
-      table[n - 1] = seen ? mean_[n] : intercept + slope * static_cast<double>(n - 1);
-    }
+  };
+
+  [[nodiscard]] bool trusted(std::size_t n) const noexcept {
+    return n < mean_.size() && weight_[n] >= kTrustedWeight;
   }
 
- private:
   static constexpr double kSmoothing = 0.9, kMaxWeight = 16, kTrustedWeight = 3;
   static constexpr double kWarmupSamples = 4;
   static constexpr double kPriorRowCost = 0.05;
+  static constexpr std::size_t kFirstSamples = 3;  // = kTrustedWeight: trusted from the median
   std::vector<double> mean_, weight_;  // [n]: target-call seconds for n rows
+  std::vector<double> first_;          // (n, kFirstSamples): a row count's first samples
   double draft_token_ = 0;
   double draft_samples_ = 0;
 };

@@ -7,14 +7,16 @@
 /// rejection, samples from a residual that involves all of q. So a proposer reports, per node,
 /// either the stored weights the token was sampled from (q = weights / normalizer, the very
 /// numbers its inverse-CDF draw read) or that the token is deterministic (q = a point mass at
-/// it: greedy drafts, n-gram lookups). The shape is a tree (parent indices) so that tree drafts
-/// fit without another redesign; the built-in verifiers accept chains (parent of node i is
-/// i - 1) and say so if given anything else.
+/// it: greedy drafts, n-gram lookups). The shape is a chain (parent of node i is i - 1) or a tree
+/// (parent indices, tree.hpp): the decoder sends a tree to a target's score_tree, and
+/// TreeVerifier / TraversalVerifier verify it; the chain verifiers (TokenVerifier,
+/// BlockVerifier) say so if given a tree (detail::require_chain).
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
+#include "specdec/detail/error.hpp"
 #include "specdec/types.hpp"
 
 namespace specdec {
@@ -55,6 +57,24 @@ struct Proposal {
     return q_weights.row(node)[static_cast<std::size_t>(token)] / q_normalizers[node];
   }
 };
+
+namespace detail {
+
+/// The chain verifiers' rule on a proposal's shape (TokenVerifier, BlockVerifier: a tree goes to
+/// TreeVerifier or TraversalVerifier, tree_verifier.hpp). `who` opens the message.
+template <class Scalar>
+void require_chain(const Proposal<Scalar>& proposal, const char* who) {
+  for (std::size_t i = 0; i < proposal.parents.size(); ++i) {
+    if (proposal.parents[i] != static_cast<std::int32_t>(i) - 1) {
+      throw_invalid_argument(who, ": the proposal is a tree (the parent of node ", i, " is ",
+                             proposal.parents[i],
+                             "); expected a chain (the parent of node i is i - 1): this verifier "
+                             "verifies chains (trees: TreeVerifier, TraversalVerifier)");
+    }
+  }
+}
+
+}  // namespace detail
 
 /// \brief What a draft-length policy may see before the next draft token: draft-side facts
 /// only. It never sees this round's target rows (they do not exist yet); that is what keeps

@@ -16,8 +16,10 @@ namespace specdec {
 /// \brief ScheduleDraftLength's parameters.
 struct ScheduleOptions {
   std::size_t initial_draft_length = 5;  ///< K of the first round of every generate() (>= 1)
-  std::size_t grow = 2;                  ///< K += grow after a round that accepted everything
-  std::size_t shrink = 1;                ///< K -= shrink after a rejection (K stays >= 1)
+  /// K += grow after a round that accepted everything (K stays <= draft_length: any grow,
+  /// SIZE_MAX included, saturates there)
+  std::size_t grow = 2;
+  std::size_t shrink = 1;  ///< K -= shrink after a rejection (K stays >= 1, whatever shrink is)
 
   bool operator==(const ScheduleOptions&) const = default;
 
@@ -57,7 +59,10 @@ class ScheduleDraftLength {
   void observe(const RoundReport& report) noexcept {
     if (report.drafted == 0) return;
     if (report.accepted == report.drafted) {
-      if (report.drafted == current_) current_ = std::min(current_ + options_.grow, cap_);
+      // Saturating: grow = SIZE_MAX means "to the cap" (current_ + grow would wrap).
+      if (report.drafted == current_) {
+        current_ = options_.grow >= cap_ - current_ ? cap_ : current_ + options_.grow;
+      }
     } else {
       current_ = current_ > options_.shrink ? current_ - options_.shrink : 1;
     }

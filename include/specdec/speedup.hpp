@@ -30,6 +30,7 @@
 /// A measurement tool: it allocates freely and is not meant for a hot path.
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <ctime>
@@ -88,8 +89,19 @@ struct Quartiles {
 };
 
 /// \brief Quantile q in [0, 1] of `values` by linear interpolation between order statistics
-/// (numpy's default): position q (n - 1) in the sorted sample. 0 for an empty sample.
+/// (numpy's default): position q (n - 1) in the sorted sample; q outside [0, 1] is clamped to
+/// it. 0 for an empty sample.
+/// \throws std::invalid_argument if q or a value is NaN (a NaN has no place in the order).
 [[nodiscard]] inline double quantile(std::vector<double> values, double q) {
+  if (std::isnan(q)) {
+    detail::throw_invalid_argument("quantile: q = ", q, "; expected a probability in [0, 1]");
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (std::isnan(values[i])) {
+      detail::throw_invalid_argument("quantile: value ", i, " of ", values.size(),
+                                     " is NaN; expected numbers (a sample can be ordered)");
+    }
+  }
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
   const double at = std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1);
@@ -118,6 +130,26 @@ struct Quartiles {
   const double speculative_rate = static_cast<double>(speculative_tokens) / speculative_seconds;
   return speculative_rate / plain_rate;
 }
+
+/// \brief What SpeedupRow::predicted() (the table's `predicted` column) is computed from.
+enum class PredictionBasis {
+  draft_length,         ///< a fixed K: the geometric formula at K
+  mean_drafted_length,  ///< an adaptive policy: the formula at the mean drafted length
+  policy,  ///< an adaptive policy that stated its expectations (DecodeStats::predicted_*)
+};
+
+namespace detail {
+
+/// The geometric model at a (possibly fractional) draft length k: (1 - a^(k+1)) / ((1 - a)
+/// (k c + 1) v); DecodeStats::predicted_speedup(K, v) at integer k. 0 unless v > 0.
+[[nodiscard]] inline double geometric_speedup(double alpha, double k, double cost_ratio,
+                                              double verify_cost_ratio) noexcept {
+  if (!(verify_cost_ratio > 0.0)) return 0.0;
+  const double tokens = alpha >= 1.0 ? k + 1.0 : (1.0 - std::pow(alpha, k + 1.0)) / (1.0 - alpha);
+  return tokens / ((k * cost_ratio + 1.0) * verify_cost_ratio);
+}
+
+}  // namespace detail
 
 /// \brief Everything measured for one setting over all prompts; the derived figures are
 /// functions of what was added, so they can never disagree with it.
@@ -186,9 +218,43 @@ struct SpeedupRow {
   [[nodiscard]] double predicted_flat() const noexcept {
     return speculative.predicted_speedup(draft_length());
   }
-  /// \brief The geometric model with the measured verification cost:
-  /// speculative.predicted_speedup(K, verify_cost()); compare with aggregate_speedup().
+  /// \brief Drafted tokens per round of the speculative runs (plain steps count as 0).
+  [[nodiscard]] double mean_drafted_length() const noexcept {
+    return speculative.rounds == 0 ? 0.0
+                                   : static_cast<double>(speculative.drafted) /
+                                         static_cast<double>(speculative.rounds);
+  }
+  /// \brief What predicted() uses: K for a fixed draft length; for an adaptive policy (any
+  /// other DraftLengthKind) what the policy itself expected when it recorded predictions and
+  /// plain decoding's model time is known, the formula at the mean drafted length otherwise.
+  [[nodiscard]] PredictionBasis prediction_basis() const noexcept {
+    if (setting.config.draft_length_policy.kind == DraftLengthKind::fixed) {
+      return PredictionBasis::draft_length;
+    }
+    if (speculative.predicted_rounds > 0 && speculative.predicted_seconds > 0.0 &&
+        plain.emitted > 0 && plain.target_seconds > 0.0) {
+      return PredictionBasis::policy;
+    }
+    return PredictionBasis::mean_drafted_length;
+  }
+  /// \brief The predicted speedup; compare with aggregate_speedup(). By prediction_basis():
+  /// the geometric model with the measured verification cost at K
+  /// (speculative.predicted_speedup(K, verify_cost())) or at the mean drafted length K̄ (with
+  /// T(K̄+1)/T(1) = verify_cost(), the mean over the rounds actually run), or the policy's own
+  /// expected tokens per second of model time (DecodeStats::predicted_tokens_per_second())
+  /// over plain decoding's measured tokens per second of model time. (The formula at the cap
+  /// K said what drafting K every round would give, which an adaptive policy does not do.)
   [[nodiscard]] double predicted() const noexcept {
+    switch (prediction_basis()) {
+      case PredictionBasis::draft_length:
+        break;
+      case PredictionBasis::mean_drafted_length:
+        return detail::geometric_speedup(speculative.alpha_hat(), mean_drafted_length(),
+                                         speculative.cost_ratio(), verify_cost());
+      case PredictionBasis::policy:
+        return speculative.predicted_tokens_per_second() /
+               (static_cast<double>(plain.emitted) / plain.target_seconds);
+    }
     return speculative.predicted_speedup(draft_length(), verify_cost());
   }
 };
@@ -356,8 +422,10 @@ template <class Speculative, class Plain, class Reset>
 }
 
 /// \brief Writes `table` as plain text, one line per setting: the speedup median [IQR] and
-/// aggregate, α̂, τ, c, the measured T(K+1)/T(1), the prediction with it, and greedy identity
-/// ("-" for sampled settings).
+/// aggregate, α̂, τ, c, the measured T(K+1)/T(1), the prediction (SpeedupRow::predicted()) and
+/// what it is computed from (`from`: `K` the formula at K; `mean 3.92` the formula at the mean
+/// drafted length, for an adaptive policy; `policy` the policy's own expectation), and greedy
+/// identity ("-" for sampled settings).
 inline void print_speedup_table(std::ostream& out, const SpeedupTable& table) {
   std::ostringstream text;  // formatting flags stay off the caller's stream
   text << std::fixed;
@@ -368,7 +436,7 @@ inline void print_speedup_table(std::ostream& out, const SpeedupTable& table) {
   }();
   text << std::left << std::setw(name_width) << "setting" << std::right << "  K     T"
        << "  speedup median [p25, p75]  aggregate  alpha_hat    tau       c  T(K+1)/T(1)"
-       << "  predicted  greedy identical\n";
+       << "  predicted  from       greedy identical\n";
   for (const SpeedupRow& row : table.rows) {
     const Quartiles speedup = row.speedup();
     std::ostringstream spread;
@@ -380,6 +448,18 @@ inline void print_speedup_table(std::ostream& out, const SpeedupTable& table) {
             ? "yes (" + std::to_string(row.pairs()) + "/" + std::to_string(row.pairs()) + ")"
             : "NO: " + std::to_string(row.greedy_mismatches) + "/" + std::to_string(row.pairs()) +
                   " differ";
+    std::ostringstream basis;
+    switch (row.prediction_basis()) {
+      case PredictionBasis::draft_length:
+        basis << "K";
+        break;
+      case PredictionBasis::mean_drafted_length:
+        basis << "mean " << std::fixed << std::setprecision(2) << row.mean_drafted_length();
+        break;
+      case PredictionBasis::policy:
+        basis << "policy";
+        break;
+    }
     text << std::left << std::setw(name_width) << row.setting.name << std::right << std::setw(3)
          << row.draft_length() << std::setw(6) << std::defaultfloat << row.temperature()
          << std::fixed << std::setprecision(2) << std::setw(28) << spread.str() << std::setw(10)
@@ -387,8 +467,8 @@ inline void print_speedup_table(std::ostream& out, const SpeedupTable& table) {
          << row.speculative.alpha_hat() << std::setw(7) << std::setprecision(2)
          << row.speculative.tokens_per_round() << std::setw(8) << std::setprecision(4)
          << row.speculative.cost_ratio() << std::setw(13) << std::setprecision(2)
-         << row.verify_cost() << std::setw(10) << row.predicted() << 'x' << "  " << identical
-         << '\n';
+         << row.verify_cost() << std::setw(10) << row.predicted() << 'x' << "  " << std::left
+         << std::setw(9) << basis.str() << std::right << "  " << identical << '\n';
   }
   out << text.str();
 }

@@ -82,7 +82,7 @@ struct TargetRowBuffers {
   std::vector<TokenDistribution<Scalar>> distributions;  // (R)
   std::vector<token_t> argmaxes;        // (R) greedy rows
   std::vector<Scalar> greedy_logprobs;  // (R) log-softmax at T = 1 of greedy rows, at the argmax
-  std::vector<std::uint8_t> done;       // (R) whether row j is processed
+  std::vector<std::uint8_t> done;       // (R) row j's TargetRows::Done flags
   std::vector<Scalar> filter_scratch;   // top-k / top-p selection (grown on first use)
   Aligned scratch;                      // (V) sampling scratch for verifiers
   std::vector<token_t> path_context;    // (committed + depth) a tree row's context, for the
@@ -106,6 +106,8 @@ struct TargetRowBuffers {
 /// demand. Row j follows the committed tokens and drafted tokens 0..j-1; for a tree proposal
 /// (`parents` given), row 0 follows the committed tokens and row 1 + i the path root -> node i
 /// (tree.hpp), which is also what a logits processor sees as the row's context.
+/// distribution(j) and argmax(j) may be asked for in any order and any number of times; the
+/// logits processor runs at most once per row, and both read its output.
 template <class Scalar>
 class TargetRows {
  public:
@@ -156,7 +158,7 @@ class TargetRows {
   const TokenDistribution<Scalar>& distribution(std::size_t j) {
     check_row_index(j);
     last_row_ = j;
-    if (buffers_->done[j] == 0) {
+    if ((buffers_->done[j] & kDistributionDone) == 0) {
       const std::span<const Scalar> row = processed_row(j);
       const std::size_t blocks = weight_block_count(vocab_size());
       const BlockSumBuffers<Scalar> recorded{
@@ -165,7 +167,7 @@ class TargetRows {
       buffers_->distributions[j] = on_row(j, [&] {
         return process_logits(row, *params_, buffers_->filter_scratch, recorded);
       });
-      buffers_->done[j] = 1;
+      mark(j, kDistributionDone);
     }
     return buffers_->distributions[j];
   }
@@ -175,7 +177,7 @@ class TargetRows {
   token_t argmax(std::size_t j) {
     check_row_index(j);
     last_row_ = j;
-    if (buffers_->done[j] == 0) {
+    if ((buffers_->done[j] & kArgmaxDone) == 0) {
       const std::span<const Scalar> row = processed_row(j);
       on_row(j, [&] {
         if (greedy_logprobs_) {
@@ -187,7 +189,7 @@ class TargetRows {
         }
         return 0;
       });
-      buffers_->done[j] = 1;
+      mark(j, kArgmaxDone);
     }
     return buffers_->argmaxes[j];
   }
@@ -208,6 +210,13 @@ class TargetRows {
   }
 
  private:
+  /// Per row, what has been computed: each accessor its own result, and the processor's output
+  /// (which both read) once, so a stateful processor is not run twice on one row.
+  static constexpr std::uint8_t kProcessed = 1, kDistributionDone = 2, kArgmaxDone = 4;
+  void mark(std::size_t j, std::uint8_t flag) noexcept {
+    buffers_->done[j] = static_cast<std::uint8_t>(buffers_->done[j] | flag);
+  }
+
   void check_row_index(std::size_t j) const {
     if (j >= size()) {
       detail::throw_invalid_argument("TargetRows: row ", j, " requested of ", size(),
@@ -243,11 +252,14 @@ class TargetRows {
   }
 
   std::span<const Scalar> processed_row(std::size_t j) {
-    const std::size_t v = vocab_size();
-    std::span<Scalar> out;
     if (!params_->logits_processor) return rows_.row(j);
-    out = std::span<Scalar>(buffers_->processed.data() + j * v, v);
-    return detail::apply_processor_into(*params_, row_context(j), rows_.row(j), out);
+    const std::size_t v = vocab_size();
+    const std::span<Scalar> out(buffers_->processed.data() + j * v, v);
+    if ((buffers_->done[j] & kProcessed) != 0) return out;
+    const std::span<const Scalar> processed =
+        detail::apply_processor_into(*params_, row_context(j), rows_.row(j), out);
+    mark(j, kProcessed);
+    return processed;
   }
 
   template <class Kernel>

@@ -216,7 +216,8 @@ inline GoodnessOfFit goodness_of_fit(std::span<const std::uint64_t> observed,
 /// λ), and by Cauchy-Schwarz Σ (p' - p)² / p >= (Σ |p' - p|)² / Σ p = 4 d², with equality when
 /// the error is proportional to the cell probabilities: λ >= 4 N d². We ask 4 N d² to exceed
 /// the critical value's distance from k - 1 plus four standard deviations √(2(k-1)+4λ) — a
-/// conservative normal approximation of the noncentral χ² quantile.
+/// conservative normal approximation of the noncentral χ² quantile. SIZE_MAX when more
+/// samples than a std::size_t counts would be needed (a TV below ~1e-9).
 [[nodiscard]] inline std::size_t samples_to_detect(double total_variation, std::size_t cells,
                                                    double p_threshold = 1e-4) {
   if (!(total_variation > 0) || cells < 2 || !(p_threshold > 0 && p_threshold < 1)) {
@@ -234,9 +235,14 @@ inline GoodnessOfFit goodness_of_fit(std::span<const std::uint64_t> observed,
   const double excess = hi - dof;
   // Smallest N with 4 N d² >= excess + 4 sqrt(2 dof + 16 N d²).
   const double d2 = total_variation * total_variation;
+  // Saturating: a TV too small to detect in fewer than 2^64 samples (below ~1e-9; d² underflows
+  // to 0 below ~1e-154) gives SIZE_MAX, not a float-to-integer conversion out of range.
+  constexpr double kCountable = 18446744073709551616.0;  // 2^64: the first double above SIZE_MAX
   double n = 1;
-  while (4 * n * d2 < excess + 4 * std::sqrt(2 * dof + 16 * n * d2)) n *= 1.05;
-  return static_cast<std::size_t>(std::ceil(n));
+  while (n < kCountable && 4 * n * d2 < excess + 4 * std::sqrt(2 * dof + 16 * n * d2)) n *= 1.05;
+  const double samples = std::ceil(n);
+  if (!(samples < kCountable)) return std::numeric_limits<std::size_t>::max();
+  return static_cast<std::size_t>(samples);
 }
 
 /// \brief Total-variation distance (1/2 Σ |a - b|) between two laws over sequences.
@@ -583,9 +589,10 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
     const auto proposal = run_proposer.propose(request, coins);
     using Scalar = typename std::remove_cvref_t<decltype(proposal)>::scalar_type;
     const std::size_t n = proposal.size();
-    // A tree is scored as the decoder's tree call would (one row per node plus the root).
+    // Before the target call, as the decoder checks it (and again once V is known); a tree
+    // is scored as the decoder's tree call would (one row per node plus the root).
+    specdec::detail::check_proposal(proposal, limit, vocab_size);
     const bool tree = !proposal.is_chain();
-    if (tree) specdec::detail::check_tree(proposal);
     tokens.resize(context.size());
     tokens.insert(tokens.end(), proposal.tokens.begin(), proposal.tokens.end());
     const std::vector<Scalar> rows = tree ? tree_rows(target, context, proposal)

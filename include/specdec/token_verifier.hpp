@@ -20,16 +20,6 @@
 
 namespace specdec {
 
-namespace detail {
-template <class Scalar>
-void require_chain(const Proposal<Scalar>& proposal, const char* verifier) {
-  if (!proposal.is_chain()) {
-    throw_invalid_argument(verifier, ": the proposal is a tree; expected a chain (parent of node ",
-                           "i is i - 1): use a tree verifier for tree proposals");
-  }
-}
-}  // namespace detail
-
 /// \brief Token-level verification (the classic rule; see the file comment).
 struct TokenVerifier {
   template <class Scalar, class Coins>

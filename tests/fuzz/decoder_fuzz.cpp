@@ -1,5 +1,8 @@
-// libFuzzer harness over specdec's public API: SpeculativeDecoder, AutoregressiveDecoder and the
-// pure functions of sampling.hpp / verify.hpp, driven by hostile configurations, prompts, model
+// libFuzzer harness over specdec's public API: SpeculativeDecoder, AutoregressiveDecoder,
+// StrategyDecoder with a user's proposer and verifier that break their contracts, NgramDecoder and
+// NgramThenModelDecoder with hostile NgramOptions, the draft-length policies with hostile
+// options, the pure functions of sampling.hpp / verify.hpp, and measure_speedup and the
+// testing.hpp helpers with hostile arguments; driven by hostile configurations, prompts, model
 // outputs, models and callbacks that throw. Built by tests/fuzz/CMakeLists.txt (Clang only,
 // -DSPECDEC_BUILD_FUZZERS=ON); docs/fuzzing.md says how to run it.
 //
@@ -8,6 +11,9 @@
 //   - every exception is a std::exception whose message begins with "specdec: ", or the
 //     model's / callback's / logits processor's own exception type (FuzzModelError);
 //   - a generate() that returns keeps its contract (budget, token range, logprobs, finish);
+//   - greedy output of every speculative decoder equals AutoregressiveDecoder's when a
+//     generation completes (models without faults or a processor: pure functions of the
+//     context), whatever its proposer drafted and its verifier would have done;
 //   - after any failure the same decoder object, run on a fixed valid request, produces
 //     exactly what a freshly constructed decoder produces (nothing left corrupted).
 
@@ -22,12 +28,16 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "specdec/specdec.hpp"
+#include "specdec/speedup.hpp"
+#include "specdec/testing.hpp"
 
 namespace {
 
@@ -77,6 +87,45 @@ float pick_logit(FuzzedDataProvider& data) {
       return -1e30f;
     default:
       return data.ConsumeFloatingPointInRange<float>(-20.0f, 20.0f);
+  }
+}
+
+/// A double from a menu of hostile values (NaN, infinities, 0, extremes), or one in [lo, hi].
+double hostile_double(FuzzedDataProvider& data, double lo, double hi) {
+  switch (data.ConsumeIntegralInRange<int>(0, 11)) {
+    case 0:
+      return std::numeric_limits<double>::quiet_NaN();
+    case 1:
+      return std::numeric_limits<double>::infinity();
+    case 2:
+      return -std::numeric_limits<double>::infinity();
+    case 3:
+      return 0.0;
+    case 4:
+      return std::numeric_limits<double>::max();
+    case 5:
+      return std::numeric_limits<double>::denorm_min();
+    case 6:
+      return -0.0;
+    default:
+      return data.ConsumeFloatingPointInRange<double>(lo, hi);
+  }
+}
+
+/// A size from {0, SIZE_MAX, SIZE_MAX - 1, 2^63} or [1, ordinary].
+std::size_t hostile_size(FuzzedDataProvider& data, std::size_t ordinary) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  switch (data.ConsumeIntegralInRange<int>(0, 7)) {
+    case 0:
+      return 0;
+    case 1:
+      return kMax;
+    case 2:
+      return kMax - 1;
+    case 3:
+      return kMax / 2 + 1;
+    default:
+      return data.ConsumeIntegralInRange<std::size_t>(1, ordinary);
   }
 }
 
@@ -199,6 +248,197 @@ struct FuzzTarget {
   }
 };
 
+// ---- a user's strategies that break their contracts ----------------------------------------
+
+/// One round's lie: what a FuzzProposer does to the honest draft-model proposal it wraps.
+struct ProposalLie {
+  enum class Kind : std::uint8_t {
+    none,
+    token,             // one token replaced by `token`
+    extra_tokens,      // `count` more tokens (past the limit, or not; `flag`: request.limit raised)
+    drop_tokens,       // `count` fewer tokens, the spans left as they were
+    parents,           // a parents span: `count` entries, chain or not (`flag`)
+    point_mass,        // a point-mass span of `count` entries, all `flag`
+    q_rows,            // q rows: `count` rows of V + `token` weights (own buffer)
+    q_values,          // the honest q rows with `value` written at one weight
+    normalizer,        // one normalizer = `value`
+    normalizers_size,  // `count` normalizers
+    probabilities,     // `count` token probabilities, all `value`
+  };
+  Kind kind = Kind::none;
+  std::size_t node = 0;
+  std::size_t count = 0;
+  token_t token = 0;
+  double value = 0;
+  bool flag = false;
+};
+
+/// The draft model's proposal, altered round by round by `lies` (cycled); honest when empty.
+struct FuzzProposer {
+  explicit FuzzProposer(FuzzDraft& draft) : honest(draft) {}
+
+  specdec::ModelProposer<FuzzDraft> honest;
+  std::vector<ProposalLie> lies;
+  std::size_t round = 0;
+  std::vector<token_t> tokens;
+  std::vector<std::int32_t> parents;
+  std::vector<std::uint8_t> point_mass;
+  std::vector<float> weights;
+  std::vector<float> normalizers;
+  std::vector<double> probabilities;
+
+  template <class Config>
+  void begin(const Config&) {
+    round = 0;
+  }
+
+  template <class Coins>
+  specdec::Proposal<float> propose(specdec::DraftRequest& request, Coins& coins) {
+    specdec::Proposal<float> proposal = honest.propose(request, coins);
+    if (lies.empty()) return proposal;
+    const ProposalLie& lie = lies[round++ % lies.size()];
+    tokens.assign(proposal.tokens.begin(), proposal.tokens.end());
+    normalizers.assign(proposal.q_normalizers.begin(), proposal.q_normalizers.end());
+    const std::size_t n = tokens.size();
+    const std::size_t node = n == 0 ? 0 : lie.node % n;
+    const std::size_t vocab = std::max<std::size_t>(request.vocab_size, 1);
+    switch (lie.kind) {
+      case ProposalLie::Kind::none:
+        break;
+      case ProposalLie::Kind::token:
+        if (n > 0) tokens[node] = lie.token;
+        break;
+      case ProposalLie::Kind::extra_tokens:
+        for (std::size_t i = 0; i < lie.count; ++i) tokens.push_back(lie.token);
+        if (lie.flag) request.limit += lie.count;  // and raises the limit it was given to match
+        break;
+      case ProposalLie::Kind::drop_tokens:
+        tokens.resize(n - std::min(n, lie.count));
+        break;
+      case ProposalLie::Kind::parents:
+        parents.resize(lie.count);
+        for (std::size_t i = 0; i < lie.count; ++i) {
+          parents[i] = lie.flag ? static_cast<std::int32_t>(i) - 1 : lie.token;
+        }
+        proposal.parents = parents;
+        break;
+      case ProposalLie::Kind::point_mass:
+        point_mass.assign(lie.count, lie.flag ? 1 : 0);
+        proposal.point_mass = point_mass;
+        break;
+      case ProposalLie::Kind::q_rows: {
+        const std::size_t width = vocab + static_cast<std::size_t>(lie.token & 3);
+        weights.assign(lie.count * width, static_cast<float>(lie.value));
+        proposal.q_weights = specdec::LogitsRows<float>(weights, width);
+        break;
+      }
+      case ProposalLie::Kind::q_values:
+        if (proposal.q_weights.rows() > 0) {
+          weights.assign(proposal.q_weights.values().begin(), proposal.q_weights.values().end());
+          weights[lie.node % weights.size()] = static_cast<float>(lie.value);
+          proposal.q_weights = specdec::LogitsRows<float>(weights, proposal.q_weights.vocab_size(),
+                                                          proposal.q_weights.row_stride());
+        }
+        break;
+      case ProposalLie::Kind::normalizer:
+        if (!normalizers.empty())
+          normalizers[node % normalizers.size()] = static_cast<float>(lie.value);
+        break;
+      case ProposalLie::Kind::normalizers_size:
+        normalizers.resize(lie.count, 1.0f);
+        break;
+      case ProposalLie::Kind::probabilities:
+        probabilities.assign(lie.count, lie.value);
+        proposal.token_probabilities = probabilities;
+        break;
+    }
+    proposal.tokens = tokens;
+    proposal.q_normalizers = normalizers;
+    return proposal;
+  }
+};
+
+std::vector<ProposalLie> plan_lies(FuzzedDataProvider& data) {
+  std::vector<ProposalLie> lies(data.ConsumeIntegralInRange<std::size_t>(0, 6));
+  for (ProposalLie& lie : lies) {
+    lie.kind = static_cast<ProposalLie::Kind>(data.ConsumeIntegralInRange<int>(0, 10));
+    lie.node = data.ConsumeIntegralInRange<std::size_t>(0, 16);
+    lie.count = data.ConsumeIntegralInRange<std::size_t>(0, 12);
+    switch (data.ConsumeIntegralInRange<int>(0, 4)) {
+      case 0:
+        lie.token = -1;
+        break;
+      case 1:
+        lie.token = std::numeric_limits<token_t>::max();
+        break;
+      case 2:
+        lie.token = std::numeric_limits<token_t>::min();
+        break;
+      default:
+        lie.token = data.ConsumeIntegralInRange<token_t>(0, 24);
+        break;
+    }
+    lie.value = hostile_double(data, -2, 2);
+    lie.flag = data.ConsumeBool();
+  }
+  return lies;
+}
+
+/// A user's verifier: asks TargetRows for rows in the order its plan says (argmax and
+/// distribution mixed, rows past the end included), then verifies with the token or block
+/// verifier, or returns a verdict of its own (accepting more than drafted, a token outside
+/// [0, V)). Honest when `plan` is empty.
+struct FuzzVerifier {
+  struct Step {
+    std::uint8_t access = 0;  // 0 argmax, 1 distribution, 2 log_probability
+    std::size_t row = 0;
+  };
+  std::vector<Step> plan;
+  int verdict = 0;  // 0 token, 1 block, 2 made up
+  specdec::VerifyResult made_up{};
+
+  template <class Scalar, class Coins>
+  specdec::VerifyResult verify(const specdec::Proposal<Scalar>& proposal,
+                               specdec::TargetRows<Scalar>& target, Coins& coins) const {
+    for (const Step& step : plan) {
+      if (step.access == 0) {
+        (void)target.argmax(step.row);
+      } else if (step.access == 1) {
+        (void)target.distribution(step.row);
+      } else if (step.row < target.size()) {  // log_probability's precondition: a token < V
+        (void)target.log_probability(step.row, target.argmax(step.row));
+      }
+    }
+    if (verdict == 2) return made_up;
+    if (verdict == 1) return specdec::BlockVerifier{}.verify(proposal, target, coins);
+    return specdec::TokenVerifier{}.verify(proposal, target, coins);
+  }
+};
+
+FuzzVerifier plan_verifier(FuzzedDataProvider& data) {
+  FuzzVerifier verifier;
+  verifier.plan.resize(data.ConsumeIntegralInRange<std::size_t>(0, 6));
+  for (FuzzVerifier::Step& step : verifier.plan) {
+    step.access = data.ConsumeIntegralInRange<std::uint8_t>(0, 2);
+    step.row = data.ConsumeIntegralInRange<std::size_t>(0, 12);
+  }
+  verifier.verdict = data.ConsumeIntegralInRange<int>(0, 2);
+  verifier.made_up.accepted = data.ConsumeIntegralInRange<std::size_t>(0, 12);
+  verifier.made_up.next_token = data.ConsumeIntegralInRange<token_t>(-2, 20);
+  return verifier;
+}
+
+specdec::NgramOptions fuzz_ngram_options(FuzzedDataProvider& data) {
+  specdec::NgramOptions options;
+  if (data.ConsumeBool()) {
+    options.min_ngram = data.ConsumeBool() ? hostile_size(data, 8)
+                                           : data.ConsumeIntegralInRange<std::size_t>(0, 66);
+    options.max_ngram = data.ConsumeBool() ? hostile_size(data, 12)
+                                           : data.ConsumeIntegralInRange<std::size_t>(0, 66);
+  }
+  return options;
+}
+
 void plan_faults(FuzzedDataProvider& data, FuzzModel& model) {
   // Up to 1100: more than one 1024-token block of the kernels.
   model.vocab_size = data.ConsumeIntegralInRange<std::size_t>(1, data.ConsumeBool() ? 12 : 1100);
@@ -289,15 +529,23 @@ specdec::GenerationConfig fuzz_config(FuzzedDataProvider& data, std::vector<int>
       static_cast<specdec::DraftLengthKind>(data.ConsumeIntegralInRange<int>(0, 3));
   if (data.ConsumeBool()) {
     auto& policy = config.draft_length_policy;
-    policy.confidence.min_probability = data.ConsumeFloatingPointInRange<double>(-0.5, 1.5);
-    policy.schedule.initial_draft_length = data.ConsumeIntegralInRange<std::size_t>(0, 20);
-    policy.goodput.forgetting = data.ConsumeFloatingPointInRange<double>(-0.5, 1.5);
-    policy.goodput.probe_interval = data.ConsumeIntegralInRange<std::size_t>(0, 8);
+    if (data.ConsumeBool()) {  // a value cast from a config file
+      policy.kind = static_cast<specdec::DraftLengthKind>(data.ConsumeIntegralInRange<int>(-2, 6));
+    }
+    policy.confidence.min_probability = hostile_double(data, -0.5, 1.5);
+    policy.schedule.initial_draft_length = hostile_size(data, 20);
+    policy.schedule.grow = hostile_size(data, 20);
+    policy.schedule.shrink = hostile_size(data, 20);
+    policy.goodput.forgetting = hostile_double(data, -0.5, 1.5);
+    policy.goodput.probe_interval = hostile_size(data, 8);
     policy.goodput.keep_calibration = data.ConsumeBool();
     if (data.ConsumeBool()) {  // fixed costs (reproducible), or a mismatched pair
-      policy.goodput.draft_token_cost = data.ConsumeFloatingPointInRange<double>(-1, 2);
-      policy.goodput.verify_row_cost = data.ConsumeFloatingPointInRange<double>(-1, 2);
+      policy.goodput.draft_token_cost = hostile_double(data, -1, 2);
+      policy.goodput.verify_row_cost = hostile_double(data, -1, 2);
     }
+  }
+  if (data.ConsumeBool()) {
+    config.verifier = static_cast<specdec::VerifierKind>(data.ConsumeIntegralInRange<int>(-1, 3));
   }
   // A logits processor: -inf bans, a NaN, or a throw, at planned calls.
   if (data.ConsumeBool()) {
@@ -424,10 +672,12 @@ std::size_t max_chunks(const specdec::GenerationConfig& config, std::size_t voca
   return std::clamp<std::size_t>(std::size_t{4'000'000} / round_work, 1, 48);
 }
 
-/// Runs one generate() under the oracle; returns false if it threw.
+/// Runs one generate() under the oracle; its result, or nothing if it threw.
 template <class Decoder>
-bool run_generate(FuzzedDataProvider& data, Decoder& decoder, std::span<const token_t> prompt,
-                  const specdec::GenerationConfig& config, std::size_t vocab_bound) {
+std::optional<specdec::GenerationResult> run_generate(FuzzedDataProvider& data, Decoder& decoder,
+                                                      std::span<const token_t> prompt,
+                                                      const specdec::GenerationConfig& config,
+                                                      std::size_t vocab_bound) {
   const std::size_t chunk_limit = max_chunks(config, vocab_bound);
   const int callback_mode = data.ConsumeIntegralInRange<int>(0, 3);
   const std::size_t callback_at = data.ConsumeIntegralInRange<std::size_t>(0, 8);
@@ -437,8 +687,8 @@ bool run_generate(FuzzedDataProvider& data, Decoder& decoder, std::span<const to
         decoder.generate(prompt, config, [&](std::span<const token_t> chunk) {
           for (const token_t token : chunk) {
             if (token < 0 || static_cast<std::size_t>(token) >= vocab_bound) {
-              const std::string detail = std::to_string(token) + " (bound " +
-                                         std::to_string(vocab_bound) + ")";
+              const std::string detail =
+                  std::to_string(token) + " (bound " + std::to_string(vocab_bound) + ")";
               fail("chunk token out of range:", detail.c_str());
             }
           }
@@ -449,10 +699,10 @@ bool run_generate(FuzzedDataProvider& data, Decoder& decoder, std::span<const to
           return ++chunks < chunk_limit;
         });
     check_result(result, config, vocab_bound);
-    return true;
+    return result;
   } catch (...) {
     check_exception(std::current_exception());
-    return false;
+    return std::nullopt;
   }
 }
 
@@ -518,13 +768,194 @@ void fuzz_pure_functions(FuzzedDataProvider& data) {
   });
 }
 
+/// measure_speedup, print_speedup_table and the statistics helpers of speedup.hpp and
+/// testing.hpp, and the draft-length policies driven directly, all with hostile arguments.
+void fuzz_helpers(FuzzedDataProvider& data) {
+  auto guarded = [](auto&& call) {
+    try {
+      call();
+    } catch (...) {
+      check_exception(std::current_exception());
+    }
+  };
+  std::vector<double> values(data.ConsumeIntegralInRange<std::size_t>(0, 6));
+  for (double& x : values) x = hostile_double(data, -10, 10);
+  const double q = hostile_double(data, -0.5, 1.5);
+  guarded([&] { (void)specdec::quantile(values, q); });
+  guarded([&] { (void)specdec::quartiles(values); });
+  const double total_variation = hostile_double(data, 0, 0.5);
+  const std::size_t cells = hostile_size(data, 100);
+  const double p_threshold = hostile_double(data, 0, 1);
+  guarded([&] { (void)specdec::testing::samples_to_detect(total_variation, cells, p_threshold); });
+  guarded([&] {
+    std::vector<std::uint64_t> counts(data.ConsumeIntegralInRange<std::size_t>(0, 6));
+    for (auto& c : counts) c = data.ConsumeBool() ? data.ConsumeIntegral<std::uint64_t>() : 3;
+    std::vector<double> probabilities(data.ConsumeBool() ? counts.size() : counts.size() + 1);
+    for (double& p : probabilities) p = hostile_double(data, 0, 1);
+    (void)specdec::testing::chi_square_test(counts, probabilities);
+    (void)specdec::testing::g_test(counts, probabilities);
+  });
+
+  // The policies, built from hostile options and driven by hostile states and reports.
+  specdec::GenerationConfig config;
+  config.draft_length = hostile_size(data, 9);
+  config.max_new_tokens = hostile_size(data, 24);
+  std::vector<double> probabilities(data.ConsumeIntegralInRange<std::size_t>(0, 8));
+  for (double& p : probabilities) p = hostile_double(data, 0, 1);
+  const auto drive = [&](auto& policy) {
+    for (int round = 0; round < 6; ++round) {
+      const std::size_t limit = data.ConsumeIntegralInRange<std::size_t>(0, 9);
+      std::size_t drafted = 0;
+      while (drafted < limit && drafted < 64 &&
+             policy.draft_more(
+                 specdec::DraftState{drafted, limit,
+                                     std::span<const double>(probabilities)
+                                         .first(std::min(drafted, probabilities.size()))})) {
+        ++drafted;
+      }
+      specdec::RoundReport report;
+      report.drafted =
+          data.ConsumeBool() ? drafted : data.ConsumeIntegralInRange<std::size_t>(0, 12);
+      report.accepted = data.ConsumeIntegralInRange<std::size_t>(0, report.drafted);
+      report.limit = limit;
+      report.draft_seconds = hostile_double(data, 0, 1e-3);
+      report.target_seconds = hostile_double(data, 0, 1e-2);
+      report.token_probabilities = std::span<const double>(probabilities)
+                                       .first(std::min(report.drafted, probabilities.size()));
+      policy.observe(report);
+    }
+  };
+  guarded([&] {
+    specdec::ScheduleOptions options;
+    options.initial_draft_length = hostile_size(data, 9);
+    options.grow = hostile_size(data, 4);
+    options.shrink = hostile_size(data, 4);
+    specdec::ScheduleDraftLength policy(options);
+    policy.begin(config);
+    drive(policy);
+    const std::size_t k = policy.current_draft_length();
+    if (k < 1 || k > std::max<std::size_t>(config.draft_length, 1)) {
+      fail("ScheduleDraftLength left [1, draft_length]");
+    }
+  });
+  guarded([&] {
+    specdec::ConfidenceDraftLength policy(
+        specdec::ConfidenceOptions{hostile_double(data, -0.5, 1.5)});
+    drive(policy);
+  });
+  guarded([&] {
+    specdec::GoodputOptions options;
+    options.forgetting = hostile_double(data, -0.5, 1.5);
+    options.probe_interval = hostile_size(data, 8);
+    options.keep_calibration = data.ConsumeBool();
+    if (data.ConsumeBool()) {
+      options.draft_token_cost = hostile_double(data, -1, 2);
+      options.verify_row_cost = hostile_double(data, -1, 2);
+    }
+    specdec::GoodputDraftLength policy(options);
+    if (config.usable_draft_length() <= specdec::GenerationConfig::kMaxDraftLength) {
+      policy.begin(config);
+    }
+    drive(policy);
+  });
+
+  // measure_speedup over pure models (V = 8): hostile prompt lists and settings.
+  FuzzModel model;
+  model.clean = true;
+  FuzzDraft draft{&model};
+  FuzzTarget target{&model};
+  specdec::SpeculativeDecoder<FuzzDraft, FuzzTarget> speculative(draft, target);
+  specdec::AutoregressiveDecoder<FuzzTarget> plain(target);
+  std::vector<std::vector<token_t>> prompts(data.ConsumeIntegralInRange<std::size_t>(0, 3));
+  for (auto& prompt : prompts) prompt = fuzz_prompt(data);
+  std::vector<specdec::SpeedupSetting> settings(data.ConsumeIntegralInRange<std::size_t>(0, 3));
+  for (auto& setting : settings) {
+    std::vector<int> processor_plan;
+    setting.config = fuzz_config(data, processor_plan);
+    setting.config.sampling.logits_processor = nullptr;  // keeps greedy pairs comparable
+    // No callback stops a measured run: bound the budget.
+    setting.config.max_new_tokens = std::min<std::size_t>(setting.config.max_new_tokens, 32);
+    setting.name = data.ConsumeRandomLengthString(12);
+  }
+  const int reset_throws_at = data.ConsumeIntegralInRange<int>(-1, 12);
+  specdec::SpeedupOptions options;
+  options.shared_baseline = data.ConsumeBool();
+  guarded([&] {
+    int resets = 0;
+    const specdec::SpeedupTable table = specdec::measure_speedup(
+        speculative, plain, std::span<const std::vector<token_t>>(prompts),
+        std::span<const specdec::SpeedupSetting>(settings),
+        [&] {
+          if (resets++ == reset_throws_at) throw FuzzModelError{-3};
+        },
+        options);
+    if (table.rows.size() != settings.size()) fail("measure_speedup: one row per setting");
+    if (!options.shared_baseline && table.greedy_mismatches() != 0) {
+      fail("measure_speedup: greedy speculative output differs from plain decoding's");
+    }
+    std::ostringstream text;
+    specdec::print_speedup_table(text, table);
+  });
+  guarded([&] {
+    std::vector<std::size_t> lengths(data.ConsumeIntegralInRange<std::size_t>(0, 3));
+    for (std::size_t& k : lengths) k = hostile_size(data, 5);
+    (void)specdec::draft_length_settings(config, lengths);
+  });
+}
+
+/// Greedy output is the target's argmax path whatever was drafted: a speculative generation
+/// that completed (not stopped by the callback) over pure models must equal plain decoding's.
+void check_greedy_identity(const specdec::GenerationResult& speculative,
+                           std::span<const token_t> prompt, const specdec::GenerationConfig& config,
+                           FuzzTarget& target) {
+  if (!config.sampling.greedy() || config.sampling.logits_processor ||
+      speculative.finish_reason == specdec::FinishReason::callback) {
+    return;
+  }
+  specdec::AutoregressiveDecoder<FuzzTarget> plain(target);
+  const std::size_t expected = speculative.tokens.size();
+  std::size_t emitted = 0;
+  try {
+    const specdec::GenerationResult result =
+        plain.generate(prompt, config, [&](std::span<const token_t> chunk) {
+          emitted += chunk.size();
+          return emitted <= expected;
+        });
+    if (result.tokens != speculative.tokens) {
+      fail("greedy speculative output differs from the autoregressive decoder's");
+    }
+  } catch (...) {
+    fail("the autoregressive decoder failed where a greedy speculative generation completed");
+  }
+}
+
+/// Pure models: no planned fault does anything, so every row is a function of its prefix.
+bool pure(const FuzzModel& model) {
+  return std::all_of(
+      model.faults.begin(), model.faults.end(),
+      [](const FuzzModel::PlannedFault& f) { return f.fault == FuzzModel::Fault::none; });
+}
+
+using Strategy = specdec::StrategyDecoder<FuzzTarget, FuzzProposer, specdec::ConfiguredDraftLength,
+                                          FuzzVerifier>;
+using Lookup = specdec::NgramDecoder<FuzzTarget>;
+using LookupThenModel = specdec::NgramThenModelDecoder<FuzzDraft, FuzzTarget>;
+
+enum class DecoderKind : std::uint8_t { autoregressive, speculative, strategy, lookup, combined };
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   FuzzedDataProvider data(bytes, size);
-  if (data.ConsumeIntegralInRange<int>(0, 4) == 0) {
-    fuzz_pure_functions(data);
-    return 0;
+  switch (data.ConsumeIntegralInRange<int>(0, 7)) {
+    case 0:
+      fuzz_pure_functions(data);
+      return 0;
+    case 1:
+      fuzz_helpers(data);
+      return 0;
+    default:
+      break;
   }
   FuzzModel draft_model, target_model;
   plan_faults(data, draft_model);
@@ -532,12 +963,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
   if (data.ConsumeBool()) draft_model.vocab_size = target_model.vocab_size;
   FuzzDraft draft{&draft_model};
   FuzzTarget target{&target_model};
-  const bool speculative = data.ConsumeBool();
+  const auto kind = static_cast<DecoderKind>(data.ConsumeIntegralInRange<int>(0, 4));
   specdec::SpeculativeDecoder<FuzzDraft, FuzzTarget> speculative_decoder(draft, target);
   specdec::AutoregressiveDecoder<FuzzTarget> autoregressive_decoder(target);
+  Strategy strategy_decoder(target, FuzzProposer(draft));
+  strategy_decoder.proposer().lies = plan_lies(data);
+  strategy_decoder.verifier() = plan_verifier(data);
+  const specdec::NgramOptions ngram_options = fuzz_ngram_options(data);
+  std::optional<Lookup> lookup_decoder;
+  std::optional<LookupThenModel> combined_decoder;
+  if (kind == DecoderKind::lookup || kind == DecoderKind::combined) {
+    try {
+      if (kind == DecoderKind::lookup) lookup_decoder.emplace(target, ngram_options);
+      if (kind == DecoderKind::combined) combined_decoder.emplace(draft, target, ngram_options);
+    } catch (...) {
+      check_exception(std::current_exception());
+      return 0;
+    }
+  }
 
   const std::size_t calls = data.ConsumeIntegralInRange<std::size_t>(1, 3);
-  bool failed = false;
+  bool models_pure = pure(draft_model) && pure(target_model);
   for (std::size_t call = 0; call < calls; ++call) {
     std::vector<int> processor_plan;
     const specdec::GenerationConfig config = fuzz_config(data, processor_plan);
@@ -552,20 +998,59 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
     // Its tokens are below that bound, and later calls must agree with it.
     const std::size_t vocab_bound =
         4 * (std::max(draft_model.vocab_size, target_model.vocab_size) + 5);
-    failed |= speculative
-                  ? !run_generate(data, speculative_decoder, prompt, config, vocab_bound)
-                  : !run_generate(data, autoregressive_decoder, prompt, config, vocab_bound);
+    std::optional<specdec::GenerationResult> result;
+    switch (kind) {
+      case DecoderKind::autoregressive:
+        result = run_generate(data, autoregressive_decoder, prompt, config, vocab_bound);
+        break;
+      case DecoderKind::speculative:
+        result = run_generate(data, speculative_decoder, prompt, config, vocab_bound);
+        break;
+      case DecoderKind::strategy:
+        result = run_generate(data, strategy_decoder, prompt, config, vocab_bound);
+        break;
+      case DecoderKind::lookup:
+        result = run_generate(data, *lookup_decoder, prompt, config, vocab_bound);
+        break;
+      case DecoderKind::combined:
+        result = run_generate(data, *combined_decoder, prompt, config, vocab_bound);
+        break;
+    }
+    if (result && models_pure && kind != DecoderKind::autoregressive) {
+      check_greedy_identity(*result, prompt, config, target);
+    }
+    models_pure = models_pure && draft_model.vocab_size == target_model.vocab_size;
   }
-  (void)failed;
-  if (speculative) {
-    check_still_usable(
-        speculative_decoder,
-        [&] { return specdec::SpeculativeDecoder<FuzzDraft, FuzzTarget>(draft, target); },
-        draft_model, target_model);
-  } else {
-    check_still_usable(
-        autoregressive_decoder, [&] { return specdec::AutoregressiveDecoder<FuzzTarget>(target); },
-        draft_model, target_model);
+  switch (kind) {
+    case DecoderKind::autoregressive:
+      check_still_usable(
+          autoregressive_decoder,
+          [&] { return specdec::AutoregressiveDecoder<FuzzTarget>(target); }, draft_model,
+          target_model);
+      break;
+    case DecoderKind::speculative:
+      check_still_usable(
+          speculative_decoder,
+          [&] { return specdec::SpeculativeDecoder<FuzzDraft, FuzzTarget>(draft, target); },
+          draft_model, target_model);
+      break;
+    case DecoderKind::strategy:
+      strategy_decoder.proposer().lies.clear();  // honest strategies from here on
+      strategy_decoder.verifier() = FuzzVerifier{};
+      check_still_usable(
+          strategy_decoder, [&] { return Strategy(target, FuzzProposer(draft)); }, draft_model,
+          target_model);
+      break;
+    case DecoderKind::lookup:
+      check_still_usable(
+          *lookup_decoder, [&] { return Lookup(target, ngram_options); }, draft_model,
+          target_model);
+      break;
+    case DecoderKind::combined:
+      check_still_usable(
+          *combined_decoder, [&] { return LookupThenModel(draft, target, ngram_options); },
+          draft_model, target_model);
+      break;
   }
   return 0;
 }
