@@ -332,8 +332,10 @@ class StrategyDecoder {
 
   /// \brief Generates up to config.max_new_tokens tokens after `prompt`.
   /// \throws std::invalid_argument for a bad config, an empty prompt or a prompt token outside
-  /// [0, V) (negative ids before any model call, ids >= V after the first); std::domain_error for
-  /// bad model output; anything a model or strategy throws, unchanged.
+  /// [0, V) (negative ids before any model call, ids >= V after the first), a proposal or a
+  /// verdict that breaks its strategy's contract (a proposal before its target call, see
+  /// detail::check_proposal); std::domain_error for bad model output; anything a model or
+  /// strategy throws, unchanged.
   GenerationResult generate(std::span<const token_t> prompt, const GenerationConfig& config) {
     return generate(prompt, config, [](std::span<const token_t>) { return true; });
   }
