@@ -47,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/coins.hpp"
 #include "specdec/decoder.hpp"
 #include "specdec/proposal.hpp"
@@ -330,7 +331,7 @@ struct ScriptedPair {
 
   [[nodiscard]] std::vector<double> draft_logits(std::span<const token_t> context) const {
     std::vector<double> row = target_model.logits(context);
-    if (noise == 0) return row;  // identical (0 * -inf would be NaN)
+    if (specdec::detail::exactly_equal(noise, 0.0)) return row;  // identical (0 * -inf would be NaN)
     const std::vector<double> extra = perturbation.logits(context);
     for (std::size_t v = 0; v < row.size(); ++v) {
       row[v] = static_cast<double>(static_cast<float>(row[v] + noise * extra[v]));
