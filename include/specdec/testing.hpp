@@ -47,9 +47,9 @@
 #include <utility>
 #include <vector>
 
-#include "specdec/detail/exact_float.hpp"
 #include "specdec/coins.hpp"
 #include "specdec/decoder.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/sampling.hpp"
 #include "specdec/sampling_laws.hpp"
