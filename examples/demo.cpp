@@ -35,7 +35,7 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
   --prompt TEXT          "Book C:V text" (default "Psalms 23:1 ")
   --max-new-tokens N     tokens to generate, >= 1 (default 200); clamped so that
                          prompt + N + K + 1 <= the models' max context (384 positions)
-  -k, --draft-length K   tokens drafted per target call, >= 1 (default 10: the shipped
+  -k, --draft-length K   tokens drafted per target call, >= 1 (default 8: the shipped
                          pair's measured best); with an adaptive
                          --draft-policy, the most a round may draft (default 16). "auto" =
                          --draft-policy goodput with K = 16
