@@ -16,16 +16,18 @@
 //   top-k only) and both tree verifiers (rrs = TreeVerifier, traversal = TraversalVerifier;
 //   T = 0: one, both verify by argmax);
 // - with --combinations 1: the goodput policy on a chain (cap 16, block verification), n-gram
-//   lookup then the draft model (static K = 8 and goodput cap 16, block verification), n-gram
-//   lookup then a tree (FallbackProposer of the lookup and a TreeProposer; a lookup chain is
-//   verified by the tree verifier as a chain: TraversalVerifier on a chain is block
-//   verification).
+//   lookup then the draft model (static K = 8 and goodput cap 16, block verification), the tree
+//   2x1^7 (distinct siblings, sequence-level verifier; T = 0: top-k), n-gram lookup then a
+//   tree (FallbackProposer of the lookup and a TreeProposer; a lookup chain is verified by the
+//   tree verifier as a chain: TraversalVerifier on a chain is block verification).
+// --budgets "" leaves the tree sweep out (chains and combinations only).
 // Per prompt and T: one plain run before the settings and one after (the speedup's plain time is
 // their mean, so a setting run early and one run late see the same baseline), the settings in an
 // order rotated by one per prompt, every run with fresh KV caches and the same seed.
 // Per setting: tokens per target call (emitted / rounds, pooled over prompts: counted, free of
-// timing noise), speedup over plain decoding (median over prompts of the paired ratio, and the
-// aggregate), the mean target call relative to plain decoding's mean call ("T_call / T(1)":
+// timing noise), speedup over plain decoding (median over prompts of the paired ratio), the
+// median over prompts of its speedup over the best chain's (the chain with the largest median
+// speedup) on the same prompt, the mean target call relative to plain decoding's mean call ("T_call / T(1)":
 // what a round's call of 1 + nodes rows costs as seen), draft time per round and library time
 // per round (the decoder's own work: drafting bookkeeping, verification), and at T = 0 whether
 // every output equals the plain one. Then per T and budget: the best chain, the best fixed and
@@ -173,7 +175,7 @@ std::vector<Setting> make_settings(const Options& o, double t, Models m) {
       config.draft_length = k;
       config.verifier = verifier;
       const char* v = verifier == specdec::VerifierKind::token ? "token" : "block";
-      add("chain K=" + std::to_string(k) + " " + (greedy ? "" : v), Kind::chain, k, config,
+      add("chain K=" + std::to_string(k) + (greedy ? "" : std::string(" ") + v), Kind::chain, k, config,
           hold(chain));
     }
   }
@@ -230,6 +232,21 @@ std::vector<Setting> make_settings(const Options& o, double t, Models m) {
     config.draft_length_policy.kind = specdec::DraftLengthKind::fixed;
     config.draft_length = 8;
     add("lookup+chain K=8 block", Kind::combination, 8, config, hold(lookup));
+  }
+  {
+    // The deepest fixed tree of the budgets' sweep, without the lookup, for the comparison.
+    const specdec::TreeOptions tree{
+        specdec::TreeShape::parse("2x1x1x1x1x1x1x1"),
+        greedy ? SiblingMode::top_k : SiblingMode::without_replacement};
+    GenerationConfig config = base;
+    config.draft_length = tree.shape.nodes();
+    add(std::string("tree 2x1x1x1x1x1x1x1 ") + mode_name(tree.siblings) +
+            (greedy ? "" : " traversal"),
+        Kind::combination, tree.shape.nodes(), config,
+        hold(std::make_shared<specdec::StrategyDecoder<
+                 GptModel, specdec::TreeProposer<GptModel>, specdec::StaticDraftLength,
+                 specdec::TraversalVerifier>>(m.target,
+                                              specdec::TreeProposer<GptModel>(m.draft, tree))));
   }
   using LookupThenTree =
       specdec::FallbackProposer<specdec::BasicNgramProposer<float>,
@@ -361,17 +378,29 @@ int main(int argc, char** argv) try {
     std::printf("\n### T = %.2g\n\nPlain decoding: %.2f ms per target call (mean, both runs of "
                 "every prompt).\n\n",
                 t, 1e3 * plain_call);
+    // The best chain by median speedup: each setting's per-prompt speedup over its own.
+    const Setting* reference = nullptr;
+    for (const Setting& s : settings) {
+      if (s.kind == Kind::chain &&
+          (!reference || median(s.speedups) > median(reference->speedups)))
+        reference = &s;
+    }
     std::printf("| T | kind | setting | N | tokens/call | speedup (median) | IQR | "
+                "vs best chain (paired) | "
                 "T_call / T(1) | draft ms/round | library ms/round | greedy identical |\n"
-                "|--:|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|\n");
+                "|--:|:--|:--|--:|--:|--:|--:|--:|--:|--:|--:|:--|\n");
     for (const Setting& s : settings) {
       const double rounds = static_cast<double>(s.stats.rounds);
       const double call = s.stats.target_seconds / static_cast<double>(s.stats.target_calls);
       const specdec::Quartiles q = specdec::quartiles(s.speedups);
-      std::printf("| %.2g | %s | %s | %zu | %.2f | %.3f | %.2f-%.2f | %.2f | %.2f | %.3f | %s "
-                  "|\n",
+      std::vector<double> ratios;
+      for (std::size_t i = 0; reference && i < s.speedups.size(); ++i) {
+        if (reference->speedups[i] > 0) ratios.push_back(s.speedups[i] / reference->speedups[i]);
+      }
+      std::printf("| %.2g | %s | %s | %zu | %.2f | %.3f | %.2f-%.2f | %.3f | %.2f | %.2f | %.3f | "
+                  "%s |\n",
                   t, kind_name(s.kind), s.name.c_str(), s.nodes, tokens_per_call(s), q.median,
-                  q.p25, q.p75, call / plain_call, 1e3 * s.stats.draft_seconds / rounds,
+                  q.p25, q.p75, median(ratios), call / plain_call, 1e3 * s.stats.draft_seconds / rounds,
                   1e3 * s.stats.library_seconds / rounds,
                   t != 0                      ? "-"
                   : s.greedy_mismatches == 0 ? "yes"
