@@ -289,7 +289,7 @@ void print_summary(double t, const std::vector<Setting>& settings, const Options
     if (s.kind == Kind::chain && (!best_chain || median(s.speedups) > median(best_chain->speedups)))
       best_chain = &s;
   }
-  if (!best_chain) return;
+  if (!best_chain || o.budgets.empty()) return;
   const double chain_tau = tokens_per_call(*best_chain), chain_speedup = median(best_chain->speedups);
   std::printf("\nT = %.2g: best chain by median speedup: %s, %.2f tokens/call, %.3fx.\n\n", t,
               best_chain->name.c_str(), chain_tau, chain_speedup);
