@@ -3,23 +3,27 @@
 // `specdec-demo --help` lists the flags.
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
 #include <specdec/specdec.hpp>
 
+#include "cli_args.hpp"
 #include "gpt/gpt_model.hpp"
 #include "text_stream.hpp"
 
 namespace {
 
+using specdec::examples::draft_policy_name;
+using specdec::examples::json_string;
+using specdec::examples::parse_draft_policy;
+using specdec::examples::parse_number;
+using specdec::examples::UsageError;
 using specdec::token_t;
 using specdec::examples::GptModel;
 using specdec::examples::TextStream;
@@ -74,33 +78,10 @@ Exit status: 0 ok, 1 runtime error (unreadable weights, or greedy outputs that d
 2 bad usage.
 )";
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 specdec::VerifierKind parse_verifier(std::string_view name) {
   if (name == "token") return specdec::VerifierKind::token;
   if (name == "block") return specdec::VerifierKind::block;
   throw UsageError("--verifier expects token or block, got '" + std::string(name) + "'");
-}
-
-specdec::DraftLengthKind parse_draft_policy(std::string_view name) {
-  if (name == "fixed") return specdec::DraftLengthKind::fixed;
-  if (name == "schedule") return specdec::DraftLengthKind::schedule;
-  if (name == "confidence") return specdec::DraftLengthKind::confidence;
-  if (name == "goodput") return specdec::DraftLengthKind::goodput;
-  throw UsageError("--draft-policy expects fixed, schedule, confidence or goodput, got '" +
-                   std::string(name) + "'");
-}
-
-const char* draft_policy_name(specdec::DraftLengthKind kind) {
-  switch (kind) {
-    case specdec::DraftLengthKind::fixed: return "fixed";
-    case specdec::DraftLengthKind::schedule: return "schedule";
-    case specdec::DraftLengthKind::confidence: return "confidence";
-    case specdec::DraftLengthKind::goodput: return "goodput";
-  }
-  return "?";
 }
 
 /// Draft length used when -k is not given: the shipped pair's best static K at T = 0 and T = 1
@@ -179,21 +160,6 @@ struct Options {
   Proposer proposer = Proposer::model;
   std::optional<specdec::TreeOptions> tree;  // --tree / --tree-budget
 };
-
-template <class Number>
-Number parse_number(std::string_view flag, std::string_view text) {
-  Number value{};
-  const char* end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, value);
-  if (error != std::errc{} || stop != end || text.empty()) {
-    const char* expected = std::is_floating_point_v<Number> ? "a number"
-                           : std::is_signed_v<Number>       ? "an integer"
-                                                            : "a non-negative integer";
-    throw UsageError(std::string(flag) + " expects " + expected + ", got '" + std::string(text) +
-                     "'");
-  }
-  return value;
-}
 
 Options parse_args(int argc, char** argv) {
   Options options;
@@ -283,24 +249,6 @@ double tokens_per_second(const specdec::DecodeStats& stats) {
 
 double seconds_per_target_call(const specdec::DecodeStats& stats) {
   return stats.target_seconds / static_cast<double>(stats.target_calls);
-}
-
-/// A JSON string literal. Bytes >= 0x7f become \u00XX (byte = code point: lossless, since a
-/// sampled byte sequence need not be valid UTF-8).
-std::string json_string(std::string_view bytes) {
-  std::string out = "\"";
-  for (const unsigned char byte : bytes) {
-    if (byte == '"' || byte == '\\') {
-      out += {'\\', static_cast<char>(byte)};
-    } else if (byte >= 0x20 && byte < 0x7f) {
-      out += static_cast<char>(byte);
-    } else {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", byte);
-      out += escaped;
-    }
-  }
-  return out + "\"";
 }
 
 void print_json(const Options& options, const specdec::GenerationResult& fast,
@@ -521,26 +469,16 @@ int run(Options& options) {
   return greedy_mismatch ? 1 : 0;
 }
 
-/// Library and model messages start with "specdec: "; ours get the program's name instead.
-std::string_view without_prefix(std::string_view message) {
-  return message.starts_with("specdec: ") ? message.substr(9) : message;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return specdec::examples::run_cli("specdec-demo", [&] {
     Options options = parse_args(argc, argv);
     if (options.help) {
       std::fputs(kHelp, stdout);
       return 0;
     }
     return run(options);
-  } catch (const UsageError& error) {
-    std::fprintf(stderr, "specdec-demo: %s (see --help)\n", without_prefix(error.what()).data());
-    return 2;
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "specdec-demo: error: %s\n", without_prefix(error.what()).data());
-    return 1;
-  }
+  });
 }

@@ -4,21 +4,26 @@
 // so its users know them. `specdec-llama --help` lists them.
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
 #include <specdec/llama_cpp.hpp>
 #include <specdec/specdec.hpp>
 
+#include "cli_args.hpp"
+
 namespace {
 
+using specdec::examples::draft_policy_name;
+using specdec::examples::json_string;
+using specdec::examples::parse_draft_policy;
+using specdec::examples::parse_number;
+using specdec::examples::UsageError;
 using specdec::token_t;
 namespace llama = specdec::llama_cpp;
 
@@ -72,10 +77,6 @@ Exit status: 0 ok, 1 runtime error (unloadable model, incompatible vocabularies,
 that differ), 2 bad usage.
 )";
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 enum class Proposer { model, ngram, both };
 
 constexpr std::size_t kDefaultDraftLength = 8;
@@ -95,21 +96,6 @@ struct Options {
   bool ignore_eos = false, json = false, baseline = true, verbose = false, help = false;
 };
 
-template <class Number>
-Number parse_number(std::string_view flag, std::string_view text) {
-  Number value{};
-  const char* end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, value);
-  if (error != std::errc{} || stop != end || text.empty()) {
-    const char* expected = std::is_floating_point_v<Number> ? "a number"
-                           : std::is_signed_v<Number>       ? "an integer"
-                                                            : "a non-negative integer";
-    throw UsageError(std::string(flag) + " expects " + expected + ", got '" + std::string(text) +
-                     "'");
-  }
-  return value;
-}
-
 Proposer parse_spec_type(std::string_view text) {
   if (text == "draft-simple" || text == "model") return Proposer::model;
   if (text == "ngram-simple" || text == "ngram") return Proposer::ngram;
@@ -125,25 +111,6 @@ const char* proposer_name(Proposer proposer) {
   return proposer == Proposer::model ? "draft-simple"
          : proposer == Proposer::ngram ? "ngram-simple"
                                        : "ngram-simple,draft-simple";
-}
-
-specdec::DraftLengthKind parse_draft_policy(std::string_view name) {
-  if (name == "fixed") return specdec::DraftLengthKind::fixed;
-  if (name == "schedule") return specdec::DraftLengthKind::schedule;
-  if (name == "confidence") return specdec::DraftLengthKind::confidence;
-  if (name == "goodput") return specdec::DraftLengthKind::goodput;
-  throw UsageError("--draft-policy expects fixed, schedule, confidence or goodput, got '" +
-                   std::string(name) + "'");
-}
-
-const char* draft_policy_name(specdec::DraftLengthKind kind) {
-  switch (kind) {
-    case specdec::DraftLengthKind::fixed: return "fixed";
-    case specdec::DraftLengthKind::schedule: return "schedule";
-    case specdec::DraftLengthKind::confidence: return "confidence";
-    case specdec::DraftLengthKind::goodput: return "goodput";
-  }
-  return "?";
 }
 
 int parse_flash_attention(std::string_view text) {
@@ -300,22 +267,6 @@ std::string printable(std::string_view text) {
     }
   }
   return out;
-}
-
-std::string json_string(std::string_view bytes) {
-  std::string out = "\"";
-  for (const unsigned char byte : bytes) {
-    if (byte == '"' || byte == '\\') {
-      out += {'\\', static_cast<char>(byte)};
-    } else if (byte >= 0x20 && byte < 0x7f) {
-      out += static_cast<char>(byte);
-    } else {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", byte);
-      out += escaped;
-    }
-  }
-  return out + "\"";
 }
 
 double tokens_per_second(const specdec::DecodeStats& stats) {
@@ -480,25 +431,16 @@ int run(Options& options) {
   return options.baseline && config.sampling.greedy() && !identical ? 1 : 0;
 }
 
-std::string_view without_prefix(std::string_view message) {
-  return message.starts_with("specdec: ") ? message.substr(9) : message;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return specdec::examples::run_cli("specdec-llama", [&] {
     Options options = parse_args(argc, argv);
     if (options.help) {
       std::fputs(kHelp, stdout);
       return 0;
     }
     return run(options);
-  } catch (const UsageError& error) {
-    std::fprintf(stderr, "specdec-llama: %s (see --help)\n", without_prefix(error.what()).data());
-    return 2;
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "specdec-llama: error: %s\n", without_prefix(error.what()).data());
-    return 1;
-  }
+  });
 }
