@@ -867,7 +867,7 @@ class LoadedModel : public ContextModel {
                               pool_batch.get() != nullptr ? pool_batch.get() : pool.get());
     }
     return LoadedModel(std::move(model), std::move(context), std::move(pool),
-                       std::move(pool_batch), context_options);
+                       std::move(pool_batch));
   }
 
   LoadedModel(LoadedModel&&) noexcept = default;
@@ -875,9 +875,9 @@ class LoadedModel : public ContextModel {
  private:
   LoadedModel(std::unique_ptr<llama_model, detail::ModelDeleter> model,
               std::unique_ptr<llama_context, detail::ContextDeleter> context,
-              detail::CpuThreadPool pool, detail::CpuThreadPool pool_batch,
-              const ContextOptions& options)
-      : ContextModel(context.get(), options.threads, options.threads_batch),
+              detail::CpuThreadPool pool, detail::CpuThreadPool pool_batch)
+      // Threads were set in the context's parameters (and its pools): nothing to set again.
+      : ContextModel(context.get()),
         pool_(std::move(pool)),
         pool_batch_(std::move(pool_batch)),
         owned_model_(std::move(model)),
