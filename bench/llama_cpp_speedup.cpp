@@ -11,8 +11,10 @@
 // Settings (comma-separated; default all): llama (llama.cpp's own decoding loop through its C
 // API, llama_sampler greedy / dist, no specdec: what the adapter must not slow down), plain
 // (specdec's AutoregressiveDecoder over the adapter), K1..K16 (SpeculativeDecoder, fixed K),
-// block4 etc. (block verification), goodput (K <= 16 chosen per round), goodput-block, ngram
-// (prompt lookup), ngram-draft (lookup, else the draft model). Every setting except llama and
+// block4 etc. (block verification), goodput (K <= 16 chosen per round, costs measured online),
+// goodput-block, goodput-measured / goodput-measured-block (the same policy with the pair's call
+// costs measured once before the first prompt: measure_call_costs), ngram (prompt lookup),
+// ngram-draft (lookup, else the draft model). Every setting except llama and
 // plain is paired with a plain run of the same prompt, the order alternating by prompt; the KV
 // caches are reset before every run, so each run pays for its own prompt.
 //
@@ -99,7 +101,8 @@ Options parse(int argc, char** argv) {
   if (o.target_path.empty()) throw std::invalid_argument("-m TARGET is required");
   if (o.settings.empty()) {
     o.settings = {"llama", "plain", "K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "goodput",
-                  "block4", "block6", "block8", "goodput-block", "ngram", "ngram-draft"};
+                  "block4", "block6", "block8", "goodput-block", "goodput-measured",
+                  "goodput-measured-block", "ngram", "ngram-draft"};
   }
   return o;
 }
@@ -190,6 +193,9 @@ int main(int argc, char** argv) try {
 
   specdec::AutoregressiveDecoder plain(target);
   specdec::SpeculativeDecoder speculative(draft, target);
+  // Its own decoder: a policy restarts when its options change, and "goodput" keeps what it
+  // measured online from prompt to prompt.
+  specdec::SpeculativeDecoder measured_speculative(draft, target);
   specdec::NgramDecoder lookup(target, {.min_ngram = 4, .max_ngram = 12});
   specdec::NgramThenModelDecoder lookup_then_draft(draft, target, {.min_ngram = 4, .max_ngram = 12});
   const auto reset = [&] {
@@ -201,6 +207,19 @@ int main(int argc, char** argv) try {
     std::vector<token_t> warm(40, 'a');
     for (std::size_t n = 1; n <= 17; ++n) (void)target(warm, n);
     (void)draft(warm, 1);
+    reset();
+  }
+  // goodput-measured: the pair's call costs measured once, before any prompt (as specdec-llama
+  // does for --spec-draft-n-max auto).
+  specdec::GoodputOptions measured_costs;
+  if (std::ranges::any_of(o.settings, [](const std::string& s) { return s.starts_with("goodput-measured"); })) {
+    std::vector<token_t> context(80);
+    for (std::size_t i = 0; i < context.size(); ++i) context[i] = static_cast<token_t>(32 + i % 90);
+    const specdec::CallCosts costs = specdec::measure_call_costs(draft, target, context, 17, 9);
+    measured_costs = costs.goodput_options();
+    std::fprintf(stderr, "measured call costs: draft %.3f, T(n)/T(1):", measured_costs.draft_token_cost);
+    for (const double ratio : measured_costs.verify_costs) std::fprintf(stderr, " %.2f", ratio);
+    std::fprintf(stderr, "\n");
     reset();
   }
   const std::vector<std::string> lines = read_prompts(o.prompts_file);
@@ -219,6 +238,9 @@ int main(int argc, char** argv) try {
         const auto run_speculative = [&]() -> specdec::GenerationResult {
           if (setting == "ngram") return lookup.generate(prompt, config);
           if (setting == "ngram-draft") return lookup_then_draft.generate(prompt, config);
+          if (setting.starts_with("goodput-measured")) {
+            return measured_speculative.generate(prompt, config);
+          }
           return speculative.generate(prompt, config);
         };
         if (setting == "llama" || setting == "plain") {
@@ -239,7 +261,12 @@ int main(int argc, char** argv) try {
         } else if (setting.starts_with("goodput")) {
           config.draft_length = 16;
           config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
-          if (setting == "goodput-block") config.verifier = specdec::VerifierKind::block;
+          if (setting.ends_with("-block")) config.verifier = specdec::VerifierKind::block;
+          if (setting.starts_with("goodput-measured")) {
+            config.draft_length_policy.goodput = measured_costs;
+          } else if (setting != "goodput" && setting != "goodput-block") {
+            throw std::invalid_argument("unknown setting '" + setting + "'");
+          }
         } else if (setting == "ngram" || setting == "ngram-draft") {
           config.draft_length = 8;
         } else {
@@ -256,11 +283,16 @@ int main(int argc, char** argv) try {
           }
         }
         const auto& s = fast.stats;
+        std::string lengths;  // rounds per draft length: where an adaptive policy settled
+        for (const std::size_t rounds : s.draft_length_histogram()) {
+          lengths += (lengths.empty() ? "" : ", ") + std::to_string(rounds);
+        }
         std::printf(
             "{\"prompt\": %zu, \"temperature\": %g, \"setting\": \"%s\", \"tokens\": %zu, "
             "\"seconds\": %.6g, \"plain_seconds\": %.6g, \"speedup\": %.5g, \"rounds\": %zu, "
             "\"tokens_per_round\": %.4g, \"draft_seconds\": %.6g, \"target_seconds\": %.6g, "
-            "\"library_seconds\": %.6g, \"verify_cost\": %.4g, \"identical\": %s}\n",
+            "\"library_seconds\": %.6g, \"verify_cost\": %.4g, \"draft_lengths\": [%s], "
+            "\"identical\": %s}\n",
             p, static_cast<double>(temperature), setting.c_str(), fast.tokens.size(),
             s.total_seconds, slow.stats.total_seconds,
             slow.stats.total_seconds / s.total_seconds *
@@ -268,7 +300,7 @@ int main(int argc, char** argv) try {
             s.rounds, s.tokens_per_round(), s.draft_seconds, s.target_seconds, s.library_seconds,
             (s.target_seconds / static_cast<double>(s.target_calls)) /
                 (slow.stats.target_seconds / static_cast<double>(slow.stats.target_calls)),
-            fast.tokens == slow.tokens ? "true" : "false");
+            lengths.c_str(), fast.tokens == slow.tokens ? "true" : "false");
       }
     }
     std::fflush(stdout);

@@ -44,6 +44,10 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
                              and drafts what pays; plain steps when nothing does); also
                              --draft-max, --draft-n, --draft, -k (default 8)
   --draft-policy P           fixed | schedule | confidence | goodput (default fixed)
+  --draft-costs measure|online   how goodput learns the pair's costs: time both models before
+                             decoding (draft call, target call of 1..K+1 rows; ~0.5 s for the
+                             shipped pair, and the draft lengths no longer depend on timings)
+                             or from the rounds' timings as it decodes (default measure)
   --spec-type T              draft-simple (the draft model) | ngram-simple (prompt lookup, no
                              draft model) | ngram-simple,draft-simple (lookup, else the draft)
                              (default draft-simple); --proposer model|ngram|both says the same
@@ -94,6 +98,7 @@ struct Options {
   llama::ContextOptions target_context, draft_context;
   std::string rpc;
   bool ignore_eos = false, json = false, baseline = true, verbose = false, help = false;
+  bool measure_costs = true;  // --draft-costs
 };
 
 Proposer parse_spec_type(std::string_view text) {
@@ -224,6 +229,13 @@ Options parse_args(int argc, char** argv) {
     else if (is({"--ignore-eos"})) options.ignore_eos = true;
     else if (is({"--json"})) options.json = true;
     else if (is({"--no-baseline"})) options.baseline = false;
+    else if (is({"--draft-costs"})) {
+      const std::string_view how = value();
+      if (how != "measure" && how != "online") {
+        throw UsageError("--draft-costs expects measure or online, got '" + std::string(how) + "'");
+      }
+      options.measure_costs = how == "measure";
+    }
     else if (is({"-v", "--verbose"})) options.verbose = true;
     else throw UsageError("unknown option '" + std::string(flag) + "'");
     // clang-format on
@@ -317,6 +329,24 @@ int run(Options& options) {
   draft(prompt, 1);
   target.reset();
   draft.reset();
+  // goodput with measured costs: the pair timed on the prompt (repeated to cover the longest
+  // verification call), before decoding and outside its timing.
+  std::vector<double> measured_verify_costs;
+  if (config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
+      options.measure_costs && options.proposer != Proposer::ngram && !options.tree) {
+    const std::size_t rows = std::min(config.draft_length + 1, config.max_context / 2);
+    std::vector<token_t> context;
+    while (context.size() < std::max<std::size_t>(rows, 64)) {
+      context.insert(context.end(), prompt.begin(), prompt.end());
+    }
+    context.resize(std::min(context.size(), config.max_context - 1));
+    config.draft_length_policy.goodput =
+        specdec::measure_call_costs(draft, target, context, rows, 11)
+            .goodput_options(config.draft_length_policy.goodput);
+    measured_verify_costs = config.draft_length_policy.goodput.verify_costs;
+    target.reset();
+    draft.reset();
+  }
 
   llama::TextDecoder text(target.vocab());
   if (!options.json) std::fputs(printable(options.prompt).c_str(), stdout);
@@ -382,6 +412,14 @@ int run(Options& options) {
         stats.total_seconds, tokens_per_second(stats), stats.rounds, stats.acceptance_rate(),
         stats.tokens_per_round(), stats.draft_seconds, stats.target_seconds,
         stats.library_seconds);
+    if (!measured_verify_costs.empty()) {
+      std::string ratios;
+      for (const double ratio : measured_verify_costs) {
+        ratios += (ratios.empty() ? "" : ", ") + std::to_string(ratio);
+      }
+      std::printf(",\n  \"measured_costs\": {\"draft_token\": %.6g, \"verify\": [%s]}",
+                  config.draft_length_policy.goodput.draft_token_cost, ratios.c_str());
+    }
     if (options.baseline) {
       std::printf(",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
                   "\"tokens_per_second\": %.6g},\n  \"measured_speedup\": %.6g,\n"

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -162,6 +163,18 @@ TEST(DraftLengthPolicyOptionsTest, BadParametersAreRejectedWithTheFieldName) {
   EXPECT_NE(message_of(config).find("verify_row_cost = inf"), std::string::npos);
   config.draft_length_policy.goodput.verify_row_cost = 0.1;
   EXPECT_EQ(message_of(config), "");
+  // A measured cost table: entries finite and > 0, a draft cost in its unit, no line as well.
+  config.draft_length_policy.goodput.verify_costs = {1.0, 1.5};
+  EXPECT_NE(message_of(config).find("verify_row_cost = 0.1"), std::string::npos);
+  config.draft_length_policy.goodput.verify_row_cost = -1;
+  EXPECT_EQ(message_of(config), "");
+  config.draft_length_policy.goodput.verify_costs = {1.0, std::nan("")};
+  EXPECT_NE(message_of(config).find("verify_costs[1] = nan (T_v(2))"), std::string::npos);
+  config.draft_length_policy.goodput.verify_costs = {0.0};
+  EXPECT_NE(message_of(config).find("verify_costs[0] = 0"), std::string::npos);
+  config.draft_length_policy.goodput.verify_costs = {1.0};
+  config.draft_length_policy.goodput.draft_token_cost = -1;
+  EXPECT_NE(message_of(config).find("expected a finite draft_token_cost >= 0"), std::string::npos);
   EXPECT_THROW(ScheduleDraftLength(ScheduleOptions{.initial_draft_length = 0}),
                std::invalid_argument);
   EXPECT_THROW(GoodputDraftLength(GoodputOptions{.forgetting = 2.0}), std::invalid_argument);
@@ -629,6 +642,120 @@ TEST(GoodputDraftLengthTest, SettlesBelowAStepInTheVerificationCost) {
     const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 8, {}});
     EXPECT_NEAR(estimates.verify_cost[5] / estimates.verify_cost[0], 1.20, 0.02);
   }
+}
+
+// A measured cost curve with a dip, shaped like llama.cpp's CPU backend on the shipped pair
+// (T(9) < T(8), T(2) ~ 1.8 T(1)). Told the table, the policy plans on it exactly (beyond the
+// table: its last step per row) and, with acceptance 0.9 and a draft token at 0.1, settles at
+// K = 8, the static optimum, not at K = 4 where a line through the cheaper counts keeps it.
+constexpr std::array<double, 10> kDippedCosts{1.0, 1.8, 2.0, 2.2, 2.5, 3.0, 3.2, 4.6, 2.9, 4.2};
+
+TEST(GoodputDraftLengthTest, AMeasuredCostTableIsUsedAsIs) {
+  GoodputOptions options{.draft_token_cost = 0.1};
+  options.verify_costs.assign(kDippedCosts.begin(), kDippedCosts.end());
+  GoodputDraftLength policy(options);
+  policy.begin(config_with(12));
+  const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 12, {}});
+  ASSERT_GE(estimates.verify_cost.size(), 13u);
+  for (std::size_t n = 1; n <= kDippedCosts.size(); ++n) {
+    EXPECT_EQ(estimates.verify_cost[n - 1], kDippedCosts[n - 1]) << n;
+  }
+  EXPECT_NEAR(estimates.verify_cost[10], 5.5, 1e-12);  // 4.2 + (4.2 - 2.9)
+  EXPECT_NEAR(estimates.verify_cost[12], 8.1, 1e-12);
+  EXPECT_DOUBLE_EQ(estimates.draft_token_cost, 0.1);
+  EXPECT_FALSE(policy.prediction().has_value());  // fixed costs: no prediction in seconds
+  EXPECT_TRUE(options.fixed_costs());
+}
+
+TEST(GoodputDraftLengthTest, WithAMeasuredTableSettlesAtTheDipLikeTheBestStaticK) {
+  const auto cost = [](std::size_t rows) { return kDippedCosts[rows - 1]; };
+  const auto static_rate = [&](std::size_t k) {
+    return (1 - std::pow(0.9, static_cast<double>(k + 1))) / 0.1 /
+           (0.1 * static_cast<double>(k) + cost(k + 1));
+  };
+  std::size_t best_k = 1;
+  for (std::size_t k = 2; k <= 8; ++k) best_k = static_rate(k) > static_rate(best_k) ? k : best_k;
+  ASSERT_EQ(best_k, 8u);  // the dip: K = 8 (1.656 tokens per unit) beats K = 4 (1.412)
+
+  GoodputOptions options{.draft_token_cost = 0.1};
+  options.verify_costs.assign(kDippedCosts.begin(), kDippedCosts.end());
+  GoodputDraftLength policy(options);
+  std::mt19937_64 gen(5);
+  std::bernoulli_distribution accept(0.9);
+  std::vector<std::size_t> histogram(10, 0);
+  double units = 0;
+  std::size_t emitted = 0;
+  for (int generation = 0; generation < 20; ++generation) {
+    policy.begin(config_with(9));
+    for (std::size_t done = 0; done < 256;) {
+      const std::size_t limit = std::min<std::size_t>(9, 256 - done - 1);
+      std::vector<double> probabilities;
+      std::size_t n = 0;
+      while (n < limit && policy.draft_more(DraftState{n, limit, probabilities})) {
+        probabilities.push_back(0.9);
+        ++n;
+      }
+      std::size_t accepted = 0;
+      while (accepted < n && accept(gen)) ++accepted;
+      done += accepted + 1;
+      emitted += accepted + 1;
+      ++histogram[n];
+      units += 0.1 * static_cast<double>(n) + cost(n + 1);
+      policy.observe(RoundReport{n, accepted, limit, 0.0, 0.0, probabilities});
+    }
+  }
+  const auto mode = std::max_element(histogram.begin(), histogram.end()) - histogram.begin();
+  EXPECT_EQ(mode, 8) << ::testing::PrintToString(histogram);
+  EXPECT_GT(static_cast<double>(emitted) / units, 0.97 * static_rate(8));
+}
+
+// measure_call_costs calls each model as documented and hands over a valid fixed cost model;
+// bad arguments are refused before any call, and a model's exception passes through.
+TEST(MeasureCallCostsTest, TimesEveryRowCountAndMakesGoodputOptions) {
+  constexpr std::size_t kVocab = 4;
+  std::vector<std::size_t> target_calls(6, 0);
+  std::size_t draft_calls = 0;
+  std::vector<float> row(kVocab, 0.0f), rows(5 * kVocab, 0.0f);
+  auto draft = [&](std::span<const token_t>) -> std::span<const float> {
+    ++draft_calls;
+    return row;
+  };
+  auto target = [&](std::span<const token_t>, std::size_t n) -> std::span<const float> {
+    ++target_calls[n];
+    return std::span<const float>(rows).first(n * kVocab);
+  };
+  const std::vector<token_t> context{0, 1, 2, 3, 0, 1, 2};
+  const specdec::CallCosts costs = specdec::measure_call_costs(draft, target, context, 5, 3);
+  EXPECT_EQ(draft_calls, 4u);  // a warm-up, then one per repeat
+  EXPECT_EQ(target_calls, (std::vector<std::size_t>{0, 3, 3, 3, 3, 4}));  // + a warm-up of 5
+  ASSERT_EQ(costs.verify_seconds.size(), 5u);
+  for (const double seconds : costs.verify_seconds) EXPECT_GT(seconds, 0.0);
+  const GoodputOptions options = costs.goodput_options(GoodputOptions{.forgetting = 0.5});
+  EXPECT_EQ(options.verify_costs.size(), 5u);
+  EXPECT_EQ(options.verify_costs[0], 1.0);
+  EXPECT_DOUBLE_EQ(options.draft_token_cost, costs.draft_token_seconds / costs.verify_seconds[0]);
+  EXPECT_EQ(options.forgetting, 0.5);
+  EXPECT_TRUE(options.fixed_costs());
+
+  draft_calls = 0;
+  const std::vector<token_t> empty;
+  EXPECT_THROW((void)specdec::measure_call_costs(draft, target, empty, 1), std::invalid_argument);
+  EXPECT_THROW((void)specdec::measure_call_costs(draft, target, context, 0), std::invalid_argument);
+  EXPECT_THROW((void)specdec::measure_call_costs(draft, target, context, 8), std::invalid_argument);
+  EXPECT_THROW((void)specdec::measure_call_costs(draft, target, context, 2, 0),
+               std::invalid_argument);
+  EXPECT_EQ(draft_calls, 0u);
+  try {
+    (void)specdec::measure_call_costs(draft, target, context, 8);
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("context of 7 tokens, max_rows = 8"),
+              std::string::npos);
+  }
+  auto failing = [&](std::span<const token_t>, std::size_t) -> std::span<const float> {
+    throw std::runtime_error("engine failed");
+  };
+  EXPECT_THROW((void)specdec::measure_call_costs(draft, failing, context, 2), std::runtime_error);
+  EXPECT_THROW((void)specdec::CallCosts{}.goodput_options(), std::invalid_argument);
 }
 
 // One call delayed among a row count's first three (a scheduler slice on a shared machine) does

@@ -66,6 +66,16 @@ struct GoodputOptions {
   /// online from the round timings.
   double draft_token_cost = -1;
   double verify_row_cost = -1;
+  /// A measured verification cost curve instead of the line: T_v(n) = verify_costs[n - 1] for
+  /// n = 1 .. size, in the unit of draft_token_cost (seconds, or one-row target calls), and
+  /// beyond the table its last step repeated per row. For a target whose cost is not a line in
+  /// the row count: a CPU engine's curve has steps and dips (on llama.cpp's CPU backend a
+  /// 9-row call measured cheaper than an 8-row one), which online measurement learns only
+  /// slowly and noisily, from the row counts the rounds happen to use. measure_call_costs()
+  /// (call_costs.hpp) times both models and fills this and draft_token_cost. Non-empty
+  /// requires draft_token_cost >= 0 and verify_row_cost < 0; decisions never depend on
+  /// timings then.
+  std::vector<double> verify_costs{};
   /// Keep the calibration by the draft's probability from one generate() to the next while
   /// the sampling parameters stay the same (it describes the model pair, not the text). With
   /// fixed costs the same seed then gives the same tokens for the same sequence of generate()
@@ -79,11 +89,23 @@ struct GoodputOptions {
            probe_interval == other.probe_interval &&
            detail::exactly_equal(draft_token_cost, other.draft_token_cost) &&
            detail::exactly_equal(verify_row_cost, other.verify_row_cost) &&
+           std::ranges::equal(verify_costs, other.verify_costs, detail::exactly_equal<double>) &&
            keep_calibration == other.keep_calibration;
   }
 
   [[nodiscard]] bool fixed_costs() const noexcept {
-    return draft_token_cost >= 0 && verify_row_cost >= 0;
+    return draft_token_cost >= 0 && (verify_row_cost >= 0 || !verify_costs.empty());
+  }
+
+  /// T_v(n) of the fixed cost model, n >= 1 (valid only when fixed_costs()).
+  [[nodiscard]] double fixed_verify_cost(std::size_t n) const noexcept {
+    const auto rows = static_cast<double>(n - 1);
+    if (verify_costs.empty()) return 1.0 + verify_row_cost * rows;
+    const std::size_t size = verify_costs.size();
+    if (n <= size) return verify_costs[n - 1];
+    const double step = size >= 2 ? std::max(0.0, verify_costs[size - 1] - verify_costs[size - 2])
+                                  : 0.0;
+    return verify_costs[size - 1] + step * static_cast<double>(n - size);
   }
 
   /// \brief Throws std::invalid_argument naming the bad field.
@@ -94,6 +116,22 @@ struct GoodputOptions {
     }
     if (probe_interval == 0) {
       detail::throw_invalid_argument("goodput probe_interval = 0; expected >= 1 plain rounds");
+    }
+    if (!verify_costs.empty()) {
+      if (!(draft_token_cost >= 0) || std::isinf(draft_token_cost) || verify_row_cost >= 0) {
+        detail::throw_invalid_argument(
+            "goodput verify_costs given (", verify_costs.size(), " row counts) with "
+            "draft_token_cost = ", draft_token_cost, ", verify_row_cost = ", verify_row_cost,
+            "; expected a finite draft_token_cost >= 0 in the same unit and verify_row_cost < 0 "
+            "(the table replaces the line)");
+      }
+      for (std::size_t i = 0; i < verify_costs.size(); ++i) {
+        if (!(verify_costs[i] > 0) || std::isinf(verify_costs[i])) {
+          detail::throw_invalid_argument("goodput verify_costs[", i, "] = ", verify_costs[i],
+                                         " (T_v(", i + 1, ")); expected a finite cost > 0");
+        }
+      }
+      return;
     }
     const bool draft_fixed = draft_token_cost >= 0, row_fixed = verify_row_cost >= 0;
     if (draft_fixed != row_fixed || std::isnan(draft_token_cost) ||
@@ -694,9 +732,9 @@ class GoodputDraftLength {
       // draft: t_d = 0.05, 5 % more per verified row.
       const bool fixed = options_.fixed_costs();
       draft_token_cost_ = fixed ? options_.draft_token_cost : 0.05;
-      const double row = fixed ? options_.verify_row_cost : 0.05;
       for (std::size_t n = 1; n <= verify_cost_.size(); ++n) {
-        verify_cost_[n - 1] = 1.0 + row * static_cast<double>(n - 1);
+        verify_cost_[n - 1] =
+            fixed ? options_.fixed_verify_cost(n) : 1.0 + 0.05 * static_cast<double>(n - 1);
       }
       return;
     }

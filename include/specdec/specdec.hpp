@@ -7,6 +7,7 @@
 /// rule keeps the output distributed exactly as sampling from the target alone.
 
 #include "specdec/block_verifier.hpp"
+#include "specdec/call_costs.hpp"
 #include "specdec/coins.hpp"
 #include "specdec/confidence_draft_length.hpp"
 #include "specdec/configured_draft_length.hpp"

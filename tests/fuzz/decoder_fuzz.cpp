@@ -542,6 +542,11 @@ specdec::GenerationConfig fuzz_config(FuzzedDataProvider& data, std::vector<int>
     if (data.ConsumeBool()) {  // fixed costs (reproducible), or a mismatched pair
       policy.goodput.draft_token_cost = hostile_double(data, -1, 2);
       policy.goodput.verify_row_cost = hostile_double(data, -1, 2);
+      // a measured cost table (possibly with a line as well, or bad entries)
+      const std::size_t table = data.ConsumeIntegralInRange<std::size_t>(0, 20);
+      for (std::size_t n = 0; n < table; ++n) {
+        policy.goodput.verify_costs.push_back(hostile_double(data, -1, 8));
+      }
     }
   }
   if (data.ConsumeBool()) {
@@ -851,6 +856,8 @@ void fuzz_helpers(FuzzedDataProvider& data) {
     if (data.ConsumeBool()) {
       options.draft_token_cost = hostile_double(data, -1, 2);
       options.verify_row_cost = hostile_double(data, -1, 2);
+      const std::size_t table = data.ConsumeIntegralInRange<std::size_t>(0, 20);
+      for (std::size_t n = 0; n < table; ++n) options.verify_costs.push_back(hostile_double(data, -1, 8));
     }
     specdec::GoodputDraftLength policy(options);
     if (config.usable_draft_length() <= specdec::GenerationConfig::kMaxDraftLength) {
