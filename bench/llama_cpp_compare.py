@@ -101,7 +101,7 @@ def main():
     target = build / f"models/kjv-target-{args.weights}.gguf"
     draft = build / f"models/kjv-draft-{args.weights}.gguf"
     temps = args.temps.split(",")
-    ks = [int(k) for k in args.llama_k.split(",")]
+    ks = [int(k) for k in args.llama_k.split(",") if k]
     lines = (ROOT / "models/prompts.txt").read_text().split("\n")[: args.prompts]
 
     records = []  # {prompt, temperature, setting, tokens_per_second, ...}

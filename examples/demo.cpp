@@ -39,15 +39,15 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
   --prompt TEXT          "Book C:V text" (default "Psalms 23:1 ")
   --max-new-tokens N     tokens to generate, >= 1 (default 200); clamped so that
                          prompt + N + K + 1 <= the models' max context (384 positions)
-  -k, --draft-length K   tokens drafted per target call, >= 1 (default 8: the shipped
-                         pair's measured best); with an adaptive
-                         --draft-policy, the most a round may draft (default 16). "auto" =
-                         --draft-policy goodput with K = 16
+  -k, --draft-length K   tokens drafted per target call, >= 1, or "auto" = --draft-policy
+                         goodput with K = 16 (default auto; K = 8 is the shipped pair's best
+                         static K); with an adaptive --draft-policy, the most a round may
+                         draft (default 16)
   --draft-policy P       fixed | schedule (+2 after a fully accepted round, -1 after a
                          rejection) | confidence (stop after a token the draft gave < 0.75) |
                          goodput (the length that maximises expected tokens/s, from measured
                          acceptance and costs; plain steps when drafting cannot pay)
-                         (default fixed)
+                         (default goodput; fixed when -k K is given)
   --temperature T        >= 0; 0 = greedy (default 0)
   --top-k N              keep the N most likely tokens; 0 = off (default 0)
   --top-p P              nucleus sampling, in (0, 1]; 1 = off (default 1)
@@ -55,13 +55,16 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
   --seed N               random seed for sampling (default 0)
   --proposer P           model (the draft GPT) | ngram (prompt lookup: continue an earlier
                          occurrence of the last 4-12 bytes; no draft model) | both (lookup
-                         when it matches, the draft model otherwise) (default model)
+                         when it matches, the draft model otherwise) (default both when
+                         greedy, model when sampling: lookup's drafts are certain, and at
+                         T > 0 a certain draft is accepted with p(x) only)
   --verifier token|block how sampled drafts are verified: token-level rejection sampling or
-                         block verification (never fewer tokens per round) (default token);
+                         block verification (never fewer tokens per round) (default block);
                          with a tree: recursive rejection sampling or sequence-level (block
                          verification over the tree)
   --tree WxWxW           draft a tree instead of a chain: W children per node at each depth
-                         (e.g. 4x2x2x1); K caps the nodes (default: the whole tree)
+                         (e.g. 4x2x2x1), with the draft model and a fixed node budget; K caps
+                         the nodes (default: the whole tree)
   --tree-budget N        draft a tree of N nodes grown best first from the draft's own
                          probabilities (EAGLE-2 style, at most 4 children per node)
   --siblings MODE        how a node's children are drafted: replace (i.i.d. from the draft),
@@ -84,10 +87,16 @@ specdec::VerifierKind parse_verifier(std::string_view name) {
   throw UsageError("--verifier expects token or block, got '" + std::string(name) + "'");
 }
 
-/// Draft length used when -k is not given: the shipped pair's best static K at T = 0 and T = 1
-/// in the paired sweep (docs/gpt_speedup.md): K + 1 = 9 rows are the most the kernel verifies in
+/// Without flags the demo runs the fastest combination measured on the shipped pair
+/// (docs/trees.md, "End to end: the best combination"): the goodput policy (K <= 16) with block
+/// verification, drafting by n-gram lookup then the draft model when greedy (1.16-1.32x the
+/// K = 8 chain, paired) and by the draft model alone when sampling (lookup's certain drafts
+/// are accepted with p(x) at T > 0: 0.85-0.97x there). Trees never beat a chain on this pair.
+///
+/// K for --draft-policy fixed without -k: the shipped pair's best static K at T = 0 and T = 1 in
+/// the paired sweep (docs/gpt_speedup.md): K + 1 = 9 rows are the most the kernel verifies in
 /// one register tile, and a 10-row call costs a step more.
-constexpr std::size_t kDefaultDraftLength = 8;
+constexpr std::size_t kFixedDraftLength = 8;
 
 /// The most tokens `--draft-length auto` lets a round draft (llama.cpp's n_max default).
 constexpr std::size_t kAutoDraftLengthCap = 16;
@@ -166,8 +175,10 @@ Options parse_args(int argc, char** argv) {
   specdec::GenerationConfig& config = options.config;
   config.max_new_tokens = 200;
   config.sampling.temperature = 0.0f;
-  bool draft_length_given = false;
+  bool draft_length_given = false, policy_given = false;
+  std::optional<Proposer> proposer;
   std::optional<specdec::SiblingMode> siblings;
+  config.verifier = specdec::VerifierKind::block;
   const auto tree_options = [&]() -> specdec::TreeOptions& {
     if (!options.tree) options.tree = specdec::TreeOptions{};
     return *options.tree;
@@ -195,8 +206,11 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--prompt") options.prompt = value();
     else if (flag == "--max-new-tokens") config.max_new_tokens = size_value();
     else if (flag == "-k" || flag == "--draft-length") set_draft_length(value());
-    else if (flag == "--draft-policy") config.draft_length_policy.kind = parse_draft_policy(value());
-    else if (flag == "--proposer") options.proposer = parse_proposer(value());
+    else if (flag == "--draft-policy") {
+      policy_given = true;
+      config.draft_length_policy.kind = parse_draft_policy(value());
+    }
+    else if (flag == "--proposer") proposer = parse_proposer(value());
     else if (flag == "--temperature") config.sampling.temperature = float_value();
     else if (flag == "--top-k") config.sampling.top_k = parse_number<int>(flag, value());
     else if (flag == "--top-p") config.sampling.top_p = float_value();
@@ -216,18 +230,28 @@ Options parse_args(int argc, char** argv) {
   }
   if (config.max_new_tokens == 0) throw UsageError("--max-new-tokens must be >= 1");
   if (siblings && !options.tree) throw UsageError("--siblings needs --tree or --tree-budget");
+  const bool auto_given = draft_length_given &&
+                          config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
+                          !policy_given;
   if (options.tree) {
     if (siblings) options.tree->siblings = *siblings;
-    if (options.proposer != Proposer::model ||
-        config.draft_length_policy.kind != specdec::DraftLengthKind::fixed) {
+    if ((proposer && *proposer != Proposer::model) || auto_given ||
+        (policy_given && config.draft_length_policy.kind != specdec::DraftLengthKind::fixed)) {
       throw UsageError("--tree / --tree-budget draft with the draft model and a fixed node "
-                       "budget: not with --proposer ngram|both or --draft-policy");
+                       "budget: not with --proposer ngram|both, -k auto or --draft-policy");
     }
-  }
-  if (!draft_length_given) {
-    const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
-    config.draft_length = adaptive ? kAutoDraftLengthCap : kDefaultDraftLength;
-    if (options.tree) config.draft_length = options.tree->shape.nodes();  // the whole tree
+    options.proposer = Proposer::model;
+    if (!draft_length_given) config.draft_length = options.tree->shape.nodes();  // whole tree
+  } else {
+    const bool greedy = !(config.sampling.temperature > 0.0f);
+    options.proposer = proposer.value_or(greedy ? Proposer::both : Proposer::model);
+    if (!draft_length_given && !policy_given) {
+      config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;  // "-k auto"
+    }
+    if (!draft_length_given) {
+      const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
+      config.draft_length = adaptive ? kAutoDraftLengthCap : kFixedDraftLength;
+    }
   }
   try {
     config.validate();  // the library's own checks: K >= 1, temperature, top-k, top-p, min-p
@@ -320,9 +344,12 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
   }
   const bool adaptive = options.config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
   const bool tree = options.tree.has_value();  // the geometric model and K are for chains
-  std::printf("\nspeculative (%s%s %s %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
-              adaptive ? draft_policy_name(options.config.draft_length_policy.kind) : "",
-              adaptive ? "," : "", tree ? "tree, nodes" : "K", adaptive || tree ? "<=" : "=", k,
+  const char* drafter = options.proposer == Proposer::both    ? "lookup, else draft, "
+                        : options.proposer == Proposer::ngram ? "lookup, "
+                                                              : "";
+  std::printf("\nspeculative (%s%s%s%s %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
+              drafter, adaptive ? draft_policy_name(options.config.draft_length_policy.kind) : "",
+              adaptive ? ", " : "", tree ? "tree, nodes" : "K", adaptive || tree ? "<=" : "=", k,
               options.config.verifier == specdec::VerifierKind::block ? ", block" : "",
               stats.emitted, stats.total_seconds, tokens_per_second(stats));
   if (options.baseline) {
