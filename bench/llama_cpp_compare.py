@@ -9,6 +9,11 @@ Per prompt (models/prompts.txt, each seen as "\\n" + line), alternating which si
   specdec                build/.../bench/llama_cpp_speedup: llama.cpp's C-API loop, specdec's
                          plain decoding over the adapter, and every specdec setting, each paired
                          with a plain run of its own (tokens / generate() time)
+  specdec-demo           (--demo-threads 1,2) the example GPT engine on the same weights (the
+                         .spdc files the GGUFs were made from), its default strategy, each
+                         thread count: specdec end to end against llama.cpp's best
+--llama-threads 1,2 runs llama.cpp's tools at each thread count (ratios stay against llama.cpp
+plain at the first one).
 Every figure is tokens per second of the generation, model loading excluded. The tables give,
 per setting and temperature, the median over prompts of tokens/s and of its ratio to llama.cpp's
 plain decoding of the same prompt (a ratio measured a few seconds apart, on the same host load).
@@ -49,23 +54,23 @@ def timed_run(cmd, pattern, what):
     return None
 
 
-def llama_plain(args, bin_dir, model, prompt, temp, seed):
+def llama_plain(args, bin_dir, model, prompt, temp, seed, threads):
     # "total time": the prompt, every decode and sampling, as the wall clock saw them (its
     # "eval time" counts only part of each llama_decode: ~35 % less on this host).
     match = timed_run([bin_dir / "llama-completion", "-m", model, "-p", prompt,
                        "-n", str(args.tokens), "-no-cnv", "--ignore-eos", "--temp", str(temp),
-                       "-s", str(seed), "-t", str(args.threads), "-tb", str(args.threads),
+                       "-s", str(seed), "-t", str(threads), "-tb", str(threads),
                        "-c", "0", "--no-display-prompt"],
                       r"total time =\s*([\d.]+) ms", f"llama-completion (T={temp}, prompt {seed})")
     return None if match is None else args.tokens / (float(match.group(1)) / 1000)
 
 
-def llama_speculative(args, bin_dir, target, draft, prompt, temp, seed, k):
+def llama_speculative(args, bin_dir, target, draft, prompt, temp, seed, k, threads):
     match = timed_run([bin_dir / "llama-speculative-simple", "-m", target, "-md", draft,
                        "-p", prompt, "-n", str(args.tokens), "--spec-type", "draft-simple",
                        "--spec-draft-n-max", str(k), "--temp", str(temp), "-s", str(seed),
-                       "-t", str(args.threads), "-tb", str(args.threads),
-                       "-td", str(args.threads), "-c", "0", "--ignore-eos"],
+                       "-t", str(threads), "-tb", str(threads),
+                       "-td", str(threads), "-c", "0", "--ignore-eos"],
                       r"encoded\s+\d+ tokens in\s+([\d.]+) seconds.*\n.*decoded\s+(\d+) tokens "
                       r"in\s+([\d.]+) seconds",
                       f"llama-speculative-simple (K={k}, T={temp}, prompt {seed})")
@@ -91,8 +96,14 @@ def main():
     parser.add_argument("--temps", default="0,1")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--llama-k", default="2,4,8,16")
-    parser.add_argument("--settings", default="", help="specdec settings (llama_cpp_speedup)")
+    parser.add_argument("--settings", default="",
+                        help="specdec settings (llama_cpp_speedup; 'none': skip it)")
     parser.add_argument("--out", help="write every measurement here (JSON)")
+    parser.add_argument("--llama-threads", default="",
+                        help="run llama.cpp's tools at each of these thread counts (default: --threads)")
+    parser.add_argument("--demo-threads", default="",
+                        help="also run specdec-demo (the example GPT on the same weights, its default "
+                             "strategy) at each of these thread counts")
     args = parser.parse_args()
 
     build = Path(args.build)
@@ -102,6 +113,11 @@ def main():
     draft = build / f"models/kjv-draft-{args.weights}.gguf"
     temps = args.temps.split(",")
     ks = [int(k) for k in args.llama_k.split(",") if k]
+    llama_threads = [int(t) for t in args.llama_threads.split(",") if t] or [args.threads]
+    demo_threads = [int(t) for t in args.demo_threads.split(",") if t]
+
+    def suffix(threads, counts):
+        return f" (t={threads})" if len(counts) > 1 or threads != args.threads else ""
     lines = (ROOT / "models/prompts.txt").read_text().split("\n")[: args.prompts]
 
     records = []  # {prompt, temperature, setting, tokens_per_second, ...}
@@ -111,29 +127,52 @@ def main():
 
         def llama_all():
             for temp in temps:
-                tps = llama_plain(args, bin_dir, target, prompt, temp, index)
-                if tps is None:
-                    continue
-                llama_side.append(dict(prompt=index, temperature=float(temp),
-                                       setting="llama.cpp plain", tokens_per_second=tps))
-                for k in ks:
-                    tps = llama_speculative(args, bin_dir, target, draft, prompt, temp, index, k)
+                for threads in llama_threads:
+                    tps = llama_plain(args, bin_dir, target, prompt, temp, index, threads)
                     if tps is None:
                         continue
+                    # the reference of every ratio: llama.cpp plain at the first thread count
+                    name = "llama.cpp plain" + (suffix(threads, llama_threads)
+                                                if threads != llama_threads[0] else "")
                     llama_side.append(dict(prompt=index, temperature=float(temp),
-                                           setting=f"llama.cpp spec K={k}", tokens_per_second=tps))
+                                           setting=name, tokens_per_second=tps))
+                    for k in ks:
+                        tps = llama_speculative(args, bin_dir, target, draft, prompt, temp,
+                                                index, k, threads)
+                        if tps is None:
+                            continue
+                        llama_side.append(dict(prompt=index, temperature=float(temp),
+                                               setting=f"llama.cpp spec K={k}"
+                                                       + suffix(threads, llama_threads),
+                                               tokens_per_second=tps))
+
+        def demo_all():
+            demo_side = []
+            for temp in temps:
+                for threads in demo_threads:
+                    out, _ = run([build / "examples/specdec-demo", "--json", "--prompt", line,
+                                  "--max-new-tokens", str(args.tokens), "--temperature", temp,
+                                  "--seed", str(index), "--no-baseline", "--threads", str(threads)])
+                    result = json.loads(out)["speculative"]
+                    demo_side.append(dict(prompt=index, temperature=float(temp),
+                                          setting=f"specdec-demo, example GPT (t={threads})",
+                                          tokens_per_second=result["tokens_per_second"],
+                                          tokens_per_round=result["tokens_per_round"]))
+            return demo_side
 
         ours = []
         if index % 2 == 0:
             llama_all()
-            ours = specdec_runs(args, bench, target, draft, index, temps)
+            ours = specdec_runs(args, bench, target, draft, index, temps) if args.settings != "none" else []
+            demos = demo_all()
         else:
-            ours = specdec_runs(args, bench, target, draft, index, temps)
+            demos = demo_all()
+            ours = specdec_runs(args, bench, target, draft, index, temps) if args.settings != "none" else []
             llama_all()
         for r in ours:
             r["setting"] = "specdec " + r["setting"]
             r["tokens_per_second"] = r["tokens"] / r["seconds"]
-        records += llama_side + ours
+        records += llama_side + ours + demos
         print(f"prompt {index + 1}/{len(lines)}", file=sys.stderr, flush=True)
 
     if args.out:
@@ -147,7 +186,7 @@ def main():
             if r["temperature"] == t and r["setting"] not in settings:
                 settings.append(r["setting"])
         print(f"\n### {args.weights} weights, T = {temp}, {len(lines)} prompts x {args.tokens} "
-              f"tokens, {args.threads} thread(s) per model\n")
+              f"tokens, {args.threads} thread(s) per model unless stated\n")
         print("| setting | tokens/s (median) | vs llama.cpp plain (median of per-prompt ratios) "
               "| vs specdec plain (paired) | tokens/round | greedy identical |")
         print("|---|---|---|---|---|---|")
