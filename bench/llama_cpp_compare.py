@@ -176,7 +176,10 @@ def main():
         print(f"prompt {index + 1}/{len(lines)}", file=sys.stderr, flush=True)
 
     if args.out:
-        Path(args.out).write_text(json.dumps(records, indent=0) + "\n")
+        def compact(record):  # five significant digits: the timings are not more exact
+            return json.dumps({k: float(f"{v:.5g}") if isinstance(v, float) else v
+                               for k, v in record.items()}, separators=(",", ":"))
+        Path(args.out).write_text("[\n" + ",\n".join(map(compact, records)) + "\n]\n")
     for temp in temps:
         t = float(temp)
         base = {r["prompt"]: r["tokens_per_second"] for r in records
