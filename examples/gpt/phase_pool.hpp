@@ -89,8 +89,10 @@ class PhasePool {
     done_.store(0, std::memory_order_relaxed);
     publish(first_items);  // releases job_ and done_ with the phase
     std::uint64_t word = state_.load(std::memory_order_acquire);
-    while (items_of(word) != 0) {  // a word with no items: the job's end
-      if (!claim_and_run(word, 0)) word = wait_for_change(word);
+    // A word with no items is the job's end: claim_and_run may return having seen it (a failed
+    // claim reloads the word), so it is checked before every wait.
+    while (items_of(word) != 0) {
+      if (!claim_and_run(word, 0) && items_of(word) != 0) word = wait_for_change(word);
     }
   }
 
