@@ -13,6 +13,11 @@
 //   T(n)/T(1)_cpu  the same ratio in process CPU time (std::clock): immune to being descheduled
 //                  on a busy machine, though not to sharing a core with another process
 //   T1_ms          mean one-row time (wall clock)
+// With threads > 1 (the second argument; GptModel::set_threads), every iteration also runs the
+// same two calls on a one-thread copy of the model, interleaved, so the threads' gain is a
+// paired ratio too:
+//   x_threads(n)   mean n-row time on one thread / mean n-row time on `threads` threads
+//   x_threads(1)   the same for the one-row call
 // Before timing, the benchmark checks in this (-march=native) binary that every row of an n-row
 // call equals the one-row forward of the same prefix bit for bit.
 //
@@ -39,6 +44,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gpt/gpt_model.hpp"
@@ -55,13 +61,14 @@ constexpr std::string_view kText =
 constexpr std::size_t kContextTokens = 100;
 constexpr std::size_t kMaxRows = 16;
 
-/// Models are loaded once per process and shared by all n.
-GptModel& model(const std::string& file) {
-  static std::map<std::string, std::unique_ptr<GptModel>> models;
-  auto& slot = models[file];
+/// Models are loaded once per process and shared by all n: one per file and thread count.
+GptModel& model(const std::string& file, std::size_t threads = 1) {
+  static std::map<std::pair<std::string, std::size_t>, std::unique_ptr<GptModel>> models;
+  auto& slot = models[{file, threads}];
   if (!slot) {
     slot = std::make_unique<GptModel>(
         GptModel::from_file(std::filesystem::path(SPECDEC_MODELS_DIR) / file));
+    slot->set_threads(threads);
   }
   return *slot;
 }
@@ -84,8 +91,10 @@ bool batched_rows_match_single_rows(GptModel& m, std::span<const token_t> contex
 }
 
 void BM_GptForward(benchmark::State& state, const std::string& file) {
-  GptModel& m = model(file);
   const auto n = static_cast<std::size_t>(state.range(0));
+  const auto threads = static_cast<std::size_t>(state.range(1));
+  GptModel& m = model(file, threads);
+  GptModel* one_thread = threads > 1 ? &model(file, 1) : nullptr;  // the paired reference
   const std::vector<token_t> text(kText.begin(), kText.begin() + kContextTokens + kMaxRows);
   const std::span<const token_t> verify_context(text.data(), kContextTokens + n);  // + n tokens
   const std::span<const token_t> one_row_context(text.data(), kContextTokens + 1);
@@ -96,7 +105,12 @@ void BM_GptForward(benchmark::State& state, const std::string& file) {
   }
   m.reset();
   m.draft(std::span(text).first(kContextTokens));  // cache the context
+  if (one_thread != nullptr) {
+    one_thread->reset();
+    one_thread->draft(std::span(text).first(kContextTokens));
+  }
 
+  double reference_n_row_seconds = 0.0, reference_one_row_seconds = 0.0;
   double n_row_seconds = 0.0, one_row_seconds = 0.0;
   double fastest_n_row = 1e30, fastest_one_row = 1e30;
   std::clock_t n_row_cpu = 0, one_row_cpu = 0;
@@ -118,8 +132,21 @@ void BM_GptForward(benchmark::State& state, const std::string& file) {
     one_row_seconds += one_row;
     fastest_n_row = std::min(fastest_n_row, n_row);
     fastest_one_row = std::min(fastest_one_row, one_row);
+    if (one_thread != nullptr) {
+      const auto t3 = Clock::now();
+      benchmark::DoNotOptimize(one_thread->target(verify_context, n).data());
+      const auto t4 = Clock::now();
+      benchmark::DoNotOptimize(one_thread->target(one_row_context, 1).data());
+      const auto t5 = Clock::now();
+      reference_n_row_seconds += std::chrono::duration<double>(t4 - t3).count();
+      reference_one_row_seconds += std::chrono::duration<double>(t5 - t4).count();
+    }
   }
   const auto iterations = static_cast<double>(state.iterations());
+  if (one_thread != nullptr) {
+    state.counters["x_threads(n)"] = reference_n_row_seconds / n_row_seconds;
+    state.counters["x_threads(1)"] = reference_one_row_seconds / one_row_seconds;
+  }
   state.counters["T(n)/T(1)"] = n_row_seconds / one_row_seconds;
   state.counters["T(n)/T(1)_min"] = fastest_n_row / fastest_one_row;
   state.counters["T(n)/T(1)_cpu"] =
@@ -220,14 +247,15 @@ void BM_GptTree(benchmark::State& state, const std::string& file) {
   state.counters["T1_ms"] = 1e3 * one_row_seconds / iterations;
 }
 
+// Arguments: n, threads (1 and 2: this project's 2-core hosts; add more with ArgsProduct).
 BENCHMARK_CAPTURE(BM_GptForward, target, std::string("kjv-target.spdc"))
-    ->ArgName("n")
-    ->DenseRange(1, kMaxRows)
+    ->ArgNames({"n", "threads"})
+    ->ArgsProduct({benchmark::CreateDenseRange(1, kMaxRows, 1), {1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GptForward, draft, std::string("kjv-draft.spdc"))
-    ->ArgName("n")
-    ->DenseRange(1, kMaxRows)
+    ->ArgNames({"n", "threads"})
+    ->ArgsProduct({benchmark::CreateDenseRange(1, kMaxRows, 1), {1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

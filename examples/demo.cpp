@@ -70,6 +70,11 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
   --siblings MODE        how a node's children are drafted: replace (i.i.d. from the draft),
                          distinct (without replacement) or top-k (the most probable ones,
                          deterministic) (default distinct)
+  --threads N            threads of one target call, >= 1 (default 1): its matrix products
+                         are split across N threads by output rows and heads, so the logits
+                         (and greedy output) are the same for any N
+  --threads-draft N      threads of one draft call, >= 1 (default 1: the draft's calls are
+                         too small to share)
   --target PATH          target weights (default <source dir>/models/kjv-target.spdc)
   --draft PATH           draft weights (default <source dir>/models/kjv-draft.spdc)
   --json                 print a JSON summary (with the text) instead of streaming
@@ -168,7 +173,18 @@ struct Options {
   bool json = false, baseline = true, baseline_text = true, help = false;
   Proposer proposer = Proposer::model;
   std::optional<specdec::TreeOptions> tree;  // --tree / --tree-budget
+  std::size_t target_threads = 1, draft_threads = 1;
 };
+
+/// --threads / --threads-draft: 1 .. GptModel::kMaxThreads.
+std::size_t parse_threads(std::string_view flag, std::string_view text) {
+  const auto threads = parse_number<std::size_t>(flag, text);
+  if (threads == 0 || threads > GptModel::kMaxThreads) {
+    throw UsageError(std::string(flag) + " expects 1.." + std::to_string(GptModel::kMaxThreads) +
+                     ", got " + std::string(text));
+  }
+  return threads;
+}
 
 Options parse_args(int argc, char** argv) {
   Options options;
@@ -220,6 +236,8 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--tree") tree_options().shape = parse_tree_shape(value());
     else if (flag == "--tree-budget") tree_options().shape = tree_budget(size_value());
     else if (flag == "--siblings") siblings = parse_siblings(value());
+    else if (flag == "--threads") options.target_threads = parse_threads(flag, value());
+    else if (flag == "--threads-draft") options.draft_threads = parse_threads(flag, value());
     else if (flag == "--target") options.target_path = value();
     else if (flag == "--draft") options.draft_path = value();
     else if (flag == "--json") options.json = true;
@@ -283,14 +301,15 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
   std::printf(
       "{\n  \"prompt\": %s,\n  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n"
       "  \"proposer\": \"%s\",\n  \"verifier\": \"%s\",\n"
-      "  \"max_new_tokens\": %zu,\n"
+      "  \"threads\": {\"target\": %zu, \"draft\": %zu},\n  \"max_new_tokens\": %zu,\n"
       "  \"seed\": %llu,\n  \"sampling\": {\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, "
       "\"min_p\": %g},\n  \"speculative\": {\"text\": %s, \"new_tokens\": %zu, \"seconds\": %.6g, "
       "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, \"alpha_hat\": "
       "%.6g, \"tokens_per_round\": %.6g, \"cost_ratio\": %.6g, \"predicted_speedup\": %.6g}",
       json_string(options.prompt).c_str(), config.draft_length,
       draft_policy_name(config.draft_length_policy.kind), proposer_name(options.proposer),
-      config.verifier == specdec::VerifierKind::block ? "block" : "token", config.max_new_tokens,
+      config.verifier == specdec::VerifierKind::block ? "block" : "token", options.target_threads,
+      options.draft_threads, config.max_new_tokens,
       static_cast<unsigned long long>(config.seed), static_cast<double>(s.temperature), s.top_k,
       static_cast<double>(s.top_p), static_cast<double>(s.min_p),
       json_string(to_text(fast.tokens)).c_str(), stats.emitted, stats.total_seconds,
@@ -358,6 +377,10 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
     std::printf("measured speedup:      %.2fx\n",
                 tokens_per_second(stats) / tokens_per_second(slow.stats));
   }
+  if (options.target_threads > 1 || options.draft_threads > 1) {
+    std::printf("threads per call:      target %zu, draft %zu\n", options.target_threads,
+                options.draft_threads);
+  }
   // The geometric prediction assumes K tokens every round: for a fixed K only.
   if (!adaptive && !tree) {
     std::printf("predicted speedup:     %.2fx  (geometric model: alpha_hat %.3f, c %.4f, "
@@ -418,6 +441,8 @@ int run(Options& options) {
   specdec::GenerationConfig& config = options.config;
   GptModel target = GptModel::from_file(options.target_path);
   GptModel draft = GptModel::from_file(options.draft_path);
+  target.set_threads(options.target_threads);
+  draft.set_threads(options.draft_threads);
 
   std::vector<token_t> prompt{'\n'};  // BOS: every training verse follows a newline
   for (const unsigned char byte : options.prompt) prompt.push_back(byte);

@@ -1071,11 +1071,9 @@ int posix_memalign(void** result, std::size_t alignment, std::size_t size) noexc
 
 namespace {
 
-TEST(GptModel, CallsDoNotAllocate) {
-#if !SPECDEC_GPT_TEST_COUNTS_MALLOC
-  GTEST_SKIP() << "allocation counting needs glibc and no sanitizer";
-#else
-  GptModel& model = shared_target();
+#if SPECDEC_GPT_TEST_COUNTS_MALLOC
+/// Runs every kind of call on `model` and expects no allocation on any thread.
+void expect_calls_do_not_allocate(GptModel& model) {
   model.reset();
   const std::vector<token_t>& text = genesis();
   const std::span<const token_t> context(text.data(), 50);
@@ -1108,6 +1106,25 @@ TEST(GptModel, CallsDoNotAllocate) {
   model.reset();
   model.draft(context.first(20));
   EXPECT_EQ(g_allocations.load() - before, 0u);
+}
+#endif
+
+TEST(GptModel, CallsDoNotAllocate) {
+#if !SPECDEC_GPT_TEST_COUNTS_MALLOC
+  GTEST_SKIP() << "allocation counting needs glibc and no sanitizer";
+#else
+  expect_calls_do_not_allocate(shared_target());
+#endif
+}
+
+TEST(GptModel, ThreadedCallsDoNotAllocate) {
+#if !SPECDEC_GPT_TEST_COUNTS_MALLOC
+  GTEST_SKIP() << "allocation counting needs glibc and no sanitizer";
+#else
+  GptModel model = GptModel::from_file(kTargetPath);
+  model.set_threads(3);  // starts the workers: allocates, before the calls
+  model.draft(genesis());  // a first call: the workers have run
+  expect_calls_do_not_allocate(model);
 #endif
 }
 

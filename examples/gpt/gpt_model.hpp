@@ -41,7 +41,15 @@
 // Memory: weights are float32 in [out][in] row-major layout (converted from fp16 at load). All run
 // buffers are allocated in the constructor, for trees of up to max_tree_nodes nodes (a
 // constructor argument): the K/V buffers hold max_context + max_tree_nodes rows, because a tree's
-// nodes take one row each after the committed context. A call allocates nothing. Single-threaded.
+// nodes take one row each after the committed context. A call allocates nothing.
+//
+// Threads (set_threads, default 1): a call's matrix products are split across a persistent pool
+// of threads (phase_pool.hpp) by OUTPUT: ranges of weight rows (features, vocabulary rows of the
+// LM head) and groups of attention heads (a head's q, k, v rows and its whole attention). Every
+// output value is computed by one thread with the same kernel call shape as above (a range of
+// weight rows through linear_rows: the tiles never mix outputs), and no sum is ever split, so the
+// logits are bitwise the same for any thread count. The serial pieces between the products
+// (layer norms, embeddings) run on one thread, once per phase boundary.
 #pragma once
 
 // GCC 12 with AVX-512 enabled reports "'__Y' may be used uninitialized" inside its own
@@ -63,6 +71,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -70,6 +79,7 @@
 #include <utility>
 #include <vector>
 
+#include "phase_pool.hpp"
 #include "specdec/context_cache.hpp"
 #include "specdec/types.hpp"
 #include "weights.hpp"
@@ -743,7 +753,8 @@ inline void weighted_row_sum(const float* weights, std::size_t count, const floa
 /// the next call's context tells which path of the tree was accepted; that path's K/V rows are
 /// moved into place and reused, the rest of the tree is dropped.
 /// Returned spans point into the model's own logits buffer and stay valid until the next call on
-/// this model. Not thread-safe. Move-only: an accidental copy would duplicate all the weights
+/// this model. Not thread-safe (one call at a time; with threads() > 1 the model runs its own
+/// worker threads inside a call). Move-only: an accidental copy would duplicate all the weights
 /// (~44 MB for the target).
 class GptModel {
  public:
@@ -756,8 +767,13 @@ class GptModel {
   /// max_tree_nodes rows beyond max_context.
   static constexpr std::size_t kDefaultMaxTreeNodes = 64;
 
+  /// The most threads set_threads accepts.
+  static constexpr std::size_t kMaxThreads = 256;
+
+  /// \throws std::invalid_argument (chunk_rows == 0, inconsistent weights, threads outside
+  ///         [1, kMaxThreads]), std::system_error (a worker thread cannot start).
   explicit GptModel(GptWeights weights, std::size_t chunk_rows = kDefaultChunkRows,
-                    std::size_t max_tree_nodes = kDefaultMaxTreeNodes)
+                    std::size_t max_tree_nodes = kDefaultMaxTreeNodes, std::size_t threads = 1)
       : weights_(std::move(weights)), chunk_rows_(chunk_rows), max_tree_nodes_(max_tree_nodes) {
     const GptConfig& c = weights_.config;
     if (chunk_rows_ == 0) throw std::invalid_argument("specdec: GptModel chunk_rows must be >= 1");
@@ -774,23 +790,50 @@ class GptModel {
     attention_.setZero(rows, d);
     hidden_.setZero(rows, static_cast<Eigen::Index>(c.d_ff));
     branch_.setZero(rows, d);
-    scores_.setZero(rows, slots);
     key_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(slots, d));
     value_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(slots, d));
     logits_.setZero(static_cast<Eigen::Index>(std::max(c.max_context, max_tree_nodes_ + 1)),
                     static_cast<Eigen::Index>(c.vocab_size));
     cache_.reserve(c.max_context, max_tree_nodes_);
     checked_depths_.resize(max_tree_nodes_);
-    path_slots_.resize(max_tree_nodes_);
     chunk_tokens_.resize(scratch_rows_);
+    // target(): ceil(max_context / chunk_rows) chunks at most; score_tree(): one more.
+    chunks_.reserve(c.max_context / chunk_rows_ + 2);
+    set_threads(threads);
   }
 
   /// \brief Loads a .spdc file (see weights.hpp). Throws std::runtime_error naming the file.
   static GptModel from_file(const std::filesystem::path& path,
                             std::size_t chunk_rows = kDefaultChunkRows,
-                            std::size_t max_tree_nodes = kDefaultMaxTreeNodes) {
-    return GptModel(load_gpt_weights(path), chunk_rows, max_tree_nodes);
+                            std::size_t max_tree_nodes = kDefaultMaxTreeNodes,
+                            std::size_t threads = 1) {
+    return GptModel(load_gpt_weights(path), chunk_rows, max_tree_nodes, threads);
   }
+
+  /// \brief Runs every later call on `threads` threads: the caller's and threads - 1 workers
+  /// owned by the model (started here, joined by the next set_threads or the destructor). The
+  /// logits are bitwise the same for any count. 1 (the default) runs calls on the caller alone.
+  /// \throws std::invalid_argument (threads outside [1, kMaxThreads]), std::system_error (a
+  ///         thread cannot start; the model then keeps one thread).
+  void set_threads(std::size_t threads) {
+    if (threads == 0 || threads > kMaxThreads) {
+      throw std::invalid_argument("specdec: GptModel asked for " + std::to_string(threads) +
+                                  " threads, expected 1.." + std::to_string(kMaxThreads));
+    }
+    const GptConfig& c = weights_.config;
+    pool_.reset();
+    thread_scores_.resize(threads);
+    thread_path_slots_.resize(threads);
+    for (std::size_t t = 0; t < threads; ++t) {  // (chunk, slots) and (max_tree_nodes) each
+      thread_scores_[t].setZero(static_cast<Eigen::Index>(scratch_rows_),
+                                static_cast<Eigen::Index>(c.max_context + max_tree_nodes_));
+      thread_path_slots_[t].resize(max_tree_nodes_);
+    }
+    if (threads > 1) pool_ = std::make_unique<detail::PhasePool>(threads);
+  }
+
+  /// Threads a call runs on (set_threads).
+  [[nodiscard]] std::size_t threads() const noexcept { return pool_ ? pool_->threads() : 1; }
 
   GptModel(GptModel&&) noexcept = default;
   GptModel& operator=(GptModel&&) noexcept = default;
@@ -816,11 +859,13 @@ class GptModel {
     const specdec::TreeCacheUpdate plan = cache_.update(context, n);
     move_kept_nodes(plan);
     tree_nodes_ = 0;
-    const std::size_t first_logits_position = context.size() - n;
+    first_logits_slot_ = context.size() - n;
+    chunks_.clear();
     for (std::size_t start = plan.keep; start < context.size(); start += chunk_rows_) {
       const std::size_t rows = std::min(chunk_rows_, context.size() - start);
-      forward_chunk(context.subspan(start, rows), start, first_logits_position);
+      chunks_.push_back({context.subspan(start, rows), start});
     }
+    run_chunks();
     positions_computed_ += plan.new_tokens.size();
     return {logits_.data(), n * c.vocab_size};
   }
@@ -852,17 +897,19 @@ class GptModel {
     // node; committed positions before it go in chunks of chunk_rows.
     const std::size_t end = tree_start_ + tree_nodes_;
     const std::size_t last_chunk = std::max(plan.keep, end - std::min(end, scratch_rows_));
+    first_logits_slot_ = tree_start_ - 1;
+    chunks_.clear();
     for (std::size_t start = plan.keep; start < last_chunk; start += chunk_rows_) {
       const std::size_t rows = std::min(chunk_rows_, last_chunk - start);
-      forward_chunk(committed.subspan(start, rows), start, tree_start_ - 1);
+      chunks_.push_back({committed.subspan(start, rows), start});
     }
     // The chunk's tokens by slot: committed ones, then the nodes' (copied: they are two spans).
     for (std::size_t slot = last_chunk; slot < end; ++slot) {
       chunk_tokens_[slot - last_chunk] =
           slot < tree_start_ ? committed[slot] : tokens[slot - tree_start_];
     }
-    forward_chunk(std::span<const token_t>(chunk_tokens_.data(), end - last_chunk), last_chunk,
-                  tree_start_ - 1);
+    chunks_.push_back({std::span<const token_t>(chunk_tokens_.data(), end - last_chunk), last_chunk});
+    run_chunks();
     positions_computed_ += plan.new_tokens.size() + tree_nodes_;
     return {logits_.data(), (tree_nodes_ + 1) * c.vocab_size};
   }
@@ -973,134 +1020,301 @@ class GptModel {
     return tree_nodes_ > 0 && slot >= tree_start_;
   }
 
-  /// Writes node's ancestors' slots and its own, root first, to path_slots_; returns how many.
-  std::size_t fill_path_slots(std::size_t node) noexcept {
+  /// Writes node's ancestors' slots and its own, root first, to `slots`; returns how many.
+  std::size_t fill_path_slots(std::size_t node, std::size_t* slots) const noexcept {
     const std::span<const std::int32_t> parents = cache_.tree_parents();
     const std::size_t length = cache_.tree_depths()[node] + 1;
     std::size_t at = length;
     for (auto i = static_cast<std::int32_t>(node); i >= 0;) {
-      path_slots_[--at] = tree_start_ + static_cast<std::size_t>(i);
+      slots[--at] = tree_start_ + static_cast<std::size_t>(i);
       i = parents[static_cast<std::size_t>(i)];
     }
     return length;
   }
 
-  /// Runs slots start .. start + tokens.size() - 1 (at most scratch_rows_) through the model,
-  /// writing their K/V rows into the cache and, for slots >= first_logits_slot, their logits into
-  /// logits_ row (slot - first_logits_slot). A slot below tree_start_ (or any slot when no tree is
-  /// being scored) is the position of the same index and attends to every position up to it; tree
-  /// node i (slot tree_start_ + i) sits at position tree_start_ + depth(i) and attends to the
-  /// committed positions [0, tree_start_) and to its root-to-node path.
-  void forward_chunk(std::span<const token_t> tokens, std::size_t start,
-                     std::size_t first_logits_slot) {
-    using detail::linear_rows;
-    const GptConfig& c = weights_.config;
-    const auto rows = static_cast<Eigen::Index>(tokens.size());  // new slots in this chunk
-    const auto d_model = static_cast<Eigen::Index>(c.d_model);
-    const auto d_ff = static_cast<std::size_t>(c.d_ff);
-    const auto n_head = static_cast<Eigen::Index>(c.n_head);
-    const auto head_dim = static_cast<Eigen::Index>(c.head_dim());
-    const auto first = static_cast<Eigen::Index>(start);  // slot of chunk row 0
-    const float score_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    const std::span<const std::size_t> depths = cache_.tree_depths();
+  // ----------------------------------------------------------------------------
+  // The forward as phases
+  //
+  // A call runs chunks_ in order. A chunk runs slots start .. start + tokens.size() - 1 (at most
+  // scratch_rows_) through the model, writing their K/V rows into the cache and, for slots >=
+  // first_logits_slot_, their logits into logits_ row (slot - first_logits_slot_). A slot below
+  // tree_start_ (or any slot when no tree is being scored) is the position of the same index and
+  // attends to every position up to it; tree node i (slot tree_start_ + i) sits at position
+  // tree_start_ + depth(i) and attends to the committed positions [0, tree_start_) and to its
+  // root-to-node path.
+  //
+  // Per layer a chunk takes four phases, each one matrix product split into items by output:
+  //   attention   groups of heads: the heads' q, k, v rows (k, v straight into the cache), then
+  //               their scores, softmax and weighted sums          -> attention_ (head columns)
+  //   projection  ranges of proj rows, then residual += branch     -> residual_ (those columns)
+  //   mlp_up      ranges of fc1 rows, then GELU                    -> hidden_ (those columns)
+  //   mlp_down    ranges of fc2 rows, then residual += branch      -> residual_ (those columns)
+  // then, if the chunk has rows whose logits are wanted, head: ranges of vocabulary rows. The
+  // layer norms (which read whole rows) run between phases, on the thread that completed the
+  // phase (finish_phase). With one thread every phase is one item, i.e. the whole product.
 
-    // ---- embeddings: x = wte[token] + wpe[position]
-    for (Eigen::Index r = 0; r < rows; ++r) {
-      const auto slot = static_cast<std::size_t>(first + r);
+  /// New slots start .. start + tokens.size() - 1.
+  struct Chunk {
+    std::span<const token_t> tokens;
+    std::size_t start;
+  };
+  enum class Step : std::uint8_t { attention, projection, mlp_up, mlp_down, head };
+
+  /// Items per thread in a phase: 1 keeps each thread's weight rows one contiguous range (one
+  /// prefetch stream, no range ends in the middle); a thread that is late loses its item to the
+  /// others all the same.
+  static constexpr std::size_t kItemsPerThread = 1;
+  /// Item boundaries fall on multiples of this many weight rows: whole blocks of linear_blocked
+  /// (and whole tiles of every shape that divides 24).
+  static constexpr std::size_t kItemRowAlign = detail::kSliceBlockRows;
+
+  /// Item `item` of `items` over [0, total): ranges in multiples of `align` (items <= the number
+  /// of such multiples, so none is empty), the last one ending at total.
+  static std::pair<Eigen::Index, Eigen::Index> item_range(std::size_t total, std::size_t items,
+                                                          std::size_t item,
+                                                          std::size_t align) noexcept {
+    const std::size_t units = (total + align - 1) / align;
+    const std::size_t begin = std::min(total, units * item / items * align);
+    const std::size_t end = std::min(total, units * (item + 1) / items * align);
+    return {static_cast<Eigen::Index>(begin), static_cast<Eigen::Index>(end - begin)};
+  }
+
+  /// Items of a phase of `step`: 1 on one thread; else kItemsPerThread per thread, at most one
+  /// per head or per kItemRowAlign output rows.
+  [[nodiscard]] std::uint32_t items_of(Step step) const noexcept {
+    const std::size_t threads = this->threads();
+    if (threads == 1) return 1;
+    const GptConfig& c = weights_.config;
+    const auto units = [](std::size_t rows) { return (rows + kItemRowAlign - 1) / kItemRowAlign; };
+    std::size_t most = 0;
+    switch (step) {
+      case Step::attention: most = c.n_head; break;
+      case Step::projection:
+      case Step::mlp_down: most = units(c.d_model); break;
+      case Step::mlp_up: most = units(c.d_ff); break;
+      case Step::head: most = units(c.vocab_size); break;
+    }
+    return static_cast<std::uint32_t>(std::min<std::size_t>(
+        {most, threads * kItemsPerThread, std::size_t{detail::PhasePool::kMaxItems}}));
+  }
+
+  /// Runs chunks_ (at least one) on this model's threads.
+  void run_chunks() {
+    const std::uint32_t first_items = begin_chunk(0);
+    if (!pool_) {
+      for (std::uint32_t items = first_items; items != 0; items = finish_phase()) {
+        for (std::uint32_t item = 0; item < items; ++item) run_item(item, 0);
+      }
+      return;
+    }
+    pool_->run({this, &run_item_of, &finish_phase_of}, first_items);
+  }
+
+  static void run_item_of(void* model, std::uint32_t item, std::size_t thread) noexcept {
+    static_cast<GptModel*>(model)->run_item(item, thread);
+  }
+  static std::uint32_t finish_phase_of(void* model) noexcept {
+    return static_cast<GptModel*>(model)->finish_phase();
+  }
+
+  /// Opens phase `step` (layer layer_ of chunk chunk_index_); returns its item count.
+  std::uint32_t open(Step step) noexcept {
+    step_ = step;
+    items_ = items_of(step);
+    return items_;
+  }
+
+  /// Serial start of chunk `index`: embeddings x = wte[token] + wpe[position], then layer 0's
+  /// ln1. Returns the item count of its first phase.
+  std::uint32_t begin_chunk(std::size_t index) noexcept {
+    chunk_index_ = index;
+    layer_ = 0;
+    const Chunk& chunk = chunks_[index];
+    const std::span<const std::size_t> depths = cache_.tree_depths();
+    for (std::size_t r = 0; r < chunk.tokens.size(); ++r) {
+      const std::size_t slot = chunk.start + r;
       const std::size_t position =
           is_tree_slot(slot) ? tree_start_ + depths[slot - tree_start_] : slot;
-      residual_.row(r) = weights_.token_embedding.row(tokens[static_cast<std::size_t>(r)]) +
-                         weights_.position_embedding.row(static_cast<Eigen::Index>(position));
+      residual_.row(static_cast<Eigen::Index>(r)) =
+          weights_.token_embedding.row(chunk.tokens[r]) +
+          weights_.position_embedding.row(static_cast<Eigen::Index>(position));
     }
+    const GptLayerWeights& w = weights_.layers[0];
+    normalize_rows(w.ln1_weight.data(), w.ln1_bias.data(), 0);
+    return open(Step::attention);
+  }
 
-    for (std::size_t l = 0; l < c.n_layer; ++l) {
-      const GptLayerWeights& w = weights_.layers[l];
-      RowMajorMatrixXf& keys = key_cache_[l];      // (max_context + max_tree_nodes, d_model)
-      RowMajorMatrixXf& values = value_cache_[l];  // (max_context + max_tree_nodes, d_model)
+  /// normed_ rows [first_row, chunk rows) = layer norm of the residual rows.
+  void normalize_rows(const float* weight, const float* bias, Eigen::Index first_row) noexcept {
+    const auto rows = static_cast<Eigen::Index>(chunks_[chunk_index_].tokens.size());
+    for (Eigen::Index r = first_row; r < rows; ++r) {
+      detail::layer_norm_row(residual_.row(r).data(), weight, bias, weights_.config.d_model,
+                             normed_.row(r).data());
+    }
+  }
 
-      // ---- attention: x += proj(attention(ln1(x)))
-      for (Eigen::Index r = 0; r < rows; ++r) {
-        detail::layer_norm_row(residual_.row(r).data(), w.ln1_weight.data(), w.ln1_bias.data(),
-                               c.d_model, normed_.row(r).data());
+  /// First chunk row whose logits are wanted (>= the chunk's rows: none).
+  [[nodiscard]] Eigen::Index first_logit_row() const noexcept {
+    const auto wanted_from = static_cast<Eigen::Index>(first_logits_slot_);
+    return std::max<Eigen::Index>(0, wanted_from - static_cast<Eigen::Index>(chunks_[chunk_index_].start));
+  }
+
+  /// The serial step after the current phase: the layer norm the next phase reads, and which
+  /// phase that is. Returns its item count; 0 when the call is done.
+  std::uint32_t finish_phase() noexcept {
+    const GptConfig& c = weights_.config;
+    switch (step_) {
+      case Step::attention: return open(Step::projection);
+      case Step::projection: {
+        const GptLayerWeights& w = weights_.layers[layer_];
+        normalize_rows(w.ln2_weight.data(), w.ln2_bias.data(), 0);
+        return open(Step::mlp_up);
       }
-      // qkv rows are [q; k; v]: q goes to the scratch buffer, k and v straight into the cache.
-      const detail::ConstRowsRef x = normed_.topRows(rows);
-      linear_rows(w.qkv_weight.topRows(d_model), w.qkv_bias.data(), x, query_.topRows(rows));
-      linear_rows(w.qkv_weight.middleRows(d_model, d_model), w.qkv_bias.data() + d_model, x,
-                  keys.middleRows(first, rows));
-      linear_rows(w.qkv_weight.bottomRows(d_model), w.qkv_bias.data() + 2 * d_model, x,
-                  values.middleRows(first, rows));
+      case Step::mlp_up: return open(Step::mlp_down);
+      case Step::mlp_down: {
+        if (layer_ + 1 < c.n_layer) {
+          ++layer_;
+          const GptLayerWeights& w = weights_.layers[layer_];
+          normalize_rows(w.ln1_weight.data(), w.ln1_bias.data(), 0);
+          return open(Step::attention);
+        }
+        const Eigen::Index first_row = first_logit_row();
+        if (first_row < static_cast<Eigen::Index>(chunks_[chunk_index_].tokens.size())) {
+          normalize_rows(weights_.lnf_weight.data(), weights_.lnf_bias.data(), first_row);
+          return open(Step::head);
+        }
+        break;
+      }
+      case Step::head: break;
+    }
+    return chunk_index_ + 1 < chunks_.size() ? begin_chunk(chunk_index_ + 1) : 0;
+  }
 
-      // Per head: the scores of all new rows against all keys they can see come from one kernel
-      // call (the keys play the weight rows, so each key is read once for the whole chunk; row r
-      // uses the scores of the slots it attends to, and every score is the same dot product a
-      // one-row call computes). Then, row by row, softmax and the weighted sum of the value rows,
-      // over the visible slots in position order.
-      const Eigen::Index keys_seen = first + rows;  // the last new row sees at most all of them
-      for (Eigen::Index h = 0; h < n_head; ++h) {
-        const Eigen::Index offset = h * head_dim;  // head h owns dims [offset, offset + head_dim)
-        linear_rows(keys.block(0, offset, keys_seen, head_dim), nullptr,
-                    query_.block(0, offset, rows, head_dim), scores_.topLeftCorner(rows, keys_seen));
-        const float* value_rows = values.data() + offset;
-        const auto stride = static_cast<std::size_t>(d_model);
+  /// Item `item` of the current phase, on thread `thread` (its scratch buffers).
+  void run_item(std::uint32_t item, std::size_t thread) noexcept {
+    using detail::linear_rows;
+    const GptConfig& c = weights_.config;
+    const Chunk& chunk = chunks_[chunk_index_];
+    const auto rows = static_cast<Eigen::Index>(chunk.tokens.size());  // new slots in this chunk
+    const GptLayerWeights& w = weights_.layers[layer_];
+    const auto output_rows = [&](std::size_t total) {
+      return item_range(total, items_, item, kItemRowAlign);
+    };
+    switch (step_) {
+      case Step::attention: {
+        const auto [first_head, heads] = item_range(c.n_head, items_, item, 1);
+        attend(first_head, heads, thread);
+        return;
+      }
+      case Step::projection:
+      case Step::mlp_down: {
+        const RowMajorMatrixXf& weight = step_ == Step::projection ? w.proj_weight : w.fc2_weight;
+        const float* bias = step_ == Step::projection ? w.proj_bias.data() : w.fc2_bias.data();
+        const RowMajorMatrixXf& input = step_ == Step::projection ? attention_ : hidden_;
+        const auto [begin, count] = output_rows(c.d_model);
+        linear_rows(weight.middleRows(begin, count), bias + begin, input.topRows(rows),
+                    branch_.topRows(rows).middleCols(begin, count));
+        residual_.topRows(rows).middleCols(begin, count) +=
+            branch_.topRows(rows).middleCols(begin, count);
+        return;
+      }
+      case Step::mlp_up: {
+        const auto [begin, count] = output_rows(c.d_ff);
+        linear_rows(w.fc1_weight.middleRows(begin, count), w.fc1_bias.data() + begin,
+                    normed_.topRows(rows), hidden_.topRows(rows).middleCols(begin, count));
+        // Element-wise packet math: an element's value does not depend on its neighbours.
         for (Eigen::Index r = 0; r < rows; ++r) {
-          const auto slot = static_cast<std::size_t>(first + r);
-          float* scores = scores_.row(r).data();
-          float* out = attention_.row(r).data() + offset;
-          if (!is_tree_slot(slot)) {  // causal: positions 0 .. slot
-            const std::size_t visible = slot + 1;
-            for (std::size_t t = 0; t < visible; ++t) scores[t] *= score_scale;
-            detail::softmax_inplace(scores, visible);
-            detail::weighted_row_sum(scores, visible, value_rows, stride,
-                                     static_cast<std::size_t>(head_dim), out);
-            continue;
-          }
-          // Tree node: the committed positions, then its path, gathered into position order
-          // (path slot j >= tree_start_ + j, so the gather can run in place, front to back).
-          const std::size_t path_length = fill_path_slots(slot - tree_start_);
-          for (std::size_t j = 0; j < path_length; ++j) {
-            scores[tree_start_ + j] = scores[path_slots_[j]];
-          }
-          const std::size_t visible = tree_start_ + path_length;
+          detail::gelu_tanh_inplace(hidden_.row(r).data() + begin, static_cast<std::size_t>(count));
+        }
+        return;
+      }
+      case Step::head: {
+        const Eigen::Index first_row = first_logit_row();
+        const Eigen::Index logit_rows = rows - first_row;
+        const auto [begin, count] = output_rows(c.vocab_size);
+        const Eigen::Index first_logit =
+            static_cast<Eigen::Index>(chunk.start) + first_row -
+            static_cast<Eigen::Index>(first_logits_slot_);
+        linear_rows(weights_.token_embedding.middleRows(begin, count), nullptr,
+                    normed_.middleRows(first_row, logit_rows),
+                    logits_.middleRows(first_logit, logit_rows).middleCols(begin, count));
+        return;
+      }
+    }
+  }
+
+  /// Attention of heads [first_head, first_head + heads) for the current chunk, layer layer_:
+  /// their q rows into query_, k and v rows into the cache, then per head the scores of all new
+  /// rows against all keys they can see from one kernel call (the keys play the weight rows, so
+  /// each key is read once for the whole chunk; row r uses the scores of the slots it attends to,
+  /// and every score is the same dot product a one-row call computes). Then, row by row, softmax
+  /// and the weighted sum of the value rows, over the visible slots in position order.
+  void attend(Eigen::Index first_head, Eigen::Index heads, std::size_t thread) noexcept {
+    using detail::linear_rows;
+    const GptConfig& c = weights_.config;
+    const Chunk& chunk = chunks_[chunk_index_];
+    const auto rows = static_cast<Eigen::Index>(chunk.tokens.size());
+    const auto d_model = static_cast<Eigen::Index>(c.d_model);
+    const auto head_dim = static_cast<Eigen::Index>(c.head_dim());
+    const auto first = static_cast<Eigen::Index>(chunk.start);  // slot of chunk row 0
+    const float score_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    const GptLayerWeights& w = weights_.layers[layer_];
+    RowMajorMatrixXf& keys = key_cache_[layer_];      // (max_context + max_tree_nodes, d_model)
+    RowMajorMatrixXf& values = value_cache_[layer_];  // (max_context + max_tree_nodes, d_model)
+    RowMajorMatrixXf& scores_buffer = thread_scores_[thread];  // (chunk, slots)
+    std::size_t* path_slots = thread_path_slots_[thread].data();
+
+    // qkv rows are [q; k; v]: q goes to the scratch buffer, k and v straight into the cache.
+    const Eigen::Index columns = first_head * head_dim;  // the heads' dims in q, k and v
+    const Eigen::Index width = heads * head_dim;
+    const detail::ConstRowsRef x = normed_.topRows(rows);
+    const float* bias = w.qkv_bias.data() + columns;
+    linear_rows(w.qkv_weight.middleRows(columns, width), bias, x,
+                query_.topRows(rows).middleCols(columns, width));
+    linear_rows(w.qkv_weight.middleRows(d_model + columns, width), bias + d_model, x,
+                keys.middleRows(first, rows).middleCols(columns, width));
+    linear_rows(w.qkv_weight.middleRows(2 * d_model + columns, width), bias + 2 * d_model, x,
+                values.middleRows(first, rows).middleCols(columns, width));
+
+    const Eigen::Index keys_seen = first + rows;  // the last new row sees at most all of them
+    for (Eigen::Index h = first_head; h < first_head + heads; ++h) {
+      const Eigen::Index offset = h * head_dim;  // head h owns dims [offset, offset + head_dim)
+      linear_rows(keys.block(0, offset, keys_seen, head_dim), nullptr,
+                  query_.block(0, offset, rows, head_dim),
+                  scores_buffer.topLeftCorner(rows, keys_seen));
+      const float* value_rows = values.data() + offset;
+      const auto stride = static_cast<std::size_t>(d_model);
+      for (Eigen::Index r = 0; r < rows; ++r) {
+        const auto slot = static_cast<std::size_t>(first + r);
+        float* scores = scores_buffer.row(r).data();
+        float* out = attention_.row(r).data() + offset;
+        if (!is_tree_slot(slot)) {  // causal: positions 0 .. slot
+          const std::size_t visible = slot + 1;
           for (std::size_t t = 0; t < visible; ++t) scores[t] *= score_scale;
           detail::softmax_inplace(scores, visible);
-          const std::size_t shared = tree_start_;
-          const std::size_t* path = path_slots_.data();
-          detail::weighted_row_sum(
-              scores, visible,
-              [=](std::size_t t) {
-                return value_rows + (t < shared ? t : path[t - shared]) * stride;
-              },
-              static_cast<std::size_t>(head_dim), out);
+          detail::weighted_row_sum(scores, visible, value_rows, stride,
+                                   static_cast<std::size_t>(head_dim), out);
+          continue;
         }
+        // Tree node: the committed positions, then its path, gathered into position order
+        // (path slot j >= tree_start_ + j, so the gather can run in place, front to back).
+        const std::size_t path_length = fill_path_slots(slot - tree_start_, path_slots);
+        for (std::size_t j = 0; j < path_length; ++j) {
+          scores[tree_start_ + j] = scores[path_slots[j]];
+        }
+        const std::size_t visible = tree_start_ + path_length;
+        for (std::size_t t = 0; t < visible; ++t) scores[t] *= score_scale;
+        detail::softmax_inplace(scores, visible);
+        const std::size_t shared = tree_start_;
+        const std::size_t* path = path_slots;
+        detail::weighted_row_sum(
+            scores, visible,
+            [=](std::size_t t) {
+              return value_rows + (t < shared ? t : path[t - shared]) * stride;
+            },
+            static_cast<std::size_t>(head_dim), out);
       }
-      linear_rows(w.proj_weight, w.proj_bias.data(), attention_.topRows(rows),
-                  branch_.topRows(rows));
-      residual_.topRows(rows) += branch_.topRows(rows);
-
-      // ---- MLP: x += fc2(gelu_tanh(fc1(ln2(x))))
-      for (Eigen::Index r = 0; r < rows; ++r) {
-        detail::layer_norm_row(residual_.row(r).data(), w.ln2_weight.data(), w.ln2_bias.data(),
-                               c.d_model, normed_.row(r).data());
-      }
-      linear_rows(w.fc1_weight, w.fc1_bias.data(), normed_.topRows(rows), hidden_.topRows(rows));
-      for (Eigen::Index r = 0; r < rows; ++r)
-        detail::gelu_tanh_inplace(hidden_.row(r).data(), d_ff);
-      linear_rows(w.fc2_weight, w.fc2_bias.data(), hidden_.topRows(rows), branch_.topRows(rows));
-      residual_.topRows(rows) += branch_.topRows(rows);
     }
-
-    // ---- head: logits = ln_f(x) @ wte^T, only for the rows the caller asked for
-    const auto wanted_from = static_cast<Eigen::Index>(first_logits_slot);
-    const Eigen::Index first_row = std::max<Eigen::Index>(0, wanted_from - first);
-    if (first_row >= rows) return;
-    const Eigen::Index logit_rows = rows - first_row;
-    for (Eigen::Index r = first_row; r < rows; ++r) {
-      detail::layer_norm_row(residual_.row(r).data(), weights_.lnf_weight.data(),
-                             weights_.lnf_bias.data(), c.d_model, normed_.row(r).data());
-    }
-    linear_rows(weights_.token_embedding, nullptr, normed_.middleRows(first_row, logit_rows),
-                logits_.middleRows(first + first_row - wanted_from, logit_rows));
   }
 
   GptWeights weights_;
@@ -1116,18 +1330,31 @@ class GptModel {
   RowMajorMatrixXf attention_;  // (chunk, d_model)  attention output, heads concatenated
   RowMajorMatrixXf hidden_;     // (chunk, d_ff)     MLP hidden activations
   RowMajorMatrixXf branch_;     // (chunk, d_model)  proj / fc2 output, added to the residual
-  RowMajorMatrixXf scores_;     // (chunk, slots)    one head's attention weights, row by row
   std::vector<RowMajorMatrixXf> key_cache_;    // (n_layer) x (slots, d_model)
   std::vector<RowMajorMatrixXf> value_cache_;  // (n_layer) x (slots, d_model)
   RowMajorMatrixXf logits_;  // (max(max_context, max_tree_nodes + 1), vocab_size)  a call's rows
   // Positions [0, size) at slots [0, size), then the last tree's nodes (<= max_context + nodes).
   specdec::TreeContextCache cache_;
   std::vector<std::size_t> checked_depths_;  // (max_tree_nodes) depths while a tree is checked
-  std::vector<std::size_t> path_slots_;      // (max_tree_nodes) one node's root-to-node slots
   std::vector<token_t> chunk_tokens_;        // (chunk) a tree call's last chunk, slot by slot
   std::size_t tree_start_ = 0;  // the tree being scored: committed length (slot of node 0) ...
   std::size_t tree_nodes_ = 0;  // ... and node count; 0 in chain calls
   std::uint64_t positions_computed_ = 0;
+
+  // Per thread of a call (index 0: the caller), sized by set_threads.
+  std::vector<RowMajorMatrixXf> thread_scores_;  // (threads) x (chunk, slots) a head's weights
+  std::vector<std::vector<std::size_t>> thread_path_slots_;  // (threads) x (max_tree_nodes)
+  // The call being run: its chunks (capacity reserved in the constructor) and the phase that
+  // is open, written only by the thread that opens a phase (begin_chunk, finish_phase).
+  std::vector<Chunk> chunks_;
+  std::size_t first_logits_slot_ = 0;  // logits_ row 0 is this slot's
+  std::size_t chunk_index_ = 0;
+  std::size_t layer_ = 0;
+  Step step_ = Step::attention;
+  std::uint32_t items_ = 1;  // of the open phase
+  // Last: destroyed first, so no worker outlives the buffers (workers touch them only inside a
+  // call, but joining first keeps that obvious).
+  std::unique_ptr<detail::PhasePool> pool_;  // null with one thread
 };
 
 }  // namespace specdec::examples
