@@ -204,6 +204,7 @@ class TraversalVerifier {
   template <class Scalar, class Coins>
   VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target, Coins& coins) {
     links_.build(proposal);
+    check_declared_children(proposal);
     const std::size_t vocab_size = target.vocab_size();
     auto& debts = debts_for<Scalar>();
     if (debts.size() < (proposal.size() + 1) * vocab_size) {
@@ -224,6 +225,23 @@ class TraversalVerifier {
     }
   }
 
+  /// A node with more children than Proposal::max_children declared: the declaration is what
+  /// keeps the choice of rule below exact, so a wrong one is an error, not a guess.
+  template <class Scalar>
+  void check_declared_children(const Proposal<Scalar>& proposal) const {
+    if (proposal.max_children.empty()) return;
+    for (std::int32_t u = -1; u < static_cast<std::int32_t>(proposal.size()); ++u) {
+      std::size_t children = 0;
+      for (std::int32_t c = links_.first(u); c >= 0; c = links_.next(c)) ++children;
+      if (children > proposal.max_children_of(u)) {
+        detail::throw_invalid_argument("TraversalVerifier: node ", u, " has ", children,
+                                       " children; the proposal declared at most ",
+                                       proposal.max_children_of(u),
+                                       " (Proposal::max_children; -1 = the root)");
+      }
+    }
+  }
+
   template <class Scalar, class Coins>
   bool visit(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target, Coins& coins,
              std::int32_t node, double w, std::size_t depth, std::vector<Scalar>& debts,
@@ -238,6 +256,17 @@ class TraversalVerifier {
                 true, node};
       return true;
     }
+    // A node below weight 1 that may branch into sampled children is first kept with
+    // probability w (its coin), then verified at weight 1: recursive rejection sampling's step,
+    // decided from what was drafted before its children (their law's kind and the declared
+    // bound), never from the children themselves (see the class comment).
+    const bool committed = node >= 0 && w < 1.0 && proposal.max_children_of(node) >= 2 &&
+                           !proposal.is_point_mass(static_cast<std::size_t>(child));
+    if (committed) {
+      if (!coins.accept(static_cast<std::size_t>(node), w)) return false;
+      w = 1.0;
+    }
+    const bool unit = w >= 1.0;  // the debt is a whole distribution (the root, a kept node)
     // The debt: A = w p until a child subtree is rejected (nothing stored: a child's weight
     // needs A at its own token only), then A = scale * stored.
     const std::size_t vocab_size = target.vocab_size();
@@ -277,7 +306,7 @@ class TraversalVerifier {
             if (y != xi) left += static_cast<double>(stored[y]);
           }
         }
-        if (!(left > 0) && node < 0) continue;  // at weight 1: probability 0, as above
+        if (!(left > 0) && unit) continue;  // at weight 1: probability 0, as above
         stored[xi] = Scalar(0);
         stored_total = left;
         scale /= rejection;
@@ -297,7 +326,7 @@ class TraversalVerifier {
         rejection += static_cast<double>(kept - difference);
         stored[y] = kept;
       }
-      if (!(rejection > 0) || (!(left > 0) && node < 0)) {
+      if (!(rejection > 0) || (!(left > 0) && unit)) {
         // q_c >= A everywhere, so A was q_c: a rejection of probability 0 (rounding). The
         // debt stays q_c's (with A's mass).
         std::copy(q_weights.begin(), q_weights.end(), stored.begin());
@@ -309,7 +338,8 @@ class TraversalVerifier {
       scale = 1.0 / rejection;
     }
     const double owed = materialized ? scale * stored_total : w;
-    if (node >= 0 && !coins.accept(static_cast<std::size_t>(node), std::min(1.0, owed))) {
+    if (node >= 0 && !committed &&
+        !coins.accept(static_cast<std::size_t>(node), std::min(1.0, owed))) {
       return false;
     }
     if (!materialized || !(stored_total > 0)) {
