@@ -34,6 +34,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "specdec/coins.hpp"
 #include "specdec/detail/exp_weights.hpp"
 #include "specdec/proposal.hpp"
@@ -312,20 +314,18 @@ class TraversalVerifier {
         scale /= rejection;
         continue;
       }
-      materialize();
-      // One pass, in place: stored <- [scale stored - q_c]_+, with R and the debt left.
+      // One pass, in place: stored <- [A - q_c]_+ with the debt left; R = sum [q_c - A]_+ =
+      // 1 - sum A + left, since sum (A - q_c) = sum A - 1. The first update reads A = w p from
+      // the row itself (the residual kernel: exp, subtract, clamp, sum; nothing stored before).
       const std::span<const Scalar> q_weights = proposal.q_weights.row(c);
-      const auto a = static_cast<Scalar>(scale);
-      const Scalar b = Scalar(1) / proposal.q_normalizers[c];
-      const double mass = scale * stored_total;
-      double rejection = 0, left = 0;
-      for (std::size_t y = 0; y < vocab_size; ++y) {
-        const Scalar difference = a * stored[y] - b * q_weights[y];
-        const Scalar kept = std::max(Scalar(0), difference);
-        left += static_cast<double>(kept);
-        rejection += static_cast<double>(kept - difference);
-        stored[y] = kept;
-      }
+      const double mass = materialized ? scale * stored_total : w;
+      const double left = materialized
+                              ? subtract_clamped(stored, static_cast<Scalar>(scale), q_weights,
+                                                 Scalar(1) / proposal.q_normalizers[c])
+                              : store_residual(p, q_weights, proposal.q_normalizers[c],
+                                               static_cast<Scalar>(w), stored);
+      materialized = true;
+      const double rejection = left + (1.0 - mass);
       if (!(rejection > 0) || (!(left > 0) && unit)) {
         // q_c >= A everywhere, so A was q_c: a rejection of probability 0 (rounding). The
         // debt stays q_c's (with A's mass).
@@ -350,6 +350,36 @@ class TraversalVerifier {
                 false, node};
     }
     return true;
+  }
+
+  /// stored <- [a stored - b q]_+ (q = q_weights), returns the sum kept: one vectorised pass,
+  /// float sums per block added in double.
+  template <class Scalar>
+  static double subtract_clamped(std::span<Scalar> stored, Scalar a, std::span<const Scalar> q,
+                                 Scalar b) {
+    using Array = Eigen::Array<Scalar, Eigen::Dynamic, 1>;
+    double left = 0;
+    detail::for_each_block(stored.size(), [&](std::size_t offset, std::size_t length) {
+      const auto size = static_cast<Eigen::Index>(length);
+      Eigen::Map<Array> debt(stored.data() + offset, size);
+      const Eigen::Map<const Array> drafted(q.data() + offset, size);
+      debt = (a * debt - b * drafted).max(Scalar(0));
+      left += static_cast<double>(debt.sum());
+    });
+    return left;
+  }
+
+  /// stored <- [w p - q]_+ from p's row (q = q_weights / q_normalizer), returns its sum.
+  template <class Scalar>
+  static double store_residual(const TokenDistribution<Scalar>& p,
+                               std::span<const Scalar> q_weights, Scalar q_normalizer, Scalar w,
+                               std::span<Scalar> stored) {
+    const auto block = detail::residual_blocks(p, q_weights, q_normalizer, w);
+    double left = 0;
+    detail::for_each_block(stored.size(), [&](std::size_t offset, std::size_t length) {
+      left += static_cast<double>(block(offset, length, stored.data() + offset));
+    });
+    return left;
   }
 
   detail::ChildLinks links_;
