@@ -116,6 +116,9 @@ struct RestatedTreeVerifier {
 // without it, the traversal rule alone (the paper's), which can accept fewer tokens than
 // recursive rejection sampling.
 struct RestatedTraversalVerifier {
+  RestatedTraversalVerifier() = default;
+  explicit RestatedTraversalVerifier(bool commit) : commit_at_branches(commit) {}
+
   bool commit_at_branches = true;
 
   template <class Scalar, class Coins>
