@@ -147,8 +147,8 @@ struct RestatedTraversalVerifier {
       break;
     }
     const std::size_t bound = proposal.max_children_of(node);
-    const bool committed = commit_at_branches && node >= 0 && w < 1.0 && has_children &&
-                           first_sampled && bound >= 2;
+    const bool committed =
+        commit_at_branches && node >= 0 && w < 1.0 && has_children && first_sampled && bound >= 2;
     if (committed) {
       if (!coins.accept(static_cast<std::size_t>(node), w)) return false;
       w = 1.0;
@@ -181,8 +181,8 @@ struct RestatedTraversalVerifier {
     }
     double mass = 0;
     for (const double v : owed) mass += v;
-    const bool accept = node < 0 || committed ||
-                        coins.accept(static_cast<std::size_t>(node), std::min(1.0, mass));
+    const bool accept =
+        node < 0 || committed || coins.accept(static_cast<std::size_t>(node), std::min(1.0, mass));
     if (!accept) return false;
     result_ = {depth, coins.draw(WeightVectorLaw<double>{owed, mass}), leaf, node};
     return true;

@@ -321,9 +321,9 @@ struct ShapedProposer {
   template <class Coins>
   specdec::Proposal<double> propose(specdec::DraftRequest& request, Coins& coins) {
     const std::size_t n = shape.size();
-    std::vector<token_t> committed(request.context.begin(),
-                                   request.context.begin() +
-                                       static_cast<std::ptrdiff_t>(request.committed));
+    std::vector<token_t> committed(
+        request.context.begin(),
+        request.context.begin() + static_cast<std::ptrdiff_t>(request.committed));
     std::vector<double> row;
     std::size_t vocab = 0;
     tokens.assign(n, 0);
@@ -343,8 +343,8 @@ struct ShapedProposer {
       vocab = logits.size();
       if (weights.size() != n * vocab) weights.assign(n * vocab, 0.0);
       normalizers.resize(n);
-      const specdec::TokenDistribution<double> q = specdec::process_logits(
-          std::span<const double>(logits), request.params, filter_scratch);
+      const specdec::TokenDistribution<double> q =
+          specdec::process_logits(std::span<const double>(logits), request.params, filter_scratch);
       const std::span<double> w(weights.data() + i * vocab, vocab);
       for (std::size_t v = 0; v < vocab; ++v) w[v] = q.probability(static_cast<token_t>(v));
       if (mode != SiblingMode::with_replacement) {  // earlier siblings' tokens are taken
@@ -411,9 +411,14 @@ SamplingParams random_params(std::uint64_t k) {
   SamplingParams params;
   params.temperature = k % 2 == 0 ? 1.0f : 0.7f;
   switch (k % 5) {
-    case 1: params.top_k = 2; break;
-    case 3: params.min_p = 0.15f; break;
-    default: break;
+    case 1:
+      params.top_k = 2;
+      break;
+    case 3:
+      params.min_p = 0.15f;
+      break;
+    default:
+      break;
   }
   return params;
 }
@@ -421,13 +426,11 @@ SamplingParams random_params(std::uint64_t k) {
 TEST(TraversalVerifier, NeverBelowRecursiveRejectionSamplingOnRandomLaws) {
   // Random V in 2..5, random target and draft rows, fixed seeds; TreeProposer's fixed and
   // dynamic shapes and explicit shapes; every sibling mode. Exact, and never below RRS.
-  const std::vector<ShapeCase> shapes = {{"3", TreeShape::parse("3")},
-                                         {"2x2", TreeShape::parse("2x2")},
-                                         {"1x3", TreeShape::parse("1x3")},
-                                         {"2x1x1", TreeShape::parse("2x1x1")},
-                                         {"1x2x1", TreeShape::parse("1x2x1")},
-                                         {"dynamic4", TreeShape::dynamic(4, 3)},
-                                         {"dynamic5", TreeShape::dynamic(5, 2)}};
+  const std::vector<ShapeCase> shapes = {
+      {"3", TreeShape::parse("3")},          {"2x2", TreeShape::parse("2x2")},
+      {"1x3", TreeShape::parse("1x3")},      {"2x1x1", TreeShape::parse("2x1x1")},
+      {"1x2x1", TreeShape::parse("1x2x1")},  {"dynamic4", TreeShape::dynamic(4, 3)},
+      {"dynamic5", TreeShape::dynamic(5, 2)}};
   Comparison library, paper;
   for (std::uint64_t k = 0; k < 200; ++k) {
     const std::size_t vocab = 2 + k % 4;
@@ -443,10 +446,9 @@ TEST(TraversalVerifier, NeverBelowRecursiveRejectionSamplingOnRandomLaws) {
         SCOPED_TRACE(shape);
         const auto rrs = specdec::testing::certify_round(
             proposer, StaticDraftLength{}, TreeVerifier{}, target, params, context, nodes);
-        const auto sequence =
-            specdec::testing::certify_round(proposer, StaticDraftLength{},
-                                            specdec::TraversalVerifier{}, target, params, context,
-                                            nodes);
+        const auto sequence = specdec::testing::certify_round(proposer, StaticDraftLength{},
+                                                              specdec::TraversalVerifier{}, target,
+                                                              params, context, nodes);
         EXPECT_LT(sequence.total_variation, kExactnessBound);
         EXPECT_GE(sequence.expected_accepted, rrs.expected_accepted - 1e-12);
         library.add(rrs, sequence);
@@ -498,10 +500,9 @@ TEST(TraversalVerifier, DeclaredBoundsAreChecked) {
   const ScriptedPair pair = make_pair(3, params);
   auto draft = pair.draft();
   ShapedProposer<decltype(draft)> proposer{draft, {-1, 0, 0}, SiblingMode::with_replacement};
-  EXPECT_THROW(
-      (void)certify(UnderDeclared<decltype(draft)>{proposer}, specdec::TraversalVerifier{}, pair,
-                    {1, 2}, 3),
-      std::invalid_argument);
+  EXPECT_THROW((void)certify(UnderDeclared<decltype(draft)>{proposer}, specdec::TraversalVerifier{},
+                             pair, {1, 2}, 3),
+               std::invalid_argument);
   EXPECT_LT(certify(proposer, specdec::TraversalVerifier{}, pair, {1, 2}, 3), kExactnessBound);
 }
 

@@ -431,7 +431,7 @@ class TreeProposer {
   std::vector<double> path_probability_;    // (N) product along the path root -> node
   std::vector<std::uint8_t> point_mass_;    // (N)
   std::vector<std::size_t> depth_;          // (N) 0 = child of the root
-  std::vector<std::uint32_t> max_children_; // (N + 1) the shape's bound, [0] the root's
+  std::vector<std::uint32_t> max_children_;  // (N + 1) the shape's bound, [0] the root's
   Aligned q_weights_;                       // (N, S) node i's q row (sampled modes)
   std::vector<Scalar> q_normalizers_;       // (N)
   Aligned rows_;                            // (N + 1, S) expanded nodes' draft rows
