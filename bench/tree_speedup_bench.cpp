@@ -417,7 +417,8 @@ void register_library_cases() {
     benchmark::RegisterBenchmark("BM_ExpSumPass", BM_ExpSumPass)->Arg(static_cast<int>(vocab));
     for (const std::string shape : {"4x2x2x1", "dynamic16"}) {
       for (const specdec::SiblingMode mode :
-           {specdec::SiblingMode::without_replacement, specdec::SiblingMode::top_k}) {
+           {specdec::SiblingMode::with_replacement, specdec::SiblingMode::without_replacement,
+            specdec::SiblingMode::top_k}) {
         for (const Verifier verifier : {Verifier::rrs, Verifier::traversal}) {
           const std::string name = "BM_TreeVerifyPerNode/V=" + std::to_string(vocab) + "/" + shape +
                                    "/" + name_of(mode) + "/" + name_of(verifier);

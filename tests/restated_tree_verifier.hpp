@@ -110,8 +110,17 @@ struct RestatedTreeVerifier {
 // probability sum A (w for a leaf) and the next token drawn from A normalised (a leaf: P_u).
 // Invariant: the subtree of u emits "u, then y" with probability w P_u(y) and is rejected with
 // probability 1 - w. On a chain this is block verification; at weight 1 it is recursive
-// rejection sampling.
+// rejection sampling. With commit_at_branches (the library's rule), a node below weight 1 that
+// is declared able to branch (Proposal::max_children >= 2, or no declaration) into sampled
+// children is first kept with probability w by its own coin and then verified at weight 1;
+// without it, the traversal rule alone (the paper's), which can accept fewer tokens than
+// recursive rejection sampling.
 struct RestatedTraversalVerifier {
+  RestatedTraversalVerifier() = default;
+  explicit RestatedTraversalVerifier(bool commit) : commit_at_branches(commit) {}
+
+  bool commit_at_branches = true;
+
   template <class Scalar, class Coins>
   specdec::VerifyResult verify(const specdec::Proposal<Scalar>& proposal,
                                specdec::TargetRows<Scalar>& target, Coins& coins) const {
@@ -129,6 +138,21 @@ struct RestatedTraversalVerifier {
     auto parent_of = [&](std::size_t i) {
       return proposal.parents.empty() ? static_cast<std::int32_t>(i) - 1 : proposal.parents[i];
     };
+    bool has_children = false;
+    bool first_sampled = false;
+    for (std::size_t c = 0; c < n; ++c) {
+      if (parent_of(c) != node) continue;
+      has_children = true;
+      first_sampled = !proposal.is_point_mass(c);
+      break;
+    }
+    const std::size_t bound = proposal.max_children_of(node);
+    const bool committed =
+        commit_at_branches && node >= 0 && w < 1.0 && has_children && first_sampled && bound >= 2;
+    if (committed) {
+      if (!coins.accept(static_cast<std::size_t>(node), w)) return false;
+      w = 1.0;
+    }
     std::vector<double> owed(vocab);
     const auto& dist = target.distribution(static_cast<std::size_t>(node + 1));
     for (std::size_t y = 0; y < vocab; ++y) {
@@ -151,14 +175,14 @@ struct RestatedTraversalVerifier {
       double left = 0;
       for (std::size_t y = 0; y < vocab; ++y) left += next[y] = std::max(0.0, owed[y] - q[y]);
       // At weight 1 nothing left owed means the rejection had probability 0 (rounding): keep A.
-      if (rejection > 0 && (left > 0 || node >= 0)) {
+      if (rejection > 0 && (left > 0 || w < 1.0)) {
         for (std::size_t y = 0; y < vocab; ++y) owed[y] = next[y] / rejection;
       }
     }
     double mass = 0;
     for (const double v : owed) mass += v;
     const bool accept =
-        node < 0 || coins.accept(static_cast<std::size_t>(node), std::min(1.0, mass));
+        node < 0 || committed || coins.accept(static_cast<std::size_t>(node), std::min(1.0, mass));
     if (!accept) return false;
     result_ = {depth, coins.draw(WeightVectorLaw<double>{owed, mass}), leaf, node};
     return true;

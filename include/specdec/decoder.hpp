@@ -266,6 +266,11 @@ void check_proposal(const Proposal<Scalar>& proposal, std::size_t limit, std::si
     throw_invalid_argument("proposer returned ", proposal.point_mass.size(),
                            " point-mass flags for ", n, " tokens; expected one per token");
   }
+  if (!proposal.max_children.empty() && proposal.max_children.size() != n + 1) {
+    throw_invalid_argument("proposer returned ", proposal.max_children.size(),
+                           " max_children bounds for ", n,
+                           " tokens; expected one per token plus the root's (or none)");
+  }
   check_tree(proposal);
   bool sampled = false;
   for (std::size_t i = 0; i < n; ++i) {

@@ -39,6 +39,14 @@ struct Proposal {
   /// what draft-length policies calibrate acceptance against (RoundReport). Empty: 1 for every
   /// node (a proposer with no probabilities, such as an n-gram lookup). Not used to verify.
   std::span<const double> token_probabilities{};
+  /// \brief Optional, for trees: `max_children[u + 1]` bounds the number of children node u gets
+  /// (`[0]`: the root's), fixed before u's first child is drafted from what was drafted before
+  /// it (TreeProposer: the shape's width at the children's depth; a dynamic shape's max_width).
+  /// n + 1 entries, or empty: unknown (any node of a tree may branch; a chain, without parents,
+  /// has at most one child per node by its format). TraversalVerifier reads it to
+  /// verify a node that cannot branch sequence-level (tree_verifier.hpp); a node with more
+  /// children than declared is an error there. Not used by the other verifiers.
+  std::span<const std::uint32_t> max_children{};
 
   [[nodiscard]] std::size_t size() const noexcept { return tokens.size(); }
   [[nodiscard]] bool empty() const noexcept { return tokens.empty(); }
@@ -47,6 +55,12 @@ struct Proposal {
       if (parents[i] != static_cast<std::int32_t>(i) - 1) return false;
     }
     return true;
+  }
+  /// \brief The declared bound on node `node`'s children (node = -1: the root): max_children,
+  /// else 1 for a chain (no parents: every node has at most one child by format), else SIZE_MAX.
+  [[nodiscard]] std::size_t max_children_of(std::int32_t node) const noexcept {
+    if (max_children.empty()) return parents.empty() ? 1 : static_cast<std::size_t>(-1);
+    return max_children[static_cast<std::size_t>(node + 1)];
   }
   [[nodiscard]] bool is_point_mass(std::size_t node) const noexcept {
     return !point_mass.empty() && point_mass[node] != 0;

@@ -90,6 +90,13 @@ class TreeProposer {
     proposal.tokens = std::span<const token_t>(tokens_.data(), n);
     proposal.parents = std::span<const std::int32_t>(parents_.data(), n);
     proposal.token_probabilities = std::span<const double>(probabilities_.data(), n);
+    // The shape's bound on each node's children: fixed by its depth (or max_width) before any of
+    // them is drafted, as Proposal::max_children asks.
+    max_children_[0] = static_cast<std::uint32_t>(children_bound(0));
+    for (std::size_t i = 0; i < n; ++i) {
+      max_children_[i + 1] = static_cast<std::uint32_t>(children_bound(depth_[i] + 1));
+    }
+    proposal.max_children = std::span<const std::uint32_t>(max_children_.data(), n + 1);
     if (point_masses()) {
       proposal.point_mass = std::span<const std::uint8_t>(point_mass_.data(), n);
     } else if (n > 0) {
@@ -124,6 +131,13 @@ class TreeProposer {
     std::size_t children = 0;  // drafted so far
   };
 
+  /// How many children a node at depth d - 1 (d = 0: the root) may get: the shape's width at
+  /// depth d, or max_width for a dynamic shape.
+  [[nodiscard]] std::size_t children_bound(std::size_t depth) const noexcept {
+    if (options_.shape.is_dynamic()) return options_.shape.max_width;
+    return depth < options_.shape.widths.size() ? options_.shape.widths[depth] : 0;
+  }
+
   [[nodiscard]] bool point_masses() const noexcept {
     return greedy_ || options_.siblings == SiblingMode::top_k;
   }
@@ -141,6 +155,7 @@ class TreeProposer {
     detail::ensure_size(expansion_of_, limit + 1);
     detail::ensure_size(expansions_, limit + 1);
     detail::ensure_size(depth_, limit);
+    detail::ensure_size(max_children_, limit + 1);
     std::fill_n(expansion_of_.begin(), limit + 1, -1);
     std::fill_n(point_mass_.begin(), limit, std::uint8_t{1});
     if (greedy_) {
@@ -416,6 +431,7 @@ class TreeProposer {
   std::vector<double> path_probability_;    // (N) product along the path root -> node
   std::vector<std::uint8_t> point_mass_;    // (N)
   std::vector<std::size_t> depth_;          // (N) 0 = child of the root
+  std::vector<std::uint32_t> max_children_;  // (N + 1) the shape's bound, [0] the root's
   Aligned q_weights_;                       // (N, S) node i's q row (sampled modes)
   std::vector<Scalar> q_normalizers_;       // (N)
   Aligned rows_;                            // (N + 1, S) expanded nodes' draft rows
