@@ -110,6 +110,40 @@ TEST(DecoderTest, GreedyEqualsAutoregressiveGreedy) {
   }
 }
 
+// A proposer may return tokens that view the context itself: the tokens it appended to
+// request.context, or a stretch of the committed text (the continuation of an earlier
+// occurrence). The decoder copies them out before it rewrites the context.
+struct ContextViewingProposer {
+  bool view_appended = true;
+  std::vector<std::uint8_t> point_mass;
+  template <class Coins>
+  specdec::Proposal<float> propose(specdec::DraftRequest& request, Coins&) {
+    const std::size_t n = std::min<std::size_t>({3, request.limit, request.committed});
+    for (std::size_t i = 0; i < n; ++i) request.context.push_back(request.context[i]);
+    point_mass.assign(n, 1);
+    const token_t* first = view_appended ? request.context.data() + request.committed
+                                         : request.context.data();
+    return {.tokens = std::span<const token_t>(first, n), .point_mass = point_mass};
+  }
+};
+
+TEST(DecoderTest, DraftedTokensMayViewTheContext) {
+  for (const bool view_appended : {true, false}) {
+    ToyTarget target;
+    specdec::StrategyDecoder decoder(target, ContextViewingProposer{view_appended, {}},
+                                     specdec::StaticDraftLength{}, specdec::TokenVerifier{});
+    specdec::AutoregressiveDecoder plain(target);
+    specdec::GenerationConfig config;
+    config.sampling.temperature = 0.0f;
+    config.max_new_tokens = 40;
+    config.draft_length = 3;
+    const std::vector<token_t> prompt{5, 1, 5, 1, 5};
+    const auto fast = decoder.generate(prompt, config);
+    EXPECT_EQ(fast.tokens, plain.generate(prompt, config).tokens) << view_appended;
+    EXPECT_GT(fast.stats.drafted, 0u);
+  }
+}
+
 TEST(DecoderTest, StopTokenEndsGenerationAndIsIncluded) {
   ToyDraft draft;
   ToyTarget target;

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <cstddef>
 #include <cstdint>
@@ -304,6 +305,16 @@ void check_proposal(const Proposal<Scalar>& proposal, std::size_t limit, std::si
   }
 }
 
+/// Whether `tokens` points into `vector`'s storage (anywhere in its capacity). std::less gives
+/// pointers into different objects a total order, where `<` would be unspecified.
+template <class T>
+[[nodiscard]] bool views_storage_of(std::span<const T> tokens, const std::vector<T>& vector) noexcept {
+  if (tokens.empty() || vector.capacity() == 0) return false;
+  const std::less<const T*> before;
+  const T* first = vector.data();
+  return !before(tokens.data(), first) && before(tokens.data(), first + vector.capacity());
+}
+
 }  // namespace detail
 
 /// \brief Speculative decoding from three strategies: a Proposer (what is drafted), a
@@ -404,6 +415,7 @@ class StrategyDecoder {
     detail::ensure_size(tree_scratch_, 2 * usable_draft_length + 1);
     target_buffers_.path_context.reserve(context.capacity());
     if (certain_tokens_.size() < usable_draft_length) certain_tokens_.assign(usable_draft_length, 1.0);
+    drafted_copy_.reserve(usable_draft_length);
     std::size_t vocab_size = 0;  // learned from the first model call of this generate()
     bool prompt_checked = false;  // against vocab_size, once it is known
     bool target_buffers_sized = false;
@@ -442,8 +454,16 @@ class StrategyDecoder {
           stats.predicted_seconds += expected->seconds;
         }
       }
+      // A proposer may hand back tokens that view the context itself (e.g. the continuation of
+      // an earlier occurrence, or the tokens it appended to request.context): inserting a
+      // vector's own elements into it is undefined, so those are copied out first.
+      std::span<const token_t> drafted = proposal.tokens;
+      if (detail::views_storage_of(drafted, context)) {
+        drafted_copy_.assign(drafted.begin(), drafted.end());  // within its reserved capacity
+        drafted = drafted_copy_;
+      }
       context.resize(committed);
-      context.insert(context.end(), proposal.tokens.begin(), proposal.tokens.end());
+      context.insert(context.end(), drafted.begin(), drafted.end());
 
       // ---- target: one call scores every drafted position plus the next ------------------
       // A tree goes to score_tree (tree.hpp), and only to a target that has it.
@@ -591,6 +611,7 @@ class StrategyDecoder {
   std::vector<token_t> context_;          // (prompt + budget + K) committed + speculative
   std::vector<double> acceptance_coins_;  // (K) usable draft length
   std::vector<double> certain_tokens_;    // (K) all 1: probabilities of a proposer that has none
+  std::vector<token_t> drafted_copy_;     // (K) drafted tokens that viewed the context itself
   TargetRowBuffers<float> target_buffers_;
   detail::HeldResult<typename detail::chain_call_result<Target>::type>
       chain_result_;                      // the last chain call's rows, until the next call

@@ -35,6 +35,8 @@ namespace specdec {
 /// `context` holds the committed tokens (prompt + emitted) on entry; a proposer may append its
 /// drafted tokens to it (a draft model needs them as context; capacity for `limit` more is
 /// reserved) but must not change the committed ones. The decoder restores the size afterwards.
+/// The tokens a proposal returns may view `context` (what the proposer appended, or committed
+/// text): the decoder copies them before it rewrites the context.
 struct DraftRequest {
   DraftRequest(std::vector<token_t>& context_, std::size_t limit_, const SamplingParams& params_,
                std::size_t& vocab_size_, DecodeStats& stats_) noexcept
