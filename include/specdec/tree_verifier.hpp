@@ -38,6 +38,7 @@
 
 #include "specdec/coins.hpp"
 #include "specdec/detail/exp_weights.hpp"
+#include "specdec/detail/residual_kernels.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/sampling_laws.hpp"
 #include "specdec/target_rows.hpp"
@@ -392,14 +393,10 @@ class TraversalVerifier {
   template <class Scalar>
   static double subtract_clamped(std::span<Scalar> stored, Scalar a, std::span<const Scalar> q,
                                  Scalar b) {
-    using Array = Eigen::Array<Scalar, Eigen::Dynamic, 1>;
     double left = 0;
     detail::for_each_block(stored.size(), [&](std::size_t offset, std::size_t length) {
-      const auto size = static_cast<Eigen::Index>(length);
-      Eigen::Map<Array> debt(stored.data() + offset, size);
-      const Eigen::Map<const Array> drafted(q.data() + offset, size);
-      debt = (a * debt - b * drafted).max(Scalar(0));
-      left += static_cast<double>(debt.sum());
+      left += static_cast<double>(
+          detail::clamped_difference_block(stored.data() + offset, a, q.data() + offset, b, length));
     });
     return left;
   }

@@ -68,6 +68,43 @@ SPECDEC_KERNEL Scalar residual_block(const Scalar* p_logits, const Scalar* q_wei
   return sum;
 }
 
+/// \brief stored[i] = max(0, a * stored[i] - b * q[i]) over one block, in place; returns the
+/// block's sum. One pass (a stored residual updated after a further rejection).
+template <class Scalar>
+SPECDEC_KERNEL Scalar clamped_difference_block(Scalar* stored, Scalar a, const Scalar* q, Scalar b,
+                                               std::size_t length) noexcept {
+  Scalar sum = 0;
+  std::size_t i = 0;
+  if constexpr (kHasPacketExp<Scalar>) {
+    namespace ei = Eigen::internal;
+    using Packet = typename ei::packet_traits<Scalar>::type;
+    constexpr auto kLanes = static_cast<std::size_t>(ei::packet_traits<Scalar>::size);
+    const Packet zero_v = ei::pset1<Packet>(Scalar(0));
+    const Packet a_v = ei::pset1<Packet>(a);
+    const Packet b_v = ei::pset1<Packet>(b);
+    auto update = [&](std::size_t at) {
+      const Packet r = ei::pmax(
+          ei::psub(ei::pmul(ei::ploadu<Packet>(stored + at), a_v),
+                   ei::pmul(ei::ploadu<Packet>(q + at), b_v)),
+          zero_v);
+      ei::pstoreu(stored + at, r);
+      return r;
+    };
+    Packet sum0 = zero_v;
+    Packet sum1 = zero_v;
+    for (; i + 2 * kLanes <= length; i += 2 * kLanes) {
+      sum0 = ei::padd(sum0, update(i));
+      sum1 = ei::padd(sum1, update(i + kLanes));
+    }
+    sum = ei::predux(ei::padd(sum0, sum1));
+  }
+  for (; i < length; ++i) {
+    stored[i] = std::max(a * stored[i] - b * q[i], Scalar(0));
+    sum += stored[i];
+  }
+  return sum;
+}
+
 /// Runs residual_block with the mask / flush variant the row and target need.
 template <class Scalar, bool kStore>
 Scalar dispatch_residual_block(bool masked, bool flush, const Scalar* p_logits,
