@@ -93,7 +93,7 @@ specdec::VerifierKind parse_verifier(std::string_view name) {
 }
 
 /// Without flags the demo runs the fastest combination measured on the shipped pair
-/// (docs/trees.md, "End to end: the best combination"): the goodput policy (K <= 16) with block
+/// (docs/guide/trees.md, "End to end: the best combination"): the goodput policy (K <= 16) with block
 /// verification, drafting by n-gram lookup then the draft model when greedy (1.16-1.32x the
 /// K = 8 chain, paired) and by the draft model alone when sampling (lookup's certain drafts
 /// are accepted with p(x) at T > 0: 0.85-0.97x there). Trees never beat a chain on this pair.

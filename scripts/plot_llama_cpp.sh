@@ -3,7 +3,7 @@
 # the measurements bench/llama_cpp_compare.py --out wrote (same GGUF pair, same prompts, same
 # run): the median over prompts of each run's tokens/s over llama.cpp's plain decoding of the
 # same prompt, greedy and T = 1.
-#   scripts/plot_llama_cpp.sh docs/llama_cpp_compare_f16.json docs/llama_cpp_speedup.png
+#   scripts/plot_llama_cpp.sh docs/data/llama_cpp_compare_f16.json docs/img/llama_cpp_speedup.png
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 <compare.json> <out.png>" >&2; exit 2; }
 command -v gnuplot >/dev/null || {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Draws docs/speedup.png: the measured speedup of speculative over plain decoding for the example
+# Draws docs/img/speedup.png: the measured speedup of speculative over plain decoding for the example
 # GPT pair against K, one curve per temperature, next to the geometric model's prediction.
 #
 # Usage:
@@ -11,10 +11,10 @@
 # quiet machine: the full sweep (60 prompts x 200 tokens, K = 1..8, T = 0 and 1, a paired plain
 # run for every speculative run) takes tens of minutes and other load skews wall-clock ratios.
 # Environment: BUILD_DIR (default build/release), JOBS (default nproc), OUT (default
-# docs/speedup.png).
+# docs/img/speedup.png).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${OUT:-$root/docs/speedup.png}"
+out="${OUT:-$root/docs/img/speedup.png}"
 
 if [ $# -ge 1 ] && [ "$1" != "--" ]; then
   tsv="$1"

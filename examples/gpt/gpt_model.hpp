@@ -230,7 +230,7 @@ EIGEN_ALWAYS_INLINE void static_for(F&& f) {
 /// reads that register instead of reloading it from memory. Without it GCC folds the load into
 /// each FMA (a memory operand), so a packet that feeds R FMAs is loaded R times: 3 x 9 tiles ran
 /// 28 vector loads per 27 FMAs instead of 12, and with every load slot busy the tile could no
-/// longer overlap its arithmetic with the weights arriving from DRAM (docs/benchmarks.md,
+/// longer overlap its arithmetic with the weights arriving from DRAM (docs/history.md,
 /// "Registers pinned, wide inputs in slices"). Emits no instruction and changes no result.
 EIGEN_ALWAYS_INLINE void pin_to_register(Packet& packet) noexcept {
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))

@@ -19,7 +19,7 @@
 /// Scripted, context-dependent toy models (ScriptedPair) are ready-made building blocks for
 /// both. Nothing here is needed to *use* specdec; include it in tests.
 ///
-/// Example — certify a verifier (a complete version is in README.md):
+/// Example — certify a verifier (a complete version is in docs/guide/certify.md):
 /// \code
 ///   specdec::testing::ScriptedPair pair;  // V = 5 draft / target pair
 ///   pair.params.temperature = 0.7f;

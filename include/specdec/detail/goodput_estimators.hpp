@@ -50,7 +50,7 @@ class AcceptanceCalibration {
   /// (the regimes, the belief) starts over; the pair's (the bins, their mean, the estimators'
   /// weights) is kept, each bin scaled down to at most kCarriedJudged tokens so that it keeps
   /// adapting. (On the synthetic workloads, 256 tokens per generate(), relearning the bins
-  /// every time cost up to 2 % of the speed; docs/benchmarks.md.)
+  /// every time cost up to 2 % of the speed; docs/history.md.)
   void start_generation() noexcept {
     const auto bins = bins_;
     const Counts pair = pair_;
@@ -129,7 +129,7 @@ class AcceptanceCalibration {
   /// The regimes' prior rates, and the chance that the text changes regime from one position
   /// to the next: stretches of a few dozen tokens. (On the synthetic workloads of changing
   /// difficulty every hazard from 1/64 to 1/16 measured within 1-2 % of 1/32, and the prior
-  /// rates 0.9 / 0.1 and 0.7 / 0.3 within 1 % of these; docs/benchmarks.md.)
+  /// rates 0.9 / 0.1 and 0.7 / 0.3 within 1 % of these; docs/history.md.)
   static constexpr double kEasyPrior = 0.8, kHardPrior = 0.2, kHazard = 1.0 / 32;
   static constexpr double kCarriedJudged = 64;
   /// Estimator weights: a prediction counts as at least kLikelihoodFloor likely (one surprise
@@ -204,7 +204,7 @@ class AcceptanceCalibration {
   /// put every probability under 0.1 in one bin, where the unsure tokens mixed with ordinary
   /// ones (measured on the synthetic "draft knows" workload: 1.50x / 1.29x over plain decoding
   /// with ten equal bins, 1.53x / 1.32x with these, in runs of the goodput cells alone;
-  /// docs/benchmarks.md).
+  /// docs/history.md).
   static std::size_t bin(double probability) noexcept {
     if (!(probability > 0.0)) return 0;
     if (probability < 0.5) {

@@ -69,7 +69,7 @@ struct GoodputOptions {
   /// verify row per 16 rounds in the long run, while text that turns easy again after a hard
   /// stretch is noticed within probe_interval rounds). 1 measured as good as or better than 4
   /// on the synthetic workloads of changing difficulty, and within 1 % of plain decoding with a
-  /// useless draft (docs/benchmarks.md).
+  /// useless draft (docs/history.md).
   std::size_t probe_interval = 1;
   /// A fixed cost model, in units of a one-row target call: t_d = draft_token_cost and
   /// T_v(n) = 1 + verify_row_cost (n - 1). Both >= 0 to use it (decisions then never depend on

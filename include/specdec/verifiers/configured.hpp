@@ -13,7 +13,7 @@
 namespace specdec {
 
 /// \brief The verifier GenerationConfig::verifier selects, dispatched at run time (one branch
-/// per round; docs/benchmarks.md measures it against a compile-time choice).
+/// per round; docs/history.md measures it against a compile-time choice).
 class ConfiguredVerifier {
  public:
   void begin(const GenerationConfig& config) noexcept { kind_ = config.verifier; }
