@@ -19,7 +19,7 @@ per setting and temperature, the median over prompts of tokens/s and of its rati
 plain decoding of the same prompt (a ratio measured a few seconds apart, on the same host load).
 
   /usr/bin/python3 bench/llama_cpp_compare.py --build build/release \\
-      --llama ~/.cache/specdec/llama.cpp-de3ff815ea7d --weights f16 --prompts 50 --tokens 200 \\
+      --llama "$(scripts/install-llama-cpp.sh --tools)" --weights f16 --prompts 50 --tokens 200 \\
       --temps 0,1 --threads 1 --out docs/data/llama_cpp_compare_f16.json
 """
 import argparse

@@ -11,8 +11,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 # clang: scripts/consumer-test.sh also compiles a user program with Clang; libclang-rt-dev holds
 # Clang's libFuzzer and sanitizer runtimes for scripts/fuzz.sh. npm and git fetch llama.cpp's
 # source; python3-numpy and python3-yaml run llama.cpp's gguf-py (the GGUF export of the shipped models).
-packages=(cmake g++ clang libclang-rt-dev make libeigen3-dev libgtest-dev libgmock-dev
-          libbenchmark-dev)
+# ninja-build: scripts/test.sh builds with Ninja (its .ninja_log has each target's build time);
+# clang-format: scripts/format.sh.
+packages=(cmake ninja-build g++ clang libclang-rt-dev clang-format make libeigen3-dev libgtest-dev
+          libgmock-dev libbenchmark-dev)
 with_llama="${SPECDEC_WITH_LLAMA_CPP:-ON}"
 if [ "$with_llama" != OFF ]; then
   packages+=(git python3 python3-numpy python3-yaml)

@@ -2,15 +2,24 @@
 # Installs the pinned llama.cpp that specdec's llama.cpp adapter is tested with, once, into a prefix
 # outside the checkout, and prints that prefix on its last line of stdout.
 #
+#   scripts/install-llama-cpp.sh            the library (CMake package `llama`), ggml-rpc-server
+#                                           (the RPC test starts one) and gguf-py: what
+#                                           scripts/test.sh and CI use
+#   scripts/install-llama-cpp.sh --tools    also llama.cpp's own programs that
+#                                           bench/llama_cpp_compare.py runs side by side with
+#                                           specdec (llama-completion, llama-speculative-simple,
+#                                           llama-speculative, llama-bench)
+#
 # Debian has no llama.cpp package; the npm package node-llama-cpp carries llama.cpp's own source
 # tree as a git bundle (llama/gitRelease.bundle). We fetch a pinned version of it from the npm
-# registry, check the bundle's commit, build llama.cpp CPU-only with the RPC backend, and install
-# the library (CMake package `llama`), the tools the comparison needs (llama-completion,
-# llama-speculative-simple, llama-speculative, llama-bench, ggml-rpc-server) and gguf-py.
+# registry, check the bundle's commit and build llama.cpp CPU-only with the RPC backend.
 #
-# Skipped when the prefix already holds this commit's install (a stamp file), so a second run and
-# CI on the same machine cost nothing. Environment:
+# Skipped when the prefix already holds this commit's install (a stamp file) and, with --tools,
+# the tools, so a second run and CI on the same machine cost nothing. A --tools request after a
+# plain install builds the tools (the source is fetched and the library's objects rebuilt again,
+# ~10 minutes) and adds them without touching the installed library. Environment:
 #   SPECDEC_LLAMA_PREFIX   where to install (default ~/.cache/specdec/llama.cpp-<commit>)
+#   SPECDEC_LLAMA_TOOLS=1  the same as --tools
 #   JOBS                   build parallelism (default: nproc)
 set -euo pipefail
 
@@ -19,8 +28,22 @@ commit="de3ff815ea7d559ee917f063901b8986f038abc6"  # llama.cpp as of 2026-09-28
 prefix="${SPECDEC_LLAMA_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/specdec/llama.cpp-${commit:0:12}}"
 stamp="$prefix/.specdec-installed-$commit"
 jobs="${JOBS:-$(nproc)}"
+want_tools="${SPECDEC_LLAMA_TOOLS:-0}"
+case "${1:-}" in
+  --tools) want_tools=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--tools]" >&2; exit 2 ;;
+esac
+# Always ggml-rpc-server (tests/llama_cpp/llama_cpp_rpc_test); the comparison's tools on request.
+programs=(ggml-rpc-server)
+[ "$want_tools" = 1 ] && programs+=(llama-completion llama-speculative-simple llama-speculative
+                                    llama-bench)
+have_programs() {
+  local program
+  for program in "${programs[@]}"; do [ -x "$prefix/bin/$program" ] || return 1; done
+}
 
-if [ -f "$stamp" ]; then
+if [ -f "$stamp" ] && have_programs; then
   echo "$prefix"
   exit 0
 fi
@@ -51,25 +74,30 @@ common=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHAR
         -DCMAKE_INSTALL_RPATH="$prefix/lib" -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DGGML_NATIVE=ON -DGGML_RPC=ON -DLLAMA_CURL=OFF
         -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
         -DLLAMA_TOOLS_INSTALL=OFF)
+generator=()
+command -v ninja >/dev/null && [ ! -f build/Makefile ] && generator=(-G Ninja)
 fail() { tail -60 build.log >&2; exit 1; }
-# Pass 1: the library alone, so that its install rules are all there is to install.
-cmake -S src -B build "${common[@]}" -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  >build.log 2>&1 || fail
+# Pass 1: the library alone, so that its install rules are all there is to install. A prefix
+# that already holds this commit's library (a --tools request after a plain install) keeps it.
+cmake -S src -B build "${generator[@]}" "${common[@]}" -DLLAMA_BUILD_TOOLS=OFF \
+  -DLLAMA_BUILD_EXAMPLES=OFF >build.log 2>&1 || fail
 cmake --build build -j"$jobs" >>build.log 2>&1 || fail
-rm -rf "$prefix"
-cmake --install build >>build.log 2>&1 || fail
-# Pass 2: the same tree with tools and examples configured; only the programs the comparison
-# runs are built (the library objects are reused) and copied in by hand.
+if [ ! -f "$stamp" ]; then
+  rm -rf "$prefix"
+  cmake --install build >>build.log 2>&1 || fail
+fi
+# Pass 2: the same tree with tools and examples configured; only the programs asked for are
+# built (the library objects are reused; ggml-rpc-server needs ggml alone) and copied in by hand.
 cmake -S src -B build -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON >>build.log 2>&1 || fail
-tools=(llama-completion llama-speculative-simple llama-speculative llama-bench ggml-rpc-server)
-cmake --build build -j"$jobs" --target "${tools[@]}" >>build.log 2>&1 || fail
+cmake --build build -j"$jobs" --target "${programs[@]}" >>build.log 2>&1 || fail
 mkdir -p "$prefix/bin" "$prefix/share/llama.cpp"
-for t in "${tools[@]}"; do install -m 755 "build/bin/$t" "$prefix/bin/$t"; done
+for t in "${programs[@]}"; do install -m 755 "build/bin/$t" "$prefix/bin/$t"; done
 # The tools' own shared libraries (llama-common, the *-impl libraries) are not part of the
 # library's install: copy whichever the prefix lacks (RPATH is already $prefix/lib).
 find build -name 'lib*.so*' | while read -r lib; do
   [ -e "$prefix/lib/$(basename "$lib")" ] || cp -P "$lib" "$prefix/lib/"
 done
+rm -rf "$prefix/share/llama.cpp/gguf-py"
 cp -r src/gguf-py "$prefix/share/llama.cpp/gguf-py"
 git -C src log -1 --format='%H %ad' >"$prefix/share/llama.cpp/COMMIT"
 touch "$stamp"

@@ -1,36 +1,85 @@
 #!/usr/bin/env bash
 # The whole test suite, as README's quick start runs it: installs what is missing, builds Release
-# with tests, examples and benchmarks, runs ctest, the consumer-package tests, and the tests again
-# under AddressSanitizer + UndefinedBehaviorSanitizer. With the pinned llama.cpp (installed once
-# by scripts/install-llama-cpp.sh) the llama.cpp adapter's tests run too;
-# SPECDEC_WITH_LLAMA_CPP=OFF skips them.
+# with tests, examples and benchmarks, runs ctest (the consumer-package tests included, label
+# consumer), then builds the tests again under AddressSanitizer + UndefinedBehaviorSanitizer and
+# runs them. With the pinned llama.cpp (installed once by scripts/install-llama-cpp.sh) the
+# llama.cpp adapter's tests run too; SPECDEC_WITH_LLAMA_CPP=OFF skips them.
+#
+#   scripts/test.sh [stage...]    stages, in this order by default (.ci/run times each):
+#     deps        scripts/install-deps.sh (and the pinned llama.cpp)
+#     release     configure + build build/release (Release; tests, examples, benchmarks)
+#     tests       ctest in build/release, all but the consumer tests
+#     consumer    ctest -L consumer in build/release (scripts/consumer-test.sh)
+#     sanitizers  configure + build + ctest build/asan (ASan + UBSan; docs/ci.md says what it
+#                 leaves out and why)
+# Environment: JOBS (default nproc), SPECDEC_WITH_LLAMA_CPP (default ON), CMAKE_PREFIX_PATH (a
+# llama.cpp of your own), CMAKE_GENERATOR (default Ninja when installed).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-scripts/install-deps.sh
+stages=("$@")
+((${#stages[@]})) || stages=(deps release tests consumer sanitizers)
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    deps | release | tests | consumer | sanitizers) ;;
+    *) echo "test.sh: unknown stage '$stage' (deps release tests consumer sanitizers)" >&2; exit 2 ;;
+  esac
+done
 jobs="${JOBS:-$(nproc)}"
-llama=(-DSPECDEC_WITH_LLAMA_CPP=OFF)
-if [ "${SPECDEC_WITH_LLAMA_CPP:-ON}" != OFF ]; then
-  prefix="${CMAKE_PREFIX_PATH:-$(scripts/install-llama-cpp.sh)}"
-  llama=(-DSPECDEC_WITH_LLAMA_CPP=ON "-DCMAKE_PREFIX_PATH=$prefix")
-fi
+# Ninja: faster no-op rebuilds, and build/*/.ninja_log records how long each target took.
+generator=()
+if [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
+# A build dir configured with another generator keeps it (CMake refuses to switch).
+generator_for() {
+  if [ ! -f "$1/CMakeCache.txt" ] && ((${#generator[@]})); then printf '%s\n' "${generator[@]}"; fi
+}
+llama_args() {
+  if [ "${SPECDEC_WITH_LLAMA_CPP:-ON}" = OFF ]; then
+    echo -DSPECDEC_WITH_LLAMA_CPP=OFF
+  else
+    echo -DSPECDEC_WITH_LLAMA_CPP=ON
+    echo "-DCMAKE_PREFIX_PATH=${CMAKE_PREFIX_PATH:-$(scripts/install-llama-cpp.sh)}"
+  fi
+}
 
-echo "== Release build =="
-cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DSPECDEC_BUILD_TESTS=ON \
-      -DSPECDEC_BUILD_EXAMPLES=ON -DSPECDEC_BUILD_BENCHMARKS=ON "${llama[@]}" >/dev/null
-cmake --build build/release -j"$jobs"
-ctest --test-dir build/release --output-on-failure -j"$jobs"
-
-echo "== Consumer packages (find_package, add_subdirectory) =="
-scripts/consumer-test.sh build/release
-
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer =="
-cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECDEC_SANITIZE=ON \
-      -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_BUILD_BENCHMARKS=OFF \
-      "${llama[@]}" >/dev/null
-cmake --build build/asan -j"$jobs"
-# tests/lsan.supp names only allocations llama.cpp's own (uninstrumented) libraries keep for the
-# life of the process; a leak in specdec's code is still reported.
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
-  ctest --test-dir build/asan --output-on-failure -j"$jobs"
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    deps)
+      echo "== Dependencies =="
+      scripts/install-deps.sh
+      ;;
+    release)
+      echo "== Release build =="
+      mapfile -t llama < <(llama_args)
+      mapfile -t gen < <(generator_for build/release)
+      cmake -S . -B build/release "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_BUILD_TESTS=ON \
+            -DSPECDEC_BUILD_EXAMPLES=ON -DSPECDEC_BUILD_BENCHMARKS=ON "${llama[@]}" >/dev/null
+      cmake --build build/release -j"$jobs"
+      ;;
+    tests)
+      echo "== Tests (Release) =="
+      ctest --test-dir build/release --output-on-failure -j"$jobs" -LE consumer
+      ;;
+    consumer)
+      echo "== Consumer packages (find_package, add_subdirectory, strict warnings) =="
+      JOBS="$jobs" ctest --test-dir build/release --output-on-failure -L consumer
+      ;;
+    sanitizers)
+      echo "== AddressSanitizer + UndefinedBehaviorSanitizer =="
+      # The portable build: the -march=native variants are not built under the sanitizers (but
+      # the kernels' own test, the one place the native kernels run under ASan; see
+      # tests/CMakeLists.txt), nor are the header-alone objects, examples or benchmarks.
+      mapfile -t llama < <(llama_args)
+      mapfile -t gen < <(generator_for build/asan)
+      cmake -S . -B build/asan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECDEC_SANITIZE=ON \
+            -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_BUILD_BENCHMARKS=OFF \
+            "${llama[@]}" >/dev/null
+      cmake --build build/asan -j"$jobs"
+      # tests/lsan.supp names only allocations llama.cpp's own (uninstrumented) libraries keep for
+      # the life of the process; a leak in specdec's code is still reported.
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
+        ctest --test-dir build/asan --output-on-failure -j"$jobs"
+      ;;
+  esac
+done

@@ -40,7 +40,7 @@
 #include "specdec/sampling.hpp"
 #include "specdec/testing.hpp"
 
-#include "restated_token_verifier.hpp"
+#include "../restated_token_verifier.hpp"
 #include "specdec/verify.hpp"
 
 namespace {

@@ -35,7 +35,7 @@
 #include "specdec/specdec.hpp"
 #include "specdec/testing.hpp"
 
-#include "restated_token_verifier.hpp"
+#include "../restated_token_verifier.hpp"
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include "specdec/specdec.hpp"
 #include "specdec/testing.hpp"
 
-#include "restated_tree_verifier.hpp"
+#include "../restated_tree_verifier.hpp"
 
 namespace {
 
