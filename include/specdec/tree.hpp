@@ -27,6 +27,7 @@
 /// positions (docs/design.md, "Tree drafts").
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <concepts>
 #include <cstddef>
@@ -42,6 +43,7 @@
 #include "specdec/detail/error.hpp"
 #include "specdec/detail/model_traits.hpp"
 #include "specdec/detail/timer.hpp"
+#include "specdec/enum_names.hpp"
 #include "specdec/model.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/types.hpp"
@@ -172,6 +174,16 @@ enum class SiblingMode {
   top_k,
 };
 
+/// \brief SiblingMode's names (enum_names.hpp): "replace", "distinct", "top-k".
+template <>
+struct EnumNames<SiblingMode> {
+  static constexpr std::string_view what = "sibling mode";
+  static constexpr std::array<EnumName<SiblingMode>, 3> names{
+      {{SiblingMode::with_replacement, "replace"},
+       {SiblingMode::without_replacement, "distinct"},
+       {SiblingMode::top_k, "top-k"}}};
+};
+
 /// \brief The shape of the tree a TreeProposer drafts each round.
 ///
 /// Fixed: `widths[d]` children for every node at depth d (widths[0] = children of the root):
@@ -245,13 +257,10 @@ struct TreeShape {
   }
 };
 
-/// \brief "replace" | "distinct" | "top-k" -> SiblingMode.
+/// \brief "replace" | "distinct" | "top-k" -> SiblingMode: parse<SiblingMode>(text).
+/// \throws std::invalid_argument naming the text and listing the accepted names.
 [[nodiscard]] inline SiblingMode parse_sibling_mode(std::string_view text) {
-  if (text == "replace") return SiblingMode::with_replacement;
-  if (text == "distinct") return SiblingMode::without_replacement;
-  if (text == "top-k") return SiblingMode::top_k;
-  detail::throw_invalid_argument("sibling mode \"", std::string(text),
-                                 "\"; expected replace, distinct or top-k");
+  return parse<SiblingMode>(text);
 }
 
 // ============================================================================================
