@@ -115,7 +115,8 @@ GenerationResult run_decoder(const DecoderChoice& choice, VerifierKind verifier,
       NgramDecoder decoder(target, choice.ngrams);
       return run(decoder);
     }
-    case Proposer::both: break;
+    case Proposer::both:
+      break;
   }
   NgramThenModelDecoder decoder(draft, target, choice.ngrams);
   return run(decoder);

@@ -111,6 +111,7 @@ struct Options {
   std::string target_path = SPECDEC_MODELS_DIR "/kjv-target.spdc";
   std::string draft_path = SPECDEC_MODELS_DIR "/kjv-draft.spdc";
   bool json = false, baseline = true, baseline_text = true, help = false;
+  // --proposer, --tree, --tree-budget, --siblings
   DecoderChoice decoder{.proposer = Proposer::model, .tree = std::nullopt, .ngrams = kByteNgrams};
   std::size_t target_threads = 1, draft_threads = 1;
 };
@@ -167,7 +168,9 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--top-p") config.sampling.top_p = float_value();
     else if (flag == "--min-p") config.sampling.min_p = float_value();
     else if (flag == "--seed") config.seed = parse_number<std::uint64_t>(flag, value());
-    else if (flag == "--verifier") config.verifier = parse_flag<specdec::VerifierKind>(flag, value());
+    else if (flag == "--verifier") {
+      config.verifier = parse_flag<specdec::VerifierKind>(flag, value());
+    }
     else if (flag == "--tree") {
       tree_options().shape = specdec::examples::parse_tree_flag(flag, value());
     }

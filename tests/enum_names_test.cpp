@@ -56,15 +56,17 @@ TEST(EnumNames, VerifierKind) {
 TEST(EnumNames, FinishReason) {
   expect_round_trips<specdec::FinishReason>({"length", "stop_token", "callback", "context_limit"});
   expect_rejected<specdec::FinishReason>(
-      "stop", "specdec: finish reason \"stop\"; expected length, stop_token, callback or "
-              "context_limit");
+      "stop",
+      "specdec: finish reason \"stop\"; expected length, stop_token, callback or "
+      "context_limit");
 }
 
 TEST(EnumNames, DraftLengthKind) {
   expect_round_trips<specdec::DraftLengthKind>({"fixed", "schedule", "confidence", "goodput"});
   expect_rejected<specdec::DraftLengthKind>(
-      "always", "specdec: draft-length policy \"always\"; expected fixed, schedule, confidence "
-                "or goodput");
+      "always",
+      "specdec: draft-length policy \"always\"; expected fixed, schedule, confidence "
+      "or goodput");
 }
 
 TEST(EnumNames, SiblingMode) {
@@ -84,7 +86,8 @@ TEST(EnumNames, PredictionBasis) {
 
 TEST(EnumNames, TestingBudget) {
   expect_round_trips<specdec::testing::Budget>({"exact", "unlimited"});
-  expect_rejected<specdec::testing::Budget>("", "specdec: budget \"\"; expected exact or unlimited");
+  expect_rejected<specdec::testing::Budget>("",
+                                            "specdec: budget \"\"; expected exact or unlimited");
 }
 
 TEST(EnumNames, NamesAreCaseSensitiveAndExact) {
