@@ -1,17 +1,21 @@
 // What the example CLIs (specdec-demo, specdec-llama) share: usage errors, number parsing with
-// a message naming the flag, the draft-length policy names, JSON strings of raw bytes, and a
-// main() that maps errors to exit codes (0 ok, 1 runtime error, 2 bad usage).
+// a message naming the flag, flags that take one of a library enum's names (enum_names.hpp),
+// library parse errors as usage errors, JSON strings of raw bytes, and a main() that maps
+// errors to exit codes (0 ok, 1 runtime error, 2 bad usage).
 #pragma once
 
 #include <charconv>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
-#include <specdec/configured_draft_length.hpp>
+#include <specdec/detail/error.hpp>
+#include <specdec/enum_names.hpp>
+#include <specdec/generation.hpp>
 
 namespace specdec::examples {
 
@@ -36,23 +40,41 @@ Number parse_number(std::string_view flag, std::string_view text) {
   return value;
 }
 
-inline DraftLengthKind parse_draft_policy(std::string_view name) {
-  if (name == "fixed") return DraftLengthKind::fixed;
-  if (name == "schedule") return DraftLengthKind::schedule;
-  if (name == "confidence") return DraftLengthKind::confidence;
-  if (name == "goodput") return DraftLengthKind::goodput;
-  throw UsageError("--draft-policy expects fixed, schedule, confidence or goodput, got '" +
-                   std::string(name) + "'");
+/// `text` as one of E's library names, or a UsageError naming `flag` and listing the names:
+/// "--verifier expects token or block, got 'tree'".
+template <NamedEnum E>
+E parse_flag(std::string_view flag, std::string_view text) {
+  if (const std::optional<E> value = try_parse<E>(text)) return *value;
+  throw UsageError(std::string(flag) + " expects " + accepted_names<E>() + ", got '" +
+                   std::string(text) + "'");
 }
 
-inline const char* draft_policy_name(DraftLengthKind kind) {
-  switch (kind) {
-    case DraftLengthKind::fixed: return "fixed";
-    case DraftLengthKind::schedule: return "schedule";
-    case DraftLengthKind::confidence: return "confidence";
-    case DraftLengthKind::goodput: return "goodput";
+/// A library enum's name for printf: the names are string literals (NUL-terminated).
+template <NamedEnum E>
+const char* name_of(E value) {
+  const std::string_view name = to_string(value);
+  return name.empty() ? "?" : name.data();
+}
+
+/// Runs `parse` (a library call that checks a flag's value) and turns its
+/// std::invalid_argument into a UsageError naming the flag: "--tree: tree shape ...".
+template <class Parse>
+decltype(auto) flag_value(std::string_view flag, Parse&& parse) {
+  try {
+    return parse();
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(std::string(flag) + ": " + std::string(message_without_prefix(error.what())));
   }
-  return "?";
+}
+
+/// The library's own checks of a configuration (K >= 1, temperature, top-k, ...), their message
+/// as a usage error.
+inline void validate_config(const GenerationConfig& config) {
+  try {
+    config.validate();
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(std::string(message_without_prefix(error.what())));
+  }
 }
 
 /// A JSON string literal. Bytes >= 0x7f become \u00XX (byte = code point: lossless, since a
@@ -73,22 +95,18 @@ inline std::string json_string(std::string_view bytes) {
   return out + "\"";
 }
 
-/// Library and model messages start with "specdec: "; a CLI's get the program's name instead.
-inline std::string_view without_prefix(std::string_view message) {
-  return message.starts_with("specdec: ") ? message.substr(9) : message;
-}
-
 /// Runs `body` (returning the exit status) and maps what escapes it: a UsageError to 2, any
-/// other exception to 1, each as one line on stderr behind `program`.
+/// other exception to 1, each as one line on stderr behind `program` (which replaces the
+/// "specdec: " of library messages).
 template <class Body>
 int run_cli(const char* program, Body&& body) {
   try {
     return body();
   } catch (const UsageError& error) {
-    std::fprintf(stderr, "%s: %s (see --help)\n", program, without_prefix(error.what()).data());
+    std::fprintf(stderr, "%s: %s (see --help)\n", program, error.what());
     return 2;
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "%s: error: %s\n", program, without_prefix(error.what()).data());
+    std::fprintf(stderr, "%s: error: %s\n", program, message_without_prefix(error.what()).data());
     return 1;
   }
 }

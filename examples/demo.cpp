@@ -14,15 +14,20 @@
 #include <specdec/specdec.hpp>
 
 #include "cli_args.hpp"
+#include "decoder_ladder.hpp"
 #include "gpt/gpt_model.hpp"
 #include "text_stream.hpp"
 
 namespace {
 
-using specdec::examples::draft_policy_name;
+using specdec::examples::DecoderChoice;
 using specdec::examples::json_string;
-using specdec::examples::parse_draft_policy;
+using specdec::examples::kAutoDraftLengthCap;
+using specdec::examples::name_of;
+using specdec::examples::parse_flag;
 using specdec::examples::parse_number;
+using specdec::examples::Proposer;
+using specdec::examples::tree_name;
 using specdec::examples::UsageError;
 using specdec::token_t;
 using specdec::examples::GptModel;
@@ -86,12 +91,6 @@ Exit status: 0 ok, 1 runtime error (unreadable weights, or greedy outputs that d
 2 bad usage.
 )";
 
-specdec::VerifierKind parse_verifier(std::string_view name) {
-  if (name == "token") return specdec::VerifierKind::token;
-  if (name == "block") return specdec::VerifierKind::block;
-  throw UsageError("--verifier expects token or block, got '" + std::string(name) + "'");
-}
-
 /// Without flags the demo runs the fastest combination measured on the shipped pair
 /// (docs/guide/trees.md, "End to end: the best combination"): the goodput policy (K <= 16) with block
 /// verification, drafting by n-gram lookup then the draft model when greedy (1.16-1.32x the
@@ -103,65 +102,6 @@ specdec::VerifierKind parse_verifier(std::string_view name) {
 /// one register tile, and a 10-row call costs a step more.
 constexpr std::size_t kFixedDraftLength = 8;
 
-/// The most tokens `--draft-length auto` lets a round draft (llama.cpp's n_max default).
-constexpr std::size_t kAutoDraftLengthCap = 16;
-
-/// What drafts: the draft model, n-gram lookup in the context, or lookup when it matches and
-/// the draft model otherwise.
-enum class Proposer { model, ngram, both };
-
-Proposer parse_proposer(std::string_view name) {
-  if (name == "model") return Proposer::model;
-  if (name == "ngram") return Proposer::ngram;
-  if (name == "both") return Proposer::both;
-  throw UsageError("--proposer expects model, ngram or both, got '" + std::string(name) + "'");
-}
-
-specdec::TreeShape parse_tree_shape(std::string_view text) {
-  try {
-    return specdec::TreeShape::parse(text);
-  } catch (const std::invalid_argument& error) {
-    throw UsageError(std::string("--tree: ") + (error.what() + 9));  // after "specdec: "
-  }
-}
-
-/// --tree-budget N: N nodes grown best first.
-specdec::TreeShape tree_budget(std::size_t nodes) {
-  if (nodes == 0) throw UsageError("--tree-budget must be >= 1");
-  return specdec::TreeShape::dynamic(nodes);
-}
-
-specdec::SiblingMode parse_siblings(std::string_view text) {
-  try {
-    return specdec::parse_sibling_mode(text);
-  } catch (const std::invalid_argument& error) {
-    throw UsageError(std::string("--siblings: ") + (error.what() + 9));  // after "specdec: "
-  }
-}
-
-const char* siblings_name(specdec::SiblingMode mode) {
-  switch (mode) {
-    case specdec::SiblingMode::with_replacement: return "replace";
-    case specdec::SiblingMode::without_replacement: return "distinct";
-    case specdec::SiblingMode::top_k: return "top-k";
-  }
-  return "?";
-}
-
-/// "4x2x2x1" or "budget 12".
-std::string tree_name(const specdec::TreeOptions& tree) {
-  if (tree.shape.is_dynamic()) return "budget " + std::to_string(tree.shape.budget);
-  std::string name;
-  for (const std::size_t width : tree.shape.widths) {
-    name += (name.empty() ? "" : "x") + std::to_string(width);
-  }
-  return name;
-}
-
-const char* proposer_name(Proposer proposer) {
-  return proposer == Proposer::model ? "model" : proposer == Proposer::ngram ? "ngram" : "both";
-}
-
 /// Byte tokens: an n-gram of fewer than 4 bytes matches by coincidence far too often.
 constexpr specdec::NgramOptions kByteNgrams{.min_ngram = 4, .max_ngram = 12};
 
@@ -171,8 +111,8 @@ struct Options {
   std::string target_path = SPECDEC_MODELS_DIR "/kjv-target.spdc";
   std::string draft_path = SPECDEC_MODELS_DIR "/kjv-draft.spdc";
   bool json = false, baseline = true, baseline_text = true, help = false;
-  Proposer proposer = Proposer::model;
-  std::optional<specdec::TreeOptions> tree;  // --tree / --tree-budget
+  // --proposer, --tree, --tree-budget, --siblings
+  DecoderChoice decoder{.proposer = Proposer::model, .tree = std::nullopt, .ngrams = kByteNgrams};
   std::size_t target_threads = 1, draft_threads = 1;
 };
 
@@ -195,9 +135,10 @@ Options parse_args(int argc, char** argv) {
   std::optional<Proposer> proposer;
   std::optional<specdec::SiblingMode> siblings;
   config.verifier = specdec::VerifierKind::block;
+  std::optional<specdec::TreeOptions>& tree = options.decoder.tree;
   const auto tree_options = [&]() -> specdec::TreeOptions& {
-    if (!options.tree) options.tree = specdec::TreeOptions{};
-    return *options.tree;
+    if (!tree) tree = specdec::TreeOptions{};
+    return *tree;
   };
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
@@ -209,12 +150,7 @@ Options parse_args(int argc, char** argv) {
     const auto float_value = [&] { return parse_number<float>(flag, value()); };
     const auto set_draft_length = [&](std::string_view text) {
       draft_length_given = true;
-      if (text == "auto") {
-        config.draft_length = kAutoDraftLengthCap;
-        config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
-      } else {
-        config.draft_length = parse_number<std::size_t>(flag, text);
-      }
+      specdec::examples::set_draft_length(config, flag, text);
     };
     // One flag per line, read as a table.
     // clang-format off
@@ -224,18 +160,24 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "-k" || flag == "--draft-length") set_draft_length(value());
     else if (flag == "--draft-policy") {
       policy_given = true;
-      config.draft_length_policy.kind = parse_draft_policy(value());
+      config.draft_length_policy.kind = parse_flag<specdec::DraftLengthKind>(flag, value());
     }
-    else if (flag == "--proposer") proposer = parse_proposer(value());
+    else if (flag == "--proposer") proposer = parse_flag<Proposer>(flag, value());
     else if (flag == "--temperature") config.sampling.temperature = float_value();
     else if (flag == "--top-k") config.sampling.top_k = parse_number<int>(flag, value());
     else if (flag == "--top-p") config.sampling.top_p = float_value();
     else if (flag == "--min-p") config.sampling.min_p = float_value();
     else if (flag == "--seed") config.seed = parse_number<std::uint64_t>(flag, value());
-    else if (flag == "--verifier") config.verifier = parse_verifier(value());
-    else if (flag == "--tree") tree_options().shape = parse_tree_shape(value());
-    else if (flag == "--tree-budget") tree_options().shape = tree_budget(size_value());
-    else if (flag == "--siblings") siblings = parse_siblings(value());
+    else if (flag == "--verifier") {
+      config.verifier = parse_flag<specdec::VerifierKind>(flag, value());
+    }
+    else if (flag == "--tree") {
+      tree_options().shape = specdec::examples::parse_tree_flag(flag, value());
+    }
+    else if (flag == "--tree-budget") {
+      tree_options().shape = specdec::examples::tree_budget_flag(flag, size_value());
+    }
+    else if (flag == "--siblings") siblings = parse_flag<specdec::SiblingMode>(flag, value());
     else if (flag == "--threads") options.target_threads = parse_threads(flag, value());
     else if (flag == "--threads-draft") options.draft_threads = parse_threads(flag, value());
     else if (flag == "--target") options.target_path = value();
@@ -247,22 +189,22 @@ Options parse_args(int argc, char** argv) {
     // clang-format on
   }
   if (config.max_new_tokens == 0) throw UsageError("--max-new-tokens must be >= 1");
-  if (siblings && !options.tree) throw UsageError("--siblings needs --tree or --tree-budget");
+  if (siblings && !tree) throw UsageError("--siblings needs --tree or --tree-budget");
   const bool auto_given = draft_length_given &&
                           config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
                           !policy_given;
-  if (options.tree) {
-    if (siblings) options.tree->siblings = *siblings;
+  if (tree) {
+    if (siblings) tree->siblings = *siblings;
     if ((proposer && *proposer != Proposer::model) || auto_given ||
         (policy_given && config.draft_length_policy.kind != specdec::DraftLengthKind::fixed)) {
       throw UsageError("--tree / --tree-budget draft with the draft model and a fixed node "
                        "budget: not with --proposer ngram|both, -k auto or --draft-policy");
     }
-    options.proposer = Proposer::model;
-    if (!draft_length_given) config.draft_length = options.tree->shape.nodes();  // whole tree
+    options.decoder.proposer = Proposer::model;
+    if (!draft_length_given) config.draft_length = tree->shape.nodes();  // whole tree
   } else {
     const bool greedy = !(config.sampling.temperature > 0.0f);
-    options.proposer = proposer.value_or(greedy ? Proposer::both : Proposer::model);
+    options.decoder.proposer = proposer.value_or(greedy ? Proposer::both : Proposer::model);
     if (!draft_length_given && !policy_given) {
       config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;  // "-k auto"
     }
@@ -271,11 +213,7 @@ Options parse_args(int argc, char** argv) {
       config.draft_length = adaptive ? kAutoDraftLengthCap : kFixedDraftLength;
     }
   }
-  try {
-    config.validate();  // the library's own checks: K >= 1, temperature, top-k, top-p, min-p
-  } catch (const std::invalid_argument& error) {
-    throw UsageError(error.what());
-  }
+  specdec::examples::validate_config(config);  // K >= 1, temperature, top-k, top-p, min-p
   return options;
 }
 
@@ -307,8 +245,8 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
       "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, \"alpha_hat\": "
       "%.6g, \"tokens_per_round\": %.6g, \"cost_ratio\": %.6g, \"predicted_speedup\": %.6g}",
       json_string(options.prompt).c_str(), config.draft_length,
-      draft_policy_name(config.draft_length_policy.kind), proposer_name(options.proposer),
-      config.verifier == specdec::VerifierKind::block ? "block" : "token", options.target_threads,
+      name_of(config.draft_length_policy.kind), name_of(options.decoder.proposer),
+      name_of(config.verifier), options.target_threads,
       options.draft_threads, config.max_new_tokens,
       static_cast<unsigned long long>(config.seed), static_cast<double>(s.temperature), s.top_k,
       static_cast<double>(s.top_p), static_cast<double>(s.min_p),
@@ -321,7 +259,7 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
   }
   std::printf(",\n  \"draft_length_histogram\": [%s],\n  \"plain_rounds\": %zu",
               histogram.c_str(), stats.plain_rounds());
-  if (options.tree) {
+  if (options.decoder.tree) {
     const auto list = [](const std::vector<std::size_t>& values) {
       std::string out;
       std::size_t used = values.size();
@@ -332,7 +270,7 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
     std::printf(",\n  \"tree\": {\"shape\": \"%s\", \"siblings\": \"%s\", \"drafted_at_depth\": "
                 "[%s], \"accepted_at_depth\": [%s], \"drafted_at_rank\": [%s], "
                 "\"accepted_at_rank\": [%s]}",
-                tree_name(*options.tree).c_str(), siblings_name(options.tree->siblings),
+                tree_name(*options.decoder.tree).c_str(), name_of(options.decoder.tree->siblings),
                 list(stats.drafted_at).c_str(), list(stats.accepted_at).c_str(),
                 list(stats.drafted_at_rank).c_str(), list(stats.accepted_at_rank).c_str());
   }
@@ -362,12 +300,13 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
                 specdec::examples::escape_generated(slow.tokens).c_str());
   }
   const bool adaptive = options.config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
-  const bool tree = options.tree.has_value();  // the geometric model and K are for chains
-  const char* drafter = options.proposer == Proposer::both    ? "lookup, else draft, "
-                        : options.proposer == Proposer::ngram ? "lookup, "
-                                                              : "";
+  const bool tree = options.decoder.tree.has_value();  // the geometric model and K: chains
+  const Proposer proposer = options.decoder.proposer;
+  const char* drafter = proposer == Proposer::both    ? "lookup, else draft, "
+                        : proposer == Proposer::ngram ? "lookup, "
+                                                      : "";
   std::printf("\nspeculative (%s%s%s%s %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
-              drafter, adaptive ? draft_policy_name(options.config.draft_length_policy.kind) : "",
+              drafter, adaptive ? name_of(options.config.draft_length_policy.kind) : "",
               adaptive ? ", " : "", tree ? "tree, nodes" : "K", adaptive || tree ? "<=" : "=", k,
               options.config.verifier == specdec::VerifierKind::block ? ", block" : "",
               stats.emitted, stats.total_seconds, tokens_per_second(stats));
@@ -396,11 +335,11 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
   }
   std::printf("tokens per round:      %.2f  (acceptance rate %.3f)\n", stats.tokens_per_round(),
               stats.acceptance_rate());
-  if (options.tree) {
+  if (tree) {
     // Per depth: rounds whose tree reached it, and rounds that accepted a node there; per
     // sibling rank: drafted nodes that were a parent's r-th child, and how many were accepted.
-    std::printf("tree %s, %s siblings:\n  depth:", tree_name(*options.tree).c_str(),
-                siblings_name(options.tree->siblings));
+    std::printf("tree %s, %s siblings:\n  depth:", tree_name(*options.decoder.tree).c_str(),
+                name_of(options.decoder.tree->siblings));
     for (std::size_t d = 0; d < stats.drafted_at.size() && stats.drafted_at[d] > 0; ++d) {
       std::printf("  %zu: %zu/%zu", d + 1, stats.accepted_at[d], stats.drafted_at[d]);
     }
@@ -467,7 +406,7 @@ int run(Options& options) {
   target.target(prompt, 1);
   target.reset();
 
-  // The speculative run, with the proposer --proposer names (the decoder types differ).
+  // The speculative run, with the decoder the flags chose (the decoder types differ).
   const auto speculate = [&](auto& decoder) {
     if (options.json) return decoder.generate(prompt, config);
     TextStream stream(options.prompt, config.draft_length, config.max_new_tokens);
@@ -475,36 +414,9 @@ int run(Options& options) {
     stream.finish();
     return result;
   };
-  specdec::GenerationResult fast, slow;
-  if (options.tree) {
-    // The target's own tree call when it has one; else every node's row by a chain call.
-    const auto run_tree = [&](auto& tree_target) {
-      specdec::TreeProposer proposer(draft, *options.tree);
-      if (config.verifier == specdec::VerifierKind::block) {
-        specdec::StrategyDecoder speculative(tree_target, proposer, specdec::StaticDraftLength{},
-                                             specdec::TraversalVerifier{});
-        return speculate(speculative);
-      }
-      specdec::StrategyDecoder speculative(tree_target, proposer, specdec::StaticDraftLength{},
-                                           specdec::TreeVerifier{});
-      return speculate(speculative);
-    };
-    if constexpr (specdec::TreeTargetModel<GptModel>) {
-      fast = run_tree(target);
-    } else {
-      specdec::PathwiseTreeTarget<GptModel> tree_target(target);
-      fast = run_tree(tree_target);
-    }
-  } else if (options.proposer == Proposer::model) {
-    specdec::SpeculativeDecoder speculative(draft, target);
-    fast = speculate(speculative);
-  } else if (options.proposer == Proposer::ngram) {
-    specdec::NgramDecoder speculative(target, kByteNgrams);
-    fast = speculate(speculative);
-  } else {
-    specdec::NgramThenModelDecoder speculative(draft, target, kByteNgrams);
-    fast = speculate(speculative);
-  }
+  const specdec::GenerationResult fast =
+      specdec::examples::run_decoder(options.decoder, config.verifier, draft, target, speculate);
+  specdec::GenerationResult slow;
   if (options.baseline) {
     target.reset();  // forget the cached prompt: plain decoding pays for it too
     specdec::AutoregressiveDecoder plain(target);

@@ -16,13 +16,16 @@
 #include <specdec/specdec.hpp>
 
 #include "cli_args.hpp"
+#include "decoder_ladder.hpp"
 
 namespace {
 
-using specdec::examples::draft_policy_name;
 using specdec::examples::json_string;
-using specdec::examples::parse_draft_policy;
+using specdec::examples::kAutoDraftLengthCap;
+using specdec::examples::name_of;
+using specdec::examples::parse_flag;
 using specdec::examples::parse_number;
+using specdec::examples::Proposer;
 using specdec::examples::UsageError;
 using specdec::token_t;
 namespace llama = specdec::llama_cpp;
@@ -81,10 +84,7 @@ Exit status: 0 ok, 1 runtime error (unloadable model, incompatible vocabularies,
 that differ), 2 bad usage.
 )";
 
-enum class Proposer { model, ngram, both };
-
 constexpr std::size_t kDefaultDraftLength = 8;
-constexpr std::size_t kAutoDraftLengthCap = 16;
 
 struct Options {
   std::string target_path = SPECDEC_GGUF_DIR "/kjv-target-f16.gguf";
@@ -101,12 +101,15 @@ struct Options {
   bool measure_costs = true;  // --draft-costs
 };
 
+/// llama.cpp's --spec-type names, or the demo's --proposer names (model, ngram, both).
 Proposer parse_spec_type(std::string_view text) {
-  if (text == "draft-simple" || text == "model") return Proposer::model;
-  if (text == "ngram-simple" || text == "ngram") return Proposer::ngram;
-  if (text == "ngram-simple,draft-simple" || text == "draft-simple,ngram-simple" ||
-      text == "both") {
+  if (text == "draft-simple") return Proposer::model;
+  if (text == "ngram-simple") return Proposer::ngram;
+  if (text == "ngram-simple,draft-simple" || text == "draft-simple,ngram-simple") {
     return Proposer::both;
+  }
+  if (const std::optional<Proposer> proposer = specdec::try_parse<Proposer>(text)) {
+    return *proposer;
   }
   throw UsageError("--spec-type expects draft-simple, ngram-simple or ngram-simple,draft-simple "
                    "(--proposer: model, ngram or both), got '" + std::string(text) + "'");
@@ -136,14 +139,6 @@ Options parse_args(int argc, char** argv) {
     if (!options.tree) options.tree = specdec::TreeOptions{};
     return *options.tree;
   };
-  // The library's own parse errors, as usage errors naming the flag.
-  const auto usage = [](std::string_view flag, auto&& parse) {
-    try {
-      return parse();
-    } catch (const std::invalid_argument& error) {
-      throw UsageError(std::string(flag) + ": " + (error.what() + 9));  // after "specdec: "
-    }
-  };
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     const auto value = [&]() -> std::string_view {
@@ -159,12 +154,7 @@ Options parse_args(int argc, char** argv) {
     };
     const auto set_draft_length = [&](std::string_view text) {
       draft_length_given = true;
-      if (text == "auto") {
-        config.draft_length = kAutoDraftLengthCap;
-        config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
-      } else {
-        config.draft_length = parse_number<std::size_t>(flag, text);
-      }
+      specdec::examples::set_draft_length(config, flag, text);
     };
     const auto is = [&](std::initializer_list<std::string_view> names) {
       return std::find(names.begin(), names.end(), flag) != names.end();
@@ -181,29 +171,20 @@ Options parse_args(int argc, char** argv) {
     else if (is({"--spec-draft-n-max", "--draft-max", "--draft-n", "--draft", "-k"})) {
       set_draft_length(value());
     }
-    else if (is({"--draft-policy"})) config.draft_length_policy.kind = parse_draft_policy(value());
+    else if (is({"--draft-policy"})) {
+      config.draft_length_policy.kind = parse_flag<specdec::DraftLengthKind>(flag, value());
+    }
     else if (is({"--spec-type", "--proposer"})) options.proposer = parse_spec_type(value());
     else if (is({"--ngram-min"})) options.ngram_min = size_value();
     else if (is({"--ngram-max"})) options.ngram_max = size_value();
-    else if (is({"--verifier"})) {
-      const std::string_view name = value();
-      if (name == "token") config.verifier = specdec::VerifierKind::token;
-      else if (name == "block") config.verifier = specdec::VerifierKind::block;
-      else throw UsageError("--verifier expects token or block, got '" + std::string(name) + "'");
-    }
+    else if (is({"--verifier"})) config.verifier = parse_flag<specdec::VerifierKind>(flag, value());
     else if (is({"--tree"})) {
-      const std::string_view text = value();
-      tree_options().shape = usage(flag, [&] { return specdec::TreeShape::parse(text); });
+      tree_options().shape = specdec::examples::parse_tree_flag(flag, value());
     }
     else if (is({"--tree-budget"})) {
-      const std::size_t nodes = size_value();
-      if (nodes == 0) throw UsageError("--tree-budget must be >= 1");
-      tree_options().shape = specdec::TreeShape::dynamic(nodes);
+      tree_options().shape = specdec::examples::tree_budget_flag(flag, size_value());
     }
-    else if (is({"--siblings"})) {
-      const std::string_view text = value();
-      siblings = usage(flag, [&] { return specdec::parse_sibling_mode(text); });
-    }
+    else if (is({"--siblings"})) siblings = parse_flag<specdec::SiblingMode>(flag, value());
     else if (is({"--temp", "--temperature"})) config.sampling.temperature = float_value();
     else if (is({"--top-k"})) config.sampling.top_k = parse_number<int>(flag, value());
     else if (is({"--top-p"})) config.sampling.top_p = float_value();
@@ -255,11 +236,7 @@ Options parse_args(int argc, char** argv) {
     config.draft_length = adaptive ? kAutoDraftLengthCap : kDefaultDraftLength;
     if (options.tree) config.draft_length = options.tree->shape.nodes();  // the whole tree
   }
-  try {
-    config.validate();
-  } catch (const std::invalid_argument& error) {
-    throw UsageError(error.what());
-  }
+  specdec::examples::validate_config(config);
   return options;
 }
 
@@ -358,28 +335,11 @@ int run(Options& options) {
     return true;
   };
   const auto speculate = [&](auto& decoder) { return decoder.generate(prompt, config, stream); };
-  specdec::GenerationResult fast, slow;
-  if (options.tree) {
-    specdec::TreeProposer proposer(draft, *options.tree);
-    if (config.verifier == specdec::VerifierKind::block) {
-      specdec::StrategyDecoder decoder(target, proposer, specdec::StaticDraftLength{},
-                                       specdec::TraversalVerifier{});
-      fast = speculate(decoder);
-    } else {
-      specdec::StrategyDecoder decoder(target, proposer, specdec::StaticDraftLength{},
-                                       specdec::TreeVerifier{});
-      fast = speculate(decoder);
-    }
-  } else if (options.proposer == Proposer::model) {
-    specdec::SpeculativeDecoder decoder(draft, target);
-    fast = speculate(decoder);
-  } else if (options.proposer == Proposer::ngram) {
-    specdec::NgramDecoder decoder(target, ngrams);
-    fast = speculate(decoder);
-  } else {
-    specdec::NgramThenModelDecoder decoder(draft, target, ngrams);
-    fast = speculate(decoder);
-  }
+  const specdec::examples::DecoderChoice choice{
+      .proposer = options.proposer, .tree = options.tree, .ngrams = ngrams};
+  const specdec::GenerationResult fast =
+      specdec::examples::run_decoder(choice, config.verifier, draft, target, speculate);
+  specdec::GenerationResult slow;
   if (!options.json) std::printf("%s\n", printable(text.flush()).c_str());
   if (options.baseline) {
     target.reset();  // plain decoding pays for the prompt too
@@ -403,8 +363,7 @@ int run(Options& options) {
         "\"library_seconds\": %.6g}",
         json_string(options.target_path).c_str(), json_string(options.draft_path).c_str(),
         json_string(options.prompt).c_str(), proposer_name(options.proposer), config.draft_length,
-        draft_policy_name(config.draft_length_policy.kind),
-        config.verifier == specdec::VerifierKind::block ? "block" : "token",
+        name_of(config.draft_length_policy.kind), name_of(config.verifier),
         static_cast<double>(config.sampling.temperature),
         static_cast<unsigned long long>(config.seed), options.target_context.threads,
         options.draft_context.threads, json_string(options.rpc).c_str(),
@@ -431,7 +390,7 @@ int run(Options& options) {
   } else {
     std::printf("\nspeculative (%s, %s %s %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
                 options.tree ? "tree" : proposer_name(options.proposer),
-                adaptive ? draft_policy_name(config.draft_length_policy.kind) : "fixed",
+                name_of(config.draft_length_policy.kind),
                 options.tree ? "nodes" : "K", adaptive || options.tree ? "<=" : "=",
                 config.draft_length,
                 config.verifier == specdec::VerifierKind::block ? ", block" : "", stats.emitted,

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "specdec/detail/error.hpp"
+#include "specdec/tree.hpp"
 #include "specdec/types.hpp"
 
 namespace specdec {
@@ -109,33 +110,10 @@ class ContextCache {
 // ----------------------------------------------------------------------------
 // Trees: one call scores many branches, the next context says which one was kept
 
-/// \brief Checks a flattened tree of drafts and writes each node's depth.
-///
-/// Nodes are in topological order: parents[i] < i, and -1 marks a child of the root (the
-/// committed context). depths[i] = 0 for a child of the root, depths[parents[i]] + 1 otherwise,
-/// so node i's position in its root-to-node path is committed.size() + depths[i].
-/// \returns the height: the number of nodes on the longest root-to-leaf path (0 for no nodes).
-/// \throws std::invalid_argument naming the first node whose parent is not in [-1, i), or if
-/// depths holds fewer entries than parents.
-inline std::size_t tree_depths(std::span<const std::int32_t> parents,
-                               std::span<std::size_t> depths) {
-  if (depths.size() < parents.size()) {
-    detail::throw_invalid_argument("tree_depths: room for ", depths.size(), " depths for ",
-                                   parents.size(), " nodes; expected one per node");
-  }
-  std::size_t height = 0;
-  for (std::size_t i = 0; i < parents.size(); ++i) {
-    const std::int32_t parent = parents[i];
-    if (parent < -1 || (parent >= 0 && static_cast<std::size_t>(parent) >= i)) {
-      detail::throw_invalid_argument(
-          "tree node ", i, " has parent ", parent, "; expected a parent in [-1, ", i,
-          "): nodes in topological order (parents[i] < i), -1 for a child of the root");
-    }
-    depths[i] = parent < 0 ? 0 : depths[static_cast<std::size_t>(parent)] + 1;
-    height = std::max(height, depths[i] + 1);
-  }
-  return height;
-}
+// tree_depths(parents, depths), the depth convention (0 = a child of the root, so node i sits
+// at position committed.size() + depth(i)) and the search for the path a new context kept
+// (deepest_followed_node) are specdec/tree.hpp's tree topology, shared with the decoder and the
+// model adapters.
 
 /// \brief What a KV-cached model that scores trees must do for one call, in this order.
 ///
@@ -219,6 +197,7 @@ class TreeContextCache {
     tree_parents_.reserve(tree_capacity);
     tree_depths_.reserve(tree_capacity);
     reaches_.reserve(tree_capacity);
+    path_.reserve(tree_capacity);
     incoming_depths_.reserve(tree_capacity);
     kept_.reserve(tree_capacity);
   }
@@ -251,10 +230,7 @@ class TreeContextCache {
           "tree call with an empty committed context; expected at least one token (row 0 "
           "follows the committed context)");
     }
-    if (tokens.size() != parents.size()) {
-      detail::throw_invalid_argument("tree of ", tokens.size(), " tokens and ", parents.size(),
-                                     " parents; expected one parent per token");
-    }
+    check_tree_sizes(tokens.size(), parents.size());
     incoming_depths_.resize(parents.size());
     (void)specdec::tree_depths(parents, incoming_depths_);  // throws before anything changes
     TreeCacheUpdate plan = keep_tree_path(committed, 1);
@@ -296,27 +272,10 @@ class TreeContextCache {
         std::mismatch(chain_.begin(), chain_.end(), context.begin(), context.end()).first -
         chain_.begin());
     if (has_tree_ && common == tree_start) {
-      // reaches_[i] = 1 iff the context continues with node i's whole root-to-node path.
-      reaches_.assign(tree_tokens_.size(), 0);
-      std::size_t deepest = 0;  // nodes on the deepest such path
-      std::size_t deepest_node = 0;
-      for (std::size_t i = 0; i < tree_tokens_.size(); ++i) {
-        const std::int32_t parent = tree_parents_[i];
-        const std::size_t at = tree_start + tree_depths_[i];
-        const bool parent_reached = parent < 0 || reaches_[static_cast<std::size_t>(parent)] != 0;
-        if (parent_reached && at < context.size() && context[at] == tree_tokens_[i]) {
-          reaches_[i] = 1;
-          if (tree_depths_[i] + 1 > deepest) {
-            deepest = tree_depths_[i] + 1;
-            deepest_node = i;
-          }
-        }
-      }
-      kept_.resize(deepest);
-      for (std::size_t node = deepest_node, d = deepest; d > 0; --d) {
-        kept_[d - 1] = node;
-        node = static_cast<std::size_t>(tree_parents_[node]);  // -1 only after the last step
-      }
+      const std::int32_t deepest = deepest_followed_node(tree_tokens_, tree_parents_, tree_depths_,
+                                                         context.subspan(tree_start), reaches_);
+      kept_.resize(tree_path(tree_parents_, deepest, path_));
+      std::copy_n(path_.begin(), kept_.size(), kept_.begin());
     }
     // The kept path now continues the cached chain: plan as plan_cache_update over both.
     const std::size_t common_with_path = tree_start + kept_.size();
@@ -348,6 +307,7 @@ class TreeContextCache {
   std::vector<std::size_t> tree_depths_;      // (nodes)
   std::vector<std::uint8_t> reaches_;         // (nodes) scratch: the context follows node i's path
   std::vector<std::size_t> incoming_depths_;  // (nodes) scratch: the new tree's depths, checked
+  std::vector<std::int32_t> path_;            // (height) scratch: the kept path as node ids
   std::vector<std::size_t> kept_;             // (height) the kept path, root first
 };
 

@@ -5,14 +5,17 @@
 /// GenerationResult, and the validation of a request (config and prompt) every decoder applies.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "specdec/detail/error.hpp"
 #include "specdec/draft_length/options.hpp"
+#include "specdec/enum_names.hpp"
 #include "specdec/sampling/params.hpp"
 #include "specdec/stats.hpp"
 #include "specdec/types.hpp"
@@ -24,6 +27,14 @@ namespace specdec {
 enum class VerifierKind {
   token,  ///< token-level speculative sampling (TokenVerifier)
   block,  ///< block verification (BlockVerifier): never fewer accepted tokens in expectation
+};
+
+/// \brief VerifierKind's names (enum_names.hpp): "token", "block".
+template <>
+struct EnumNames<VerifierKind> {
+  static constexpr std::string_view what = "verifier";
+  static constexpr std::array<EnumName<VerifierKind>, 2> names{
+      {{VerifierKind::token, "token"}, {VerifierKind::block, "block"}}};
 };
 
 /// \brief Everything one generate() call needs besides the prompt.
@@ -91,6 +102,17 @@ enum class FinishReason {
   /// the next model call would exceed GenerationConfig::max_context: the prompt plus the
   /// emitted tokens hold max_context + 1 tokens
   context_limit,
+};
+
+/// \brief FinishReason's names (enum_names.hpp): the enumerators' own.
+template <>
+struct EnumNames<FinishReason> {
+  static constexpr std::string_view what = "finish reason";
+  static constexpr std::array<EnumName<FinishReason>, 4> names{
+      {{FinishReason::length, "length"},
+       {FinishReason::stop_token, "stop_token"},
+       {FinishReason::callback, "callback"},
+       {FinishReason::context_limit, "context_limit"}}};
 };
 
 /// \brief The result of one generate() call.

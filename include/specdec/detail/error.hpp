@@ -1,15 +1,31 @@
 #pragma once
 /// \file
-/// \brief Error formatting shared by every specdec header (internal).
+/// \brief Error formatting shared by every specdec header (internal), and the one public helper
+/// for reading specdec's messages: message_without_prefix().
 ///
-/// Every exception specdec throws carries a message that begins with "specdec: ", names the
-/// offending value and says what was expected. GCC 12 has no std::format, so messages are
-/// assembled with an ostringstream; this only runs on the error path.
+/// Every exception specdec throws carries a message that begins with "specdec: " (kErrorPrefix),
+/// names the offending value and says what was expected. GCC 12 has no std::format, so messages
+/// are assembled with an ostringstream; this only runs on the error path.
 
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+
+namespace specdec {
+
+/// \brief The prefix of every message specdec throws.
+inline constexpr std::string_view kErrorPrefix = "specdec: ";
+
+/// \brief `message` without its leading kErrorPrefix (unchanged if it has none): for a program
+/// that puts its own name, or a flag, in front of a library message.
+[[nodiscard]] constexpr std::string_view message_without_prefix(
+    std::string_view message) noexcept {
+  if (message.starts_with(kErrorPrefix)) message.remove_prefix(kErrorPrefix.size());
+  return message;
+}
+
+}  // namespace specdec
 
 namespace specdec::detail {
 
@@ -17,7 +33,7 @@ namespace specdec::detail {
 template <class... Parts>
 [[nodiscard]] std::string error_message(const Parts&... parts) {
   std::ostringstream stream;
-  stream << "specdec: ";
+  stream << kErrorPrefix;
   (stream << ... << parts);
   return stream.str();
 }
@@ -39,10 +55,7 @@ template <class... Parts>
 template <class... Where>
 [[noreturn]] void throw_domain_error_for_row(const std::domain_error& error,
                                              const Where&... where) {
-  std::string_view message = error.what();
-  constexpr std::string_view prefix = "specdec: ";
-  if (message.starts_with(prefix)) message.remove_prefix(prefix.size());
-  throw_domain_error(where..., ": ", message);
+  throw_domain_error(where..., ": ", message_without_prefix(error.what()));
 }
 
 }  // namespace specdec::detail

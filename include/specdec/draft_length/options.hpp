@@ -5,15 +5,18 @@
 /// code), so that the settings header (generation.hpp) stays light.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "specdec/detail/error.hpp"
 #include "specdec/detail/exact_float.hpp"
+#include "specdec/enum_names.hpp"
 
 namespace specdec {
 
@@ -162,6 +165,17 @@ enum class DraftLengthKind {
   schedule,    ///< +2 after a fully accepted round, -1 after a rejection (ScheduleDraftLength)
   confidence,  ///< stop after a token the draft was unsure of (ConfidenceDraftLength)
   goodput,     ///< maximise expected tokens per second (GoodputDraftLength)
+};
+
+/// \brief DraftLengthKind's names (enum_names.hpp): the enumerators' own.
+template <>
+struct EnumNames<DraftLengthKind> {
+  static constexpr std::string_view what = "draft-length policy";
+  static constexpr std::array<EnumName<DraftLengthKind>, 4> names{
+      {{DraftLengthKind::fixed, "fixed"},
+       {DraftLengthKind::schedule, "schedule"},
+       {DraftLengthKind::confidence, "confidence"},
+       {DraftLengthKind::goodput, "goodput"}}};
 };
 
 /// \brief Which draft-length policy a SpeculativeDecoder uses, and the parameters of each.

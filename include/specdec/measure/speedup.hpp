@@ -30,6 +30,7 @@
 /// A measurement tool: it allocates freely and is not meant for a hot path.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -40,12 +41,14 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "specdec/generation.hpp"
 #include "specdec/detail/error.hpp"
+#include "specdec/enum_names.hpp"
 #include "specdec/stats.hpp"
 #include "specdec/types.hpp"
 
@@ -136,6 +139,16 @@ enum class PredictionBasis {
   draft_length,         ///< a fixed K: the geometric formula at K
   mean_drafted_length,  ///< an adaptive policy: the formula at the mean drafted length
   policy,  ///< an adaptive policy that stated its expectations (DecodeStats::predicted_*)
+};
+
+/// \brief PredictionBasis's names (enum_names.hpp): the enumerators' own.
+template <>
+struct EnumNames<PredictionBasis> {
+  static constexpr std::string_view what = "prediction basis";
+  static constexpr std::array<EnumName<PredictionBasis>, 3> names{
+      {{PredictionBasis::draft_length, "draft_length"},
+       {PredictionBasis::mean_drafted_length, "mean_drafted_length"},
+       {PredictionBasis::policy, "policy"}}};
 };
 
 namespace detail {

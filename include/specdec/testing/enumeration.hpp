@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <array>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
@@ -15,12 +16,14 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "specdec/coins.hpp"
 #include "specdec/detail/exact_float.hpp"
+#include "specdec/enum_names.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/round.hpp"
 #include "specdec/sampling.hpp"
@@ -330,6 +333,21 @@ enum class Budget {
   exact,      ///< the decoder's rule with max_new_tokens = length: min(K, remaining - 1)
   unlimited,  ///< K every round; the law of the first `length` tokens (longer chunks are cut)
 };
+
+}  // namespace specdec::testing
+
+/// \brief Budget's names (enum_names.hpp): the enumerators' own.
+template <>
+struct specdec::EnumNames<specdec::testing::Budget> {
+  static constexpr std::string_view what = "budget";
+  static constexpr std::array<EnumName<testing::Budget>, 2> names{
+      {{testing::Budget::exact, "exact"}, {testing::Budget::unlimited, "unlimited"}}};
+};
+
+namespace specdec::testing {
+
+// to_string(Budget) by argument-dependent lookup, like the enums of namespace specdec.
+using specdec::to_string;
 
 /// \brief The exact law of the first `length` tokens the decoder emits after `prompt`: rounds
 /// composed under `budget` (default: the decoder's rule with max_new_tokens = length), the

@@ -170,7 +170,7 @@ class TreeVerifier {
   }
 
  private:
-  detail::ChildLinks links_;
+  ChildLinks links_;
 };
 
 /// \brief Sequence-level tree verification: traversal verification (Weng et al., "Traversal
@@ -414,7 +414,7 @@ class TraversalVerifier {
     return left;
   }
 
-  detail::ChildLinks links_;
+  ChildLinks links_;
   std::vector<float> float_debts_;    // (depth + 1, V) the debts along the current path
   std::vector<double> double_debts_;  // the same for exact (double) rounds
 };
