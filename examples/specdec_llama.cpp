@@ -285,6 +285,11 @@ Options parse_args(int argc, char** argv) {
   if (siblings && !options.tree) throw UsageError("--siblings needs --tree or --tree-budget");
   if (options.tree) {
     if (siblings) options.tree->siblings = *siblings;
+    // -k with a fixed tree cuts it to K nodes, breadth first (TreeShape::max_nodes).
+    if (draft_length_given && !options.tree->shape.is_dynamic()) {
+      options.tree->shape.max_nodes = config.draft_length;
+      usage("-k", [&] { options.tree->shape.validate(); });
+    }
     check_tree_fits(options);
     if (options.proposer != Proposer::model ||
         config.draft_length_policy.kind != specdec::DraftLengthKind::fixed) {
@@ -295,8 +300,9 @@ Options parse_args(int argc, char** argv) {
   if (!draft_length_given) {
     const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
     config.draft_length = adaptive ? kAutoDraftLengthCap : kDefaultDraftLength;
-    if (options.tree) config.draft_length = options.tree->shape.nodes();  // the whole tree
   }
+  // What TreeProposer drafts per round (its round_limit()), for the summary lines.
+  if (options.tree) config.draft_length = options.tree->shape.nodes();
   try {
     config.validate();
   } catch (const std::invalid_argument& error) {
