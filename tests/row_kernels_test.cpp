@@ -1,7 +1,7 @@
 // Tests for detail/row_kernels.hpp: the single-pass (online softmax by blocks) kernels against
 // the two-pass ones, the shared reference and lazy rescale of stored weights, recorded block
 // sums and the inverse CDF that uses them, the NaN / +inf / all -inf checks, determinism.
-#include "specdec/detail/row_kernels.hpp"
+#include "specdec/detail/kernels/row_kernels.hpp"
 
 #include <gtest/gtest.h>
 

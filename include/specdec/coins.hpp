@@ -22,7 +22,7 @@
 #include <span>
 
 #include "specdec/rng.hpp"
-#include "specdec/sampling_laws.hpp"
+#include "specdec/sampling/laws.hpp"
 #include "specdec/types.hpp"
 
 namespace specdec {

@@ -23,7 +23,7 @@
 
 #include "specdec/detail/error.hpp"
 #include "specdec/sampling.hpp"
-#include "specdec/softmax.hpp"
+#include "specdec/sampling/softmax.hpp"
 #include "specdec/types.hpp"
 
 namespace specdec {

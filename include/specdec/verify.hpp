@@ -30,9 +30,9 @@
 
 #include "specdec/detail/error.hpp"
 #include "specdec/detail/exact_float.hpp"
-#include "specdec/detail/row_kernels.hpp"
+#include "specdec/detail/kernels/row_kernels.hpp"
 #include "specdec/sampling.hpp"
-#include "specdec/softmax.hpp"
+#include "specdec/sampling/softmax.hpp"
 #include "specdec/types.hpp"
 
 namespace specdec {

@@ -11,6 +11,7 @@
 
 #include <Eigen/Core>
 
+#include "specdec/detail/error.hpp"
 #include "specdec/types.hpp"
 
 namespace specdec::detail {
@@ -110,6 +111,20 @@ template <LogitsRowsLike Rows>
                          " rows; expected a positive multiple of ", n, " (n rows of V logits)");
     }
     return LogitsRows<float>(flat, flat.size() / n);
+  }
+}
+
+/// Checks the vocabulary size of a model call against the one established by earlier calls of
+/// this generate() (0 = none yet).
+inline void check_vocab_size(std::size_t& vocab_size, std::size_t got, const char* model) {
+  if (got == 0) {
+    throw_domain_error(model, " returned 0 logits per row; expected V >= 1");
+  }
+  if (vocab_size == 0) {
+    vocab_size = got;
+  } else if (got != vocab_size) {
+    throw_domain_error(model, " returned rows of ", got, " logits; expected ", vocab_size,
+                       " (the vocabulary size established by earlier draft/target calls)");
   }
 }
 

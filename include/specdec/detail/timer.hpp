@@ -34,4 +34,9 @@ decltype(auto) timed_call(double& seconds, Call&& call) {
   return std::forward<Call>(call)();
 }
 
+/// Seconds since `start` on the steady clock.
+inline double seconds_since(std::chrono::steady_clock::time_point start) noexcept {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace specdec::detail

@@ -16,8 +16,8 @@
 #include <Eigen/Core>
 
 #include "specdec/detail/error.hpp"
-#include "specdec/detail/row_blocks.hpp"
-#include "specdec/detail/simd_warnings.hpp"
+#include "specdec/detail/kernels/row_blocks.hpp"
+#include "specdec/detail/kernels/simd_warnings.hpp"
 
 SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {

@@ -20,7 +20,7 @@
 
 #include <Eigen/Core>
 
-#include "specdec/detail/simd_warnings.hpp"
+#include "specdec/detail/kernels/simd_warnings.hpp"
 
 SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {

@@ -18,10 +18,10 @@
 #endif
 
 #include "specdec/detail/exact_float.hpp"
-#include "specdec/detail/packet_exp.hpp"
-#include "specdec/detail/row_blocks.hpp"
-#include "specdec/detail/scaled_exponent.hpp"
-#include "specdec/detail/simd_warnings.hpp"
+#include "specdec/detail/kernels/packet_exp.hpp"
+#include "specdec/detail/kernels/row_blocks.hpp"
+#include "specdec/detail/kernels/scaled_exponent.hpp"
+#include "specdec/detail/kernels/simd_warnings.hpp"
 
 SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {

@@ -11,7 +11,7 @@
 #endif
 
 #include "specdec/detail/exact_float.hpp"
-#include "specdec/detail/simd_warnings.hpp"
+#include "specdec/detail/kernels/simd_warnings.hpp"
 
 /// Inlines every call inside a kernel, Eigen's pexp included: GCC 12 otherwise keeps pexp out
 /// of line in kernels instantiated in several variants, a call per packet (measured 10-30 %

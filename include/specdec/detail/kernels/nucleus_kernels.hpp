@@ -18,11 +18,11 @@
 #include <immintrin.h>  // the AVX-512 overloads (Eigen omits it without vectorization)
 #endif
 
-#include "specdec/detail/exp_weights.hpp"
-#include "specdec/detail/packet_exp.hpp"
-#include "specdec/detail/row_blocks.hpp"
-#include "specdec/detail/scaled_exponent.hpp"
-#include "specdec/detail/simd_warnings.hpp"
+#include "specdec/detail/kernels/exp_weights.hpp"
+#include "specdec/detail/kernels/packet_exp.hpp"
+#include "specdec/detail/kernels/row_blocks.hpp"
+#include "specdec/detail/kernels/scaled_exponent.hpp"
+#include "specdec/detail/kernels/simd_warnings.hpp"
 
 SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {

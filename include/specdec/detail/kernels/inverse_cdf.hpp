@@ -12,7 +12,7 @@
 #include <span>
 
 #include "specdec/detail/error.hpp"
-#include "specdec/detail/row_blocks.hpp"
+#include "specdec/detail/kernels/row_blocks.hpp"
 #include "specdec/types.hpp"
 
 namespace specdec::detail {

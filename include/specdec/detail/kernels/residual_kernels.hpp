@@ -13,10 +13,10 @@
 
 #include <Eigen/Core>
 
-#include "specdec/detail/exp_weights.hpp"
-#include "specdec/detail/packet_exp.hpp"
-#include "specdec/detail/scaled_exponent.hpp"
-#include "specdec/detail/simd_warnings.hpp"
+#include "specdec/detail/kernels/exp_weights.hpp"
+#include "specdec/detail/kernels/packet_exp.hpp"
+#include "specdec/detail/kernels/scaled_exponent.hpp"
+#include "specdec/detail/kernels/simd_warnings.hpp"
 
 SPECDEC_BEGIN_SIMD_KERNELS
 namespace specdec::detail {

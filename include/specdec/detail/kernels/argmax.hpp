@@ -15,10 +15,10 @@
 #include <Eigen/Core>
 
 #include "specdec/detail/exact_float.hpp"
-#include "specdec/detail/online_softmax.hpp"
-#include "specdec/detail/row_blocks.hpp"
-#include "specdec/detail/row_scan.hpp"
-#include "specdec/detail/simd_warnings.hpp"
+#include "specdec/detail/kernels/online_softmax.hpp"
+#include "specdec/detail/kernels/row_blocks.hpp"
+#include "specdec/detail/kernels/row_scan.hpp"
+#include "specdec/detail/kernels/simd_warnings.hpp"
 #include "specdec/types.hpp"
 
 SPECDEC_BEGIN_SIMD_KERNELS

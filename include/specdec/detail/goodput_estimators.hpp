@@ -1,0 +1,377 @@
+#pragma once
+/// \file
+/// \brief GoodputDraftLength's estimators (draft_length/goodput.hpp): acceptance calibrated
+/// against the draft's own probabilities, and the measured cost curve T_v(n).
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "specdec/detail/error.hpp"
+#include "specdec/detail/exact_float.hpp"
+#include "specdec/draft_length/options.hpp"
+
+namespace specdec {
+
+namespace detail {
+
+/// Acceptance learned from rounds:
+///  - by the state of the text, through a two-regime filter: the text is taken to be easy or
+///    hard for the draft at each position (boilerplate and quotations against novel content),
+///    to stay so from one position to the next except with probability kHazard, and each regime
+///    to have its own acceptance rate. The filter keeps the belief b that the next judged token
+///    is in the easy regime (Bayes' rule on every verdict, then the chance of a change; a plain
+///    step, with no verdict, only moves b towards the share of easy positions seen so far, so a
+///    hard stretch is believed over after a while without drafting). The two rates and that
+///    share are learnt from the verdicts each regime is held responsible for (the posterior),
+///    decayed with `forgetting`. Within a round every token after the first follows an
+///    acceptance, so b rises along it. With stationary acceptance both regimes learn about the
+///    same rate and b matters little;
+///  - by the draft's probability of the token (twelve bins, log-scaled: see bin()). These
+///    counts do not decay, and they carry over from one generation to the next (capped, see
+///    start_generation()): how the draft's probability maps to acceptance belongs to the model
+///    pair and the sampling parameters, not to the stretch of text.
+/// A drafted token's acceptance combines the two through two estimators, weighted by how well
+/// each has predicted the verdicts so far (see at()). Every rate is shrunk towards a prior (a
+/// bin with little evidence borrows the pair's mean, the mean 1/2, the regimes 0.8 and 0.2),
+/// so nothing is extreme on little evidence.
+class AcceptanceCalibration {
+ public:
+  static constexpr std::size_t kBins = 12, kEstimators = 2;
+
+  /// Forgets everything (a new model pair or new sampling parameters).
+  void reset() noexcept { *this = AcceptanceCalibration{}; }
+
+  /// A new generation with the same pair and sampling parameters: the evidence about the text
+  /// (the regimes, the belief) starts over; the pair's (the bins, their mean, the estimators'
+  /// weights) is kept, each bin scaled down to at most kCarriedJudged tokens so that it keeps
+  /// adapting. (On the synthetic workloads, 256 tokens per generate(), relearning the bins
+  /// every time cost up to 2 % of the speed; docs/benchmarks.md.)
+  void start_generation() noexcept {
+    const auto bins = bins_;
+    const Counts pair = pair_;
+    const auto weights = weights_;
+    reset();
+    bins_ = bins;
+    pair_ = pair;
+    weights_ = weights;
+    for (Counts& counts : bins_) counts.cap(kCarriedJudged);
+    pair_.cap(kCarriedJudged * static_cast<double>(kBins));
+  }
+
+  /// One round: tokens [0, accepted) accepted, token `accepted` (if drafted) rejected.
+  void observe(std::span<const double> probabilities, std::size_t drafted, std::size_t accepted,
+               double forgetting) noexcept {
+    if (drafted == 0) {  // a plain step: a position passes without a verdict
+      belief_ = drift(belief_);
+      return;
+    }
+    // Only the evidence about the text forgets; how the draft's probability maps to acceptance
+    // is a property of the model pair, learned over the whole generation. (Decayed like the
+    // rest, the bin of unsure tokens forgot everything during each easy stretch, and the first
+    // unsure tokens of the next hard one borrowed the easy mean and were drafted on.)
+    easy_.decay(forgetting);
+    hard_.decay(forgetting);
+    easy_share_.decay(forgetting);
+    const std::size_t judged = std::min(drafted, accepted + 1);
+    for (std::size_t i = 0; i < judged; ++i) {
+      const bool success = i < accepted;
+      const double probability = i < probabilities.size() ? probabilities[i] : 1.0;
+      weigh_estimators(estimators(probability, belief_), success);  // before the counts learn it
+      bins_[bin(probability)].add(success);
+      pair_.add(success);
+      const double easy = posterior(belief_, success);  // responsibility of the easy regime
+      easy_.add(success, easy);
+      hard_.add(success, 1.0 - easy);
+      easy_share_.add(true, easy);  // one position: easy with probability `easy`
+      easy_share_.add(false, 1.0 - easy);
+      belief_ = drift(easy);
+    }
+    belief_ = drift(belief_);  // the position of the round's correction or bonus token
+  }
+
+  /// The belief b the next round starts from: the probability that its first token is judged
+  /// in the easy regime.
+  [[nodiscard]] double belief() const noexcept { return belief_; }
+  /// b for the next token after a verdict on this one.
+  [[nodiscard]] double after_verdict(double belief, bool accepted) const noexcept {
+    return drift(posterior(belief, accepted));
+  }
+
+  /// Acceptance of a token not drafted yet, at belief b: the regimes' rates mixed by b.
+  [[nodiscard]] double at_belief(double belief) const noexcept {
+    return belief * easy_rate() + (1.0 - belief) * hard_rate();
+  }
+  /// Acceptance of a drafted token the draft gave `probability`, at belief b: the estimators'
+  /// predictions weighted by their record. The product (the rate at b times the bin's factor
+  /// over the mean) is right when the two say different things, and is the rate at b where
+  /// the probability says nothing (a draft confidently wrong), but it counts twice what they
+  /// both say: when the draft's probability itself tracks the text's difficulty (a draft unsure
+  /// exactly where it will be rejected), b is low at the start of each easy stretch, and the
+  /// product then rated tokens the draft was sure of at a fraction of their acceptance. The
+  /// bin's rate alone is right there; the weights find out which, from the verdicts. (A third
+  /// estimator, the rate at b alone, measured no better on the synthetic workloads and, where
+  /// the position in the round predicts the verdicts as well as the probability does, rated
+  /// tokens the draft was unsure of as likely as any.)
+  [[nodiscard]] double at(double probability, double belief) const noexcept {
+    const std::array<double, kEstimators> predictions = estimators(probability, belief);
+    double acceptance = 0;
+    for (std::size_t e = 0; e < kEstimators; ++e) acceptance += weights_[e] * predictions[e];
+    return acceptance;
+  }
+
+ private:
+  static constexpr double kPriorMean = 0.5, kPriorWeight = 1.0, kShrinkage = 2.0;
+  /// The regimes' prior rates, and the chance that the text changes regime from one position
+  /// to the next: stretches of a few dozen tokens. (On the synthetic workloads of changing
+  /// difficulty every hazard from 1/64 to 1/16 measured within 1-2 % of 1/32, and the prior
+  /// rates 0.9 / 0.1 and 0.7 / 0.3 within 1 % of these; docs/benchmarks.md.)
+  static constexpr double kEasyPrior = 0.8, kHardPrior = 0.2, kHazard = 1.0 / 32;
+  static constexpr double kCarriedJudged = 64;
+  /// Estimator weights: a prediction counts as at least kLikelihoodFloor likely (one surprise
+  /// does not zero a weight), and after each verdict kShare of the weight is spread evenly
+  /// (fixed share), so a weight that fell can recover when the text changes character.
+  static constexpr double kLikelihoodFloor = 0.02, kShare = 0.01;
+  static constexpr std::array<double, kEstimators> kPriorWeights{0.75, 0.25};
+
+  struct Counts {
+    double accepted = 0, judged = 0;
+    void decay(double forgetting) noexcept {
+      accepted *= forgetting;
+      judged *= forgetting;
+    }
+    void add(bool success, double weight = 1.0) noexcept {
+      accepted += success ? weight : 0.0;
+      judged += weight;
+    }
+    [[nodiscard]] double rate(double prior, double weight) const noexcept {
+      return (accepted + prior * weight) / (judged + weight);
+    }
+    void cap(double max_judged) noexcept {
+      if (judged > max_judged) decay(max_judged / judged);
+    }
+  };
+
+  [[nodiscard]] double easy_rate() const noexcept { return easy_.rate(kEasyPrior, kShrinkage); }
+  [[nodiscard]] double hard_rate() const noexcept { return hard_.rate(kHardPrior, kShrinkage); }
+
+  /// b after a verdict (before the chance of a change).
+  [[nodiscard]] double posterior(double belief, bool accepted) const noexcept {
+    const double easy = accepted ? easy_rate() : 1.0 - easy_rate();
+    const double hard = accepted ? hard_rate() : 1.0 - hard_rate();
+    const double evidence = belief * easy + (1.0 - belief) * hard;
+    return evidence > 0 ? belief * easy / evidence : belief;
+  }
+  /// b one position later: with probability 2 kHazard the regime is drawn afresh, easy with
+  /// the share of easy positions seen (so with a useless draft, whose "easy" positions are
+  /// rare, plain steps do not talk the policy into drafting again; the probes do that).
+  [[nodiscard]] double drift(double belief) const noexcept {
+    const double easy_share = easy_share_.rate(kPriorMean, kShrinkage);
+    return (1.0 - 2.0 * kHazard) * belief + 2.0 * kHazard * easy_share;
+  }
+
+  /// Predictions for a drafted token: the product of the rate at b and the bin's factor; the
+  /// bin's rate.
+  [[nodiscard]] std::array<double, kEstimators> estimators(double probability,
+                                                           double belief) const noexcept {
+    const double pair_mean = pair_.rate(kPriorMean, kPriorWeight);
+    const double by_probability = bins_[bin(probability)].rate(pair_mean, kShrinkage);
+    return {std::clamp(at_belief(belief) * by_probability / pair_mean, 0.0, 1.0), by_probability};
+  }
+
+  /// Bayes' rule on the estimators (each weight times the likelihood it gave the verdict),
+  /// then the fixed share.
+  void weigh_estimators(const std::array<double, kEstimators>& predictions, bool success) noexcept {
+    double total = 0;
+    for (std::size_t e = 0; e < kEstimators; ++e) {
+      const double p = std::clamp(predictions[e], kLikelihoodFloor, 1.0 - kLikelihoodFloor);
+      weights_[e] *= success ? p : 1.0 - p;
+      total += weights_[e];
+    }
+    for (double& weight : weights_) {
+      weight = (1.0 - kShare) * weight / total + kShare / static_cast<double>(kEstimators);
+    }
+  }
+
+  /// Bins on a log scale at both ends: below 1/2 by powers of two of the probability ([1/4, 1/2)
+  /// is bin 7, [1/256, 1/128) bin 1, everything under 1/256 bin 0), from 1/2 up by powers of
+  /// two of 1 - probability ([1/2, 3/4) bin 8, ..., [15/16, 1] bin 11). A draft unsure of its
+  /// token gives it about 1/V or a few times that, and one sure of it 0.9-0.99: equal-width bins
+  /// put every probability under 0.1 in one bin, where the unsure tokens mixed with ordinary
+  /// ones (measured on the synthetic "draft knows" workload: 1.50x / 1.29x over plain decoding
+  /// with ten equal bins, 1.53x / 1.32x with these, in runs of the goodput cells alone;
+  /// docs/benchmarks.md).
+  static std::size_t bin(double probability) noexcept {
+    if (!(probability > 0.0)) return 0;
+    if (probability < 0.5) {
+      return static_cast<std::size_t>(std::clamp(std::floor(std::log2(probability)) + 9, 0.0, 7.0));
+    }
+    const double tail = std::floor(-std::log2(std::max(1.0 - probability, 0.0))) - 1;  // >= 0
+    return 8 + static_cast<std::size_t>(std::clamp(tail, 0.0, 3.0));
+  }
+
+  std::array<Counts, kBins> bins_{};
+  Counts pair_{};  // not decayed, like bins_: the pair's overall rate
+  Counts easy_{}, hard_{};  // verdicts by the regime held responsible (decayed)
+  Counts easy_share_{};     // "accepted" = positions held easy (decayed)
+  double belief_ = kPriorMean;
+  std::array<double, kEstimators> weights_ = kPriorWeights;
+};
+
+/// Draft and verification costs, measured from round timings: t_d as a moving average of
+/// draft seconds per token; T_v(n) per row count n as a moving average of target-call seconds,
+/// read where it has been seen a few times (trusted), and elsewhere extrapolated from the row
+/// counts below it: the weighted least-squares line through their averages, capped by the
+/// nearest trusted count above (a call never costs less for fewer rows). With fewer than two
+/// counts below, the line through all averages (one point: a slope of kPriorRowCost per row,
+/// none: unit costs).
+///
+/// Why from below: a CPU target's cost curve has steps (a 7-row call costing 1.5 times a 6-row
+/// one, where the rows outgrow a register tile). A line through every count then rated the
+/// counts just below the step by the ones above it (T_v(6) read 1.44 one-row calls for a true
+/// 1.20 in a simulation with exact timings), the policy never drafted there, so never measured
+/// them, and settled a row short of the best static K (0.92 of its speedup). Extrapolated from
+/// below, an untried count is assumed to continue the trend until measured: a few rounds there
+/// either confirm it or make it trusted at its real cost.
+class MeasuredCosts {
+ public:
+  void resize(std::size_t max_rows) {
+    if (mean_.size() < max_rows + 1) {
+      mean_.resize(max_rows + 1, 0.0);
+      weight_.resize(max_rows + 1, 0.0);
+      first_.resize((max_rows + 1) * kFirstSamples, 0.0);
+    }
+  }
+
+  void observe(std::size_t drafted, double draft_seconds, double target_seconds) noexcept {
+    if (drafted > 0 && draft_seconds >= 0) {
+      const double per_token = draft_seconds / static_cast<double>(drafted);
+      draft_token_ = smoothed(draft_token_, per_token, draft_samples_);
+      draft_samples_ = std::min(draft_samples_ + 1.0, kMaxWeight);
+    }
+    const std::size_t rows = drafted + 1;
+    if (rows >= mean_.size() || !(target_seconds > 0)) return;
+    const double seen = weight_[rows];
+    if (seen < static_cast<double>(kFirstSamples)) {
+      double* first = first_.data() + rows * kFirstSamples;
+      const auto count = static_cast<std::size_t>(seen);
+      first[count] = target_seconds;
+      mean_[rows] = robust_start(first, count + 1);
+    } else {
+      mean_[rows] = smoothed(mean_[rows], target_seconds, kWarmupSamples);
+    }
+    weight_[rows] = std::min(seen + 1.0, kMaxWeight);
+  }
+
+  [[nodiscard]] bool known() const noexcept { return draft_samples_ > 0; }
+
+  /// A row count's cost from its first samples: the first, the lower of two, the median of
+  /// three. On a shared machine a call now and then takes a scheduler slice longer (the delay
+  /// only ever adds); averaged in, one such call among the first three made a row count look
+  /// expensive once it was trusted, and the policy then never drafted there again to correct
+  /// it (in a simulation with 5 % of calls delayed, the count just below a cost step was
+  /// trusted at 1.5 times its cost, and the policy settled a row short of the best static K).
+  static double robust_start(const double* samples, std::size_t count) noexcept {
+    if (count == 1) return samples[0];
+    if (count == 2) return std::min(samples[0], samples[1]);
+    return std::max(std::min(samples[0], samples[1]),
+                    std::min(std::max(samples[0], samples[1]), samples[2]));
+  }
+
+  /// The running mean of the first few samples, then a moving average that a single outlier
+  /// moves by at most 10 %: on a shared machine a call preempted for a scheduler slice takes
+  /// several times its cost, which says nothing about the next call. (Clipping from the first
+  /// sample on would let one slow first call, e.g. a cold cache, hold the estimate for dozens
+  /// of rounds.)
+  static double smoothed(double average, double sample, double samples) noexcept {
+    if (samples < kWarmupSamples) return (average * samples + sample) / (samples + 1);
+    const double clipped = std::clamp(sample, 0.5 * average, 2.0 * average);
+    return kSmoothing * average + (1 - kSmoothing) * clipped;
+  }
+  [[nodiscard]] double draft_token() const noexcept { return draft_token_; }
+
+  /// Fills table[n - 1] = T_v(n), n = 1 .. table.size(). O(table.size()): one forward pass
+  /// (the line through the counts below each n, from running sums), one backward (the caps).
+  void fill_verify(std::span<double> table) const noexcept {
+    LineFit all;
+    for (std::size_t n = 1; n < mean_.size(); ++n) {
+      if (weight_[n] > 0) all.add(weight_[n], static_cast<double>(n - 1), mean_[n]);
+    }
+    const Line global = all.line();
+    LineFit below;
+    for (std::size_t n = 1; n <= table.size(); ++n) {
+      const bool measured = n < mean_.size() && weight_[n] > 0;
+      const auto x = static_cast<double>(n - 1);
+      if (trusted(n)) {
+        table[n - 1] = mean_[n];
+      } else {
+        const Line line = below.points >= 2 ? below.line() : global;
+        table[n - 1] = line.intercept + line.slope * x;
+      }
+      if (measured) below.add(weight_[n], x, mean_[n]);
+    }
+    double cap = std::numeric_limits<double>::infinity();
+    for (std::size_t n = table.size(); n >= 1; --n) {
+      if (trusted(n)) {
+        cap = std::min(cap, mean_[n]);
+      } else {
+        table[n - 1] = std::min(table[n - 1], cap);
+      }
+    }
+  }
+
+ private:
+  struct Line {
+    double intercept = 1.0, slope = kPriorRowCost;
+  };
+  /// Running weighted least-squares sums of (x, y) points; line() as the comment above says.
+  struct LineFit {
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    std::size_t points = 0;
+    void add(double w, double x, double y) noexcept {
+      sw += w;
+      sx += w * x;
+      sy += w * y;
+      sxx += w * x * x;
+      sxy += w * x * y;
+      ++points;
+    }
+    [[nodiscard]] Line line() const noexcept {
+      Line line;
+      if (points >= 2 && sw * sxx - sx * sx > 0) {
+        line.slope = std::max(0.0, (sw * sxy - sx * sy) / (sw * sxx - sx * sx));
+        line.intercept = (sy - line.slope * sx) / sw;
+        if (!(line.intercept > 0)) {  // a line through the origin or below: fall back to the mean
+          line.slope = 0;
+          line.intercept = sy / sw;
+        }
+      } else if (points >= 1) {
+        const double x = sx / sw;
+        line.intercept = (sy / sw) / (1 + kPriorRowCost * x);
+        line.slope = kPriorRowCost * line.intercept;
+      }
+      return line;
+    }
+  };
+
+  [[nodiscard]] bool trusted(std::size_t n) const noexcept {
+    return n < mean_.size() && weight_[n] >= kTrustedWeight;
+  }
+
+  static constexpr double kSmoothing = 0.9, kMaxWeight = 16, kTrustedWeight = 3;
+  static constexpr double kWarmupSamples = 4;
+  static constexpr double kPriorRowCost = 0.05;
+  static constexpr std::size_t kFirstSamples = 3;  // = kTrustedWeight: trusted from the median
+  std::vector<double> mean_, weight_;  // [n]: target-call seconds for n rows
+  std::vector<double> first_;          // (n, kFirstSamples): a row count's first samples
+  double draft_token_ = 0;
+  double draft_samples_ = 0;
+};
+
+}  // namespace detail
+
+}  // namespace specdec

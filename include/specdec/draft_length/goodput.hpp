@@ -1,0 +1,315 @@
+#pragma once
+/// \file
+/// \brief GoodputDraftLength: drafts the number of tokens that maximises the expected tokens
+/// per second of the round, from acceptance calibrated online against the draft's own
+/// probabilities and from the measured (or given) cost of drafting and verifying.
+///
+/// The round's figure of merit (docs/design.md, "Choosing the draft length"): a round that
+/// drafts m tokens emits 1 + sum_{i<=m} P_i tokens in expectation, where P_i is the probability
+/// that drafted tokens 1..i are all accepted, and costs m t_d + T_v(m + 1): t_d per draft token
+/// and T_v(n) for a target call over n rows. Before each draft token the policy knows the
+/// probabilities of the j tokens drafted so far (so P_1..P_j, through the calibration) and
+/// projects the rest with the acceptance it expects of each further token (from its belief
+/// about whether the text is in an easy or a hard stretch): P_{j+k} = P_j a_1 ... a_k. It
+/// drafts token j + 1 iff the m in [j, limit] maximising
+///
+///     G(m) = (1 + sum_{i<=m} P_i) / (m t_d + T_v(m + 1))
+///
+/// is larger than j (ties: the smaller m). At j = 0 that compares speculation with a plain
+/// target step (G(0) = 1 / T_v(1)); when a plain step wins the round drafts nothing, and after
+/// probe_interval such rounds one token is drafted anyway to learn whether drafting pays again.
+/// With measured costs, now and then (after 8 drafting rounds, then 16, ... up to every 128th) a
+/// round stops at half its planned length, so that T_v is measured below the lengths the policy
+/// settles on, not only extrapolated there.
+///
+/// Exact for any estimates: the decision uses draft-side facts of this round and the outcomes
+/// of earlier rounds, never this round's verification. With measured costs the draft lengths
+/// depend on timings, so sampled output is not reproducible seed for seed (its distribution is
+/// still the target's); fixed costs (GoodputOptions) make it so. Greedy output is the target's
+/// argmax path whatever the draft lengths.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "specdec/detail/error.hpp"
+#include "specdec/detail/goodput_estimators.hpp"
+#include "specdec/draft_length/options.hpp"
+#include "specdec/detail/exact_float.hpp"
+#include "specdec/proposal.hpp"
+#include "specdec/strategies.hpp"
+
+namespace specdec {
+
+/// \brief What the goodput formula needs to rank draft lengths (any time unit).
+struct GoodputEstimates {
+  /// P_1..P_j: survival probability of the tokens drafted so far (non-increasing, in [0, 1]).
+  std::span<const double> survival;
+  /// Acceptance probability of each token not drafted yet, in drafting order: [k] is that of
+  /// token j + 1 + k given the ones before it (at least max_length - j entries).
+  std::span<const double> acceptance;
+  double draft_token_cost = 0;  ///< t_d
+  std::span<const double> verify_cost;  ///< [n - 1] = T_v(n), n = 1 .. at least max_length + 1
+};
+
+/// \brief Expected tokens a round drafting m >= estimates.survival.size() tokens emits.
+[[nodiscard]] inline double expected_round_tokens(const GoodputEstimates& estimates,
+                                                  std::size_t m) noexcept {
+  double tokens = 1.0, last = 1.0;
+  for (const double p : estimates.survival) tokens += (last = p);
+  const std::size_t j = estimates.survival.size();
+  for (std::size_t i = j; i < m; ++i) {
+    last *= estimates.acceptance[i - j];
+    tokens += last;
+  }
+  return tokens;
+}
+
+/// \brief Expected cost of a round drafting m tokens: m t_d + T_v(m + 1).
+[[nodiscard]] inline double expected_round_cost(const GoodputEstimates& estimates,
+                                                std::size_t m) noexcept {
+  return static_cast<double>(m) * estimates.draft_token_cost + estimates.verify_cost[m];
+}
+
+/// \brief argmax over m in [j, max_length] of expected_round_tokens / expected_round_cost,
+/// j = estimates.survival.size() (ties: the smallest m), in one pass.
+[[nodiscard]] inline std::size_t best_draft_length(const GoodputEstimates& estimates,
+                                                   std::size_t max_length) noexcept {
+  const std::size_t j = estimates.survival.size();
+  double tokens = 1.0, last = 1.0;
+  for (const double p : estimates.survival) tokens += (last = p);
+  std::size_t best = j;
+  double best_rate = tokens / expected_round_cost(estimates, j);
+  for (std::size_t m = j + 1; m <= max_length; ++m) {
+    last *= estimates.acceptance[m - 1 - j];
+    tokens += last;
+    const double rate = tokens / expected_round_cost(estimates, m);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = m;
+    }
+  }
+  return best;
+}
+
+
+/// \brief The goodput-optimal draft-length policy (see the file comment).
+///
+/// At every generate() the evidence about the text starts over (the text changes); how the
+/// draft's probability maps to acceptance carries over while the sampling parameters stay the
+/// same (it describes the model pair), and so do the measured costs (they describe the
+/// hardware). Use it through GenerationConfig (DraftLengthKind::goodput) or directly as a
+/// StrategyDecoder policy.
+class GoodputDraftLength {
+ public:
+  GoodputDraftLength() = default;
+  explicit GoodputDraftLength(const GoodputOptions& options) : options_(options) {
+    options_.validate();
+  }
+
+  /// \brief Called by the decoder at the start of each generate(): the cap is the usable
+  /// draft length (config.draft_length within the budget; a huge K with a small budget sizes
+  /// nothing huge); probing and the evidence about the text start over, the calibration by
+  /// the draft's probability too if the sampling parameters changed.
+  template <class Config>
+  void begin(const Config& config) {
+    std::size_t cap = config.draft_length;
+    if constexpr (requires { config.usable_draft_length(); }) cap = config.usable_draft_length();
+    cap_ = std::max<std::size_t>(cap, 1);
+    reserve(cap_);
+    measured_.resize(cap_ + 1);  // here, not in a round: rounds allocate nothing
+    SamplingKey sampling;  // unknown for a config without SamplingParams: nothing carries over
+    if constexpr (requires { { config.sampling } -> std::convertible_to<const SamplingParams&>; }) {
+      sampling = SamplingKey::of(config.sampling);
+    }
+    if (options_.keep_calibration && sampling.same_as(last_sampling_)) {
+      calibration_.start_generation();
+    } else {
+      calibration_.reset();
+    }
+    last_sampling_ = sampling;
+    plain_streak_ = 0;
+    probe_wait_ = options_.probe_interval;
+    failed_probes_ = 0;
+    probing_ = false;
+    predicted_ = false;
+    round_cap_ = cap_;
+    first_round_ = true;
+    refresh_costs();
+  }
+
+  [[nodiscard]] bool draft_more(const DraftState& state) {
+    const std::size_t j = state.drafted;
+    const std::size_t max_length = std::min({state.limit, cap_, round_cap_});
+    if (j >= max_length) return false;
+    if (verify_cost_.size() < max_length + 1) reserve(max_length);  // used without begin()
+    const GoodputEstimates estimates = estimates_for(state);
+    std::size_t planned = best_draft_length(estimates, max_length);
+    if (j == 0 && planned == 0 && plain_streak_ >= probe_wait_) {
+      planned = 1;  // probe: is drafting worth it again?
+      probing_ = true;
+    } else if (j == 0 && planned >= 2 && ++rounds_since_exploring_ >= explore_interval_ &&
+               !options_.fixed_costs()) {
+      // Explore: a round of half the planned length measures T_v where the policy would not
+      // otherwise look. Without it, the costs of short rounds are extrapolated from long ones
+      // alone, and an optimistic extrapolation is never corrected. Every exploring round gives
+      // up part of a round's tokens, so the interval doubles after each (8, 16, ... 128 rounds):
+      // the costs describe the hardware and carry over between generate() calls, so they need
+      // many samples early and few later.
+      rounds_since_exploring_ = 0;
+      explore_interval_ = std::min(2 * explore_interval_, kMaxExploreInterval);
+      planned = (planned + 1) / 2;
+      round_cap_ = planned;
+    }
+    last_prediction_ = RoundPrediction{expected_round_tokens(estimates, planned),
+                                       expected_round_cost(estimates, planned)};
+    predicted_ = true;
+    return planned > j;
+  }
+
+  [[nodiscard]] static constexpr bool reads_token_probabilities() noexcept { return true; }
+
+  void observe(const RoundReport& report) {
+    calibration_.observe(report.token_probabilities, report.drafted, report.accepted,
+                         options_.forgetting);
+    if (report.drafted == 0) {
+      ++plain_streak_;
+    } else {
+      // Back off only after kProbesBeforeBackoff probes in a row failed to restart drafting:
+      // text that turns easy again is noticed within probe_interval rounds (where every plain
+      // round it misses costs most of a round's gain), while a draft that stays useless costs
+      // a few probes per generate() before the waits double.
+      failed_probes_ = probing_ ? failed_probes_ + 1 : 0;
+      const std::size_t doublings =
+          std::min<std::size_t>(kMaxProbeDoublings, failed_probes_ > kProbesBeforeBackoff
+                                                        ? failed_probes_ - kProbesBeforeBackoff
+                                                        : 0);
+      probe_wait_ = options_.probe_interval << doublings;
+      plain_streak_ = 0;
+    }
+    probing_ = false;
+    predicted_ = false;
+    round_cap_ = cap_;
+    // The first round's calls also read the prompt (a KV-cached model's prefill): their times
+    // say nothing about a round's cost.
+    if (!options_.fixed_costs() && !first_round_) {
+      measured_.observe(report.drafted, report.draft_seconds, report.target_seconds);
+      refresh_costs();
+    }
+    first_round_ = false;
+  }
+
+  /// \brief The expectation behind this round's last decision, in seconds (none before the
+  /// first decision of a round, before costs are measured, or with fixed costs, whose unit is
+  /// a target call).
+  [[nodiscard]] std::optional<RoundPrediction> prediction() const noexcept {
+    if (!predicted_ || options_.fixed_costs() || !measured_.known()) return std::nullopt;
+    return last_prediction_;
+  }
+
+  /// \brief The estimates the decision for `state` ranks draft lengths with (what
+  /// draft_more(state) maximises; valid until the next call).
+  [[nodiscard]] GoodputEstimates estimates_for(const DraftState& state) {
+    const std::size_t j = state.drafted;
+    reserve(std::max(j, std::min(state.limit, cap_)));  // no-op once begin() has sized them
+    double survival = 1.0;
+    double belief = calibration_.belief();
+    for (std::size_t i = 0; i < j; ++i) {
+      const double probability =
+          i < state.token_probabilities.size() ? state.token_probabilities[i] : 1.0;
+      survival *= calibration_.at(probability, belief);
+      survival_[i] = survival;
+      belief = calibration_.after_verdict(belief, true);  // token i + 1 is judged only then
+    }
+    const std::size_t rest = std::min(state.limit, cap_) > j ? std::min(state.limit, cap_) - j : 0;
+    for (std::size_t k = 0; k < rest; ++k) {
+      acceptance_[k] = calibration_.at_belief(belief);
+      belief = calibration_.after_verdict(belief, true);
+    }
+    GoodputEstimates estimates;
+    estimates.survival = std::span<const double>(survival_.data(), j);
+    estimates.acceptance = std::span<const double>(acceptance_.data(), rest);
+    estimates.draft_token_cost = draft_token_cost_;
+    estimates.verify_cost = verify_cost_;
+    return estimates;
+  }
+
+  [[nodiscard]] const GoodputOptions& options() const noexcept { return options_; }
+  /// \brief Consecutive rounds run as plain target steps so far.
+  [[nodiscard]] std::size_t plain_streak() const noexcept { return plain_streak_; }
+
+ private:
+  /// The sampling parameters the calibration by probability was learnt under. A logits
+  /// processor (a repetition penalty, a grammar) may change the distributions from call to
+  /// call, so with one nothing carries over.
+  struct SamplingKey {
+    bool known = false, processed = false;
+    float temperature = 0, top_p = 0, min_p = 0;
+    int top_k = 0;
+    static SamplingKey of(const SamplingParams& sampling) {
+      return {true, static_cast<bool>(sampling.logits_processor), sampling.temperature,
+              sampling.top_p, sampling.min_p, sampling.top_k};
+    }
+    [[nodiscard]] bool same_as(const SamplingKey& other) const noexcept {
+      return known && other.known && !processed && !other.processed &&
+             detail::exactly_equal(temperature, other.temperature) &&
+             detail::exactly_equal(top_p, other.top_p) &&
+             detail::exactly_equal(min_p, other.min_p) && top_k == other.top_k;
+    }
+  };
+
+  void reserve(std::size_t max_length) {
+    if (survival_.size() < max_length) survival_.resize(max_length);
+    if (acceptance_.size() < max_length) acceptance_.resize(max_length);
+    if (verify_cost_.size() < max_length + 1) {
+      verify_cost_.resize(max_length + 1);
+      refresh_costs();
+    }
+  }
+
+  void refresh_costs() noexcept {
+    if (options_.fixed_costs() || !measured_.known()) {
+      // Fixed costs, or (until the first drafting round is timed) unit costs with a cheap
+      // draft: t_d = 0.05, 5 % more per verified row.
+      const bool fixed = options_.fixed_costs();
+      draft_token_cost_ = fixed ? options_.draft_token_cost : 0.05;
+      for (std::size_t n = 1; n <= verify_cost_.size(); ++n) {
+        verify_cost_[n - 1] =
+            fixed ? options_.fixed_verify_cost(n) : 1.0 + 0.05 * static_cast<double>(n - 1);
+      }
+      return;
+    }
+    draft_token_cost_ = measured_.draft_token();
+    measured_.fill_verify(verify_cost_);
+  }
+
+  GoodputOptions options_{};
+  std::size_t cap_ = 1;
+  detail::AcceptanceCalibration calibration_{};
+  SamplingKey last_sampling_{};
+  detail::MeasuredCosts measured_{};
+  std::vector<double> survival_;     // (K) P_1..P_j of the current decision
+  std::vector<double> acceptance_;   // (K) acceptance of the tokens not drafted yet
+  std::vector<double> verify_cost_;  // (K + 1) T_v(n) at n - 1
+  double draft_token_cost_ = 0.05;
+  std::size_t plain_streak_ = 0;
+  std::size_t probe_wait_ = options_.probe_interval;  // reset by begin() too
+  bool probing_ = false;
+  bool predicted_ = false;  // draft_more ran since the last observe
+  bool first_round_ = true;  // the next observe() is of a generate()'s first round
+  static constexpr std::size_t kFirstExploreInterval = 8, kMaxExploreInterval = 128;
+  std::size_t explore_interval_ = kFirstExploreInterval;
+  static constexpr std::size_t kProbesBeforeBackoff = 4, kMaxProbeDoublings = 4;
+  std::size_t failed_probes_ = 0;  // probes since drafting last resumed
+  std::size_t rounds_since_exploring_ = 0;
+  std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or less in an exploring round
+  RoundPrediction last_prediction_{};
+};
+
+}  // namespace specdec

@@ -1,0 +1,7 @@
+#pragma once
+/// \file
+/// \brief Measuring (measure/): paired speedup runs (measure_speedup) and a model pair's call costs
+/// (measure_call_costs).
+
+#include "specdec/measure/call_costs.hpp"
+#include "specdec/measure/speedup.hpp"

@@ -1,0 +1,116 @@
+#pragma once
+/// \file
+/// \brief measure_call_costs: times a draft / target pair's calls (one draft row; a target
+/// call of n rows, n = 1 .. max_rows) and hands the curve to the goodput policy as a fixed cost
+/// model (CallCosts::goodput_options).
+///
+/// Why measure before decoding, when GoodputDraftLength can measure online: online, T_v(n) is
+/// learnt only at the row counts the rounds happen to use, a few samples each, on the host's
+/// noise; a cost curve that is not a line (a CPU engine's matmul kernels change with the row
+/// count: on llama.cpp's CPU backend a 9-row call measured cheaper than an 8-row one, and a
+/// 2-row call cost 1.8 one-row calls) then keeps the policy at a draft length whose cost it
+/// knows, away from a cheaper one it never tries. A few hundred calls at load time (a fraction
+/// of a second for a small model) give the whole curve, and with fixed costs the draft lengths
+/// no longer depend on timings: the same seed gives the same tokens.
+///
+/// Each point is the median of `repeats` calls, the row counts interleaved (1, 2, .. max_rows,
+/// then again) so that a slow drift of the host's load moves every point alike; a call
+/// preempted for a scheduler slice only ever adds time, which the median ignores. A
+/// measurement tool: it allocates, and it calls the models many times.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "specdec/detail/error.hpp"
+#include "specdec/draft_length/goodput.hpp"
+#include "specdec/model.hpp"
+#include "specdec/types.hpp"
+
+namespace specdec {
+
+/// \brief A pair's measured call costs, in seconds.
+struct CallCosts {
+  double draft_token_seconds = 0;     ///< one draft call (one row after the context)
+  std::vector<double> verify_seconds;  ///< [n - 1]: one target call computing n rows
+
+  /// \brief T_v(n) / T_v(1), n = 1 .. verify_seconds.size().
+  [[nodiscard]] std::vector<double> verify_ratios() const {
+    std::vector<double> ratios(verify_seconds);
+    for (double& ratio : ratios) ratio /= verify_seconds.front();
+    return ratios;
+  }
+
+  /// \brief `base` with this fixed cost model (in units of a one-row target call); base's
+  /// other fields (forgetting, probe interval, calibration) are kept.
+  [[nodiscard]] GoodputOptions goodput_options(GoodputOptions base = {}) const {
+    if (verify_seconds.empty() || !(verify_seconds.front() > 0)) {
+      detail::throw_invalid_argument("CallCosts::goodput_options: no measured target call "
+                                     "(verify_seconds is empty or zero); expected the result of "
+                                     "measure_call_costs()");
+    }
+    base.draft_token_cost = draft_token_seconds / verify_seconds.front();
+    base.verify_row_cost = -1;
+    base.verify_costs = verify_ratios();
+    base.validate();
+    return base;
+  }
+};
+
+namespace detail {
+
+[[nodiscard]] inline double median_of(std::vector<double>& values) {
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+
+}  // namespace detail
+
+/// \brief Times `draft(context)` and `target(context, n)` for n = 1 .. max_rows, `repeats`
+/// times each (see the file comment), after one untimed warm-up call of each.
+///
+/// `context` stands for the text the pair will decode (a prompt is fine); every target call
+/// computes the rows of its last n tokens, so it needs max_rows <= context.size(). A model
+/// with a KV cache recomputes exactly those rows (the positions before them are kept), which
+/// is what a verification call of n rows costs. Throws std::invalid_argument for an empty
+/// context, max_rows = 0 or > context.size(), or repeats = 0; a model's own exception passes
+/// through.
+template <DraftModel Draft, TargetModel Target>
+[[nodiscard]] CallCosts measure_call_costs(Draft& draft, Target& target,
+                                           std::span<const token_t> context,
+                                           std::size_t max_rows, std::size_t repeats = 9) {
+  if (context.empty() || max_rows == 0 || max_rows > context.size() || repeats == 0) {
+    detail::throw_invalid_argument(
+        "measure_call_costs: context of ", context.size(), " tokens, max_rows = ", max_rows,
+        ", repeats = ", repeats,
+        "; expected a non-empty context, 1 <= max_rows <= context size and repeats >= 1");
+  }
+  using clock = std::chrono::steady_clock;
+  const auto seconds = [](clock::time_point start) {
+    return std::chrono::duration<double>(clock::now() - start).count();
+  };
+  (void)draft(context);
+  (void)target(context, max_rows);  // every shape the engine allocates for, before timing
+  std::vector<std::vector<double>> verify(max_rows, std::vector<double>(repeats));
+  std::vector<double> drafts(repeats);
+  for (std::size_t repeat = 0; repeat < repeats; ++repeat) {
+    auto start = clock::now();
+    (void)draft(context);
+    drafts[repeat] = seconds(start);
+    for (std::size_t n = 1; n <= max_rows; ++n) {
+      start = clock::now();
+      (void)target(context, n);
+      verify[n - 1][repeat] = seconds(start);
+    }
+  }
+  CallCosts costs;
+  costs.draft_token_seconds = detail::median_of(drafts);
+  costs.verify_seconds.reserve(max_rows);
+  for (std::vector<double>& times : verify) costs.verify_seconds.push_back(detail::median_of(times));
+  return costs;
+}
+
+}  // namespace specdec

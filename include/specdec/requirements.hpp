@@ -1,0 +1,85 @@
+#pragma once
+/// \file
+/// \brief Every contract's compile-time diagnostics in one place (as Eigen's StaticAssert.h):
+/// a wrong model, strategy or callback fails with one readable line naming what is required,
+/// not a template backtrace. The decoders check `detail::diagnosed<...Requirements<T>>`;
+/// tests/failtest/ keeps each message true (programs that must not compile).
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+
+#include "specdec/detail/model_traits.hpp"
+#include "specdec/model.hpp"
+#include "specdec/strategies.hpp"
+#include "specdec/tree.hpp"
+#include "specdec/types.hpp"
+
+namespace specdec::detail {
+
+/// True once `Requirements` is instantiated: its static_asserts print the readable messages.
+/// (sizeof needs the complete type, so naming this instantiates the checks.)
+template <class Requirements>
+inline constexpr bool diagnosed = sizeof(Requirements) > 0;
+
+/// The TargetModel requirements, one readable message each; instantiated by both decoders so a
+/// wrong target fails with the same line whichever decoder it is given to.
+template <class Target>
+struct TargetModelRequirements {
+  static_assert(std::invocable<Target&, std::span<const token_t>, std::size_t>,
+                "specdec: TargetModel must be callable as model(std::span<const specdec::token_t> "
+                "context, std::size_t n) and return n rows of V float logits");
+  static_assert(!detail::returns_column_major_matrix_target<Target>(),
+                "specdec: TargetModel returned a column-major Eigen matrix; logits rows must be "
+                "contiguous, so the matrix must be RowMajor (Eigen::Matrix<float, "
+                "Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>)");
+  static_assert(TargetModel<Target> ||
+                    !std::invocable<Target&, std::span<const token_t>, std::size_t> ||
+                    detail::returns_column_major_matrix_target<Target>(),
+                "specdec: TargetModel must return one row of logits per requested position: n "
+                "rows of V contiguous floats (a range of n*V floats or a RowMajor Eigen matrix)");
+  static constexpr bool satisfied = TargetModel<Target>;
+};
+
+/// The DraftModel requirements, one readable message each (SpeculativeDecoder's draft).
+template <class Draft>
+struct DraftModelRequirements {
+  static_assert(std::invocable<Draft&, std::span<const token_t>>,
+                "specdec: DraftModel must be callable as model(std::span<const specdec::token_t> "
+                "context) and return one row of V contiguous float logits");
+  static_assert(!detail::returns_column_major_matrix_draft<Draft>(),
+                "specdec: DraftModel returned a column-major Eigen matrix; a logits row must be "
+                "contiguous: return Eigen::VectorXf / RowVectorXf or a RowMajor matrix");
+  static_assert(DraftModel<Draft> || !std::invocable<Draft&, std::span<const token_t>> ||
+                    detail::returns_column_major_matrix_draft<Draft>(),
+                "specdec: DraftModel must be callable as model(std::span<const specdec::token_t>) "
+                "and return one row of V contiguous float logits (std::span<const float>, "
+                "std::vector<float>, Eigen::VectorXf, ...)");
+};
+
+/// The strategy concepts of strategies.hpp (TreeTargetRequirements, for score_tree, is in
+/// tree.hpp next to the tree contract).
+template <class Proposer, class Policy, class Verifier>
+struct StrategyRequirements {
+  static_assert(specdec::Proposer<Proposer>,
+                "specdec: a Proposer must provide `template <class Coins> Proposal<float> "
+                "propose(DraftRequest&, Coins&)` (see strategies.hpp)");
+  static_assert(DraftLengthPolicy<Policy>,
+                "specdec: a DraftLengthPolicy must provide `bool draft_more(const DraftState&)` "
+                "and `void observe(const RoundReport&)` (see strategies.hpp)");
+  static_assert(specdec::Verifier<Verifier>,
+                "specdec: a Verifier must provide `template <class Scalar, class Coins> "
+                "VerifyResult verify(const Proposal<Scalar>&, TargetRows<Scalar>&, Coins&)` "
+                "(see strategies.hpp)");
+};
+
+/// A decoder's chunk callback.
+template <class OnChunk>
+struct ChunkCallbackRequirements {
+  static_assert(std::is_invocable_r_v<bool, OnChunk&, std::span<const token_t>>,
+                "specdec: the chunk callback must be callable as bool(std::span<const "
+                "specdec::token_t> chunk)");
+};
+
+}  // namespace specdec::detail
