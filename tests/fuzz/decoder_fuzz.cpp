@@ -35,6 +35,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "specdec/specdec.hpp"
@@ -995,6 +996,8 @@ struct TreeLie {
 
 /// A TreeProposer whose proposals are altered round by round by `lies` (cycled).
 struct TreeLiar {
+  explicit TreeLiar(specdec::TreeProposer<FuzzDraft> proposer) : honest(std::move(proposer)) {}
+
   specdec::TreeProposer<FuzzDraft> honest;
   std::vector<TreeLie> lies;
   std::size_t round = 0;
@@ -1095,7 +1098,7 @@ void fuzz_tree_decoder(FuzzedDataProvider& data, FuzzModel& draft_model, FuzzMod
   FuzzDraft draft{&draft_model};
   FuzzTarget chain_target{&target_model};
   TreeTarget target(chain_target);
-  TreeDecoder<Verifier> decoder(target, TreeLiar{specdec::TreeProposer<FuzzDraft>(draft, options)});
+  TreeDecoder<Verifier> decoder(target, TreeLiar(specdec::TreeProposer<FuzzDraft>(draft, options)));
   decoder.proposer().lies = plan_tree_lies(data);
   const std::size_t vocab_bound =
       4 * (std::max(draft_model.vocab_size, target_model.vocab_size) + 5);
@@ -1105,10 +1108,10 @@ void fuzz_tree_decoder(FuzzedDataProvider& data, FuzzModel& draft_model, FuzzMod
     (void)run_generate(data, decoder, fuzz_prompt(data), config, vocab_bound);
   }
   decoder.proposer().lies.clear();
-  check_still_usable(
-      decoder,
-      [&] { return TreeDecoder<Verifier>(target, TreeLiar{specdec::TreeProposer<FuzzDraft>(draft, options)}); },
-      draft_model, target_model);
+  const auto make_fresh = [&] {
+    return TreeDecoder<Verifier>(target, TreeLiar(specdec::TreeProposer<FuzzDraft>(draft, options)));
+  };
+  check_still_usable(decoder, make_fresh, draft_model, target_model);
 }
 
 void fuzz_trees(FuzzedDataProvider& data) {
