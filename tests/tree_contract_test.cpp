@@ -160,6 +160,27 @@ TEST(TreeNodeCount, MaxNodesCutsATreeExplicitly) {
   expect_invalid([&] { shape.validate(); }, {"max_nodes = 5000", "4096"});
 }
 
+// Found by the fuzzer: a sampled generate() after greedy ones on the same proposer wrote q rows
+// it had never sized (greedy rounds draft point masses and size none, yet raised the size the
+// buffers were said to have).
+TEST(TreeNodeCount, SampledAfterGreedyOnTheSameProposer) {
+  const ScriptedPair pair = make_pair(1.0f);
+  ScriptedPair::Draft<float> draft{&pair};
+  RecordingTreeTarget target{&pair};
+  specdec::StrategyDecoder decoder(
+      target, TreeProposer(draft, TreeOptions{TreeShape::dynamic(6), SiblingMode::with_replacement}),
+      StaticDraftLength{}, specdec::TreeVerifier{});
+  specdec::GenerationConfig config;
+  config.sampling = pair.params;
+  config.max_new_tokens = 3;  // rounds of at most 2 nodes: q rows for 2
+  EXPECT_EQ(decoder.generate(kContext, config).tokens.size(), 3u);
+  config.sampling.temperature = 0;  // greedy rounds of 6 nodes: no q rows
+  config.max_new_tokens = 20;
+  EXPECT_EQ(decoder.generate(kContext, config).tokens.size(), 20u);
+  config.sampling = pair.params;  // sampled rounds of 6 nodes: q rows for 6
+  EXPECT_EQ(decoder.generate(kContext, config).tokens.size(), 20u);
+}
+
 // ---- q rows the verifiers read ------------------------------------------------------------------
 
 enum class BadRow { nan, negative, zero };

@@ -253,7 +253,10 @@ class TreeProposer {
   Expansion& process_row(Round<Coins>& round, std::int32_t node, std::span<const Scalar> raw) {
     DraftRequest& request = round.request;
     detail::check_vocab_size(request.vocab_size, raw.size(), "draft model");
-    if (vocab_size_ != request.vocab_size || sized_limit_ < round.limit) {
+    // q rows exist only for sampled rounds: a sampled round after greedy ones (same V and
+    // limit) still has to size them.
+    if (vocab_size_ != request.vocab_size || sized_limit_ < round.limit ||
+        (!point_masses() && q_weights_.size() < round.limit * stride_)) {
       size_buffers(request.vocab_size, round.limit);
     }
     std::span<const token_t> path;
