@@ -188,8 +188,10 @@ std::vector<Setting> make_settings(const Options& o, double t, Models m) {
       for (const bool traversal : {false, true}) {
         if (greedy && traversal) continue;
         GenerationConfig config = base;
-        config.draft_length = nodes;  // the tree cut to N nodes
-        const specdec::TreeOptions tree{shape, mode};
+        config.draft_length = nodes;
+        specdec::TreeShape cut = shape;  // the tree cut to N nodes, breadth first
+        if (!cut.is_dynamic()) cut.max_nodes = nodes;
+        const specdec::TreeOptions tree{cut, mode};
         std::string name = label + " " + mode_name(mode) + (greedy ? "" : traversal ? " traversal" : " rrs");
         if (traversal) {
           add(name, kind, nodes, config,

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -128,6 +129,46 @@ int parse_flash_attention(std::string_view text) {
   throw UsageError("--flash-attn expects on, off or auto, got '" + std::string(text) + "'");
 }
 
+/// Leaves of the largest tree `shape` drafts: the product of a fixed shape's widths (the
+/// shape was validated, so it does not overflow), at most the budget of a dynamic one.
+std::size_t most_leaves(const specdec::TreeShape& shape) {
+  if (shape.is_dynamic()) return shape.budget;
+  std::size_t leaves = 1;
+  for (const std::size_t width : shape.widths) leaves *= width;
+  return leaves;
+}
+
+/// A tree round is one llama_decode of nodes + 1 tokens on one sequence per leaf plus one, in
+/// the target's context and in the draft's (which scores the tree drafted so far the same
+/// way): -c and -b must hold that, and llama.cpp holds at most 256 sequences. Checked here so
+/// that a flag, not llama.cpp, says what does not fit.
+void check_tree_fits(Options& options) {
+  const specdec::TreeShape& shape = options.tree->shape;
+  const std::size_t nodes = shape.nodes();
+  const std::size_t sequences = most_leaves(shape) + 1;
+  const std::string tree = shape.is_dynamic() ? "--tree-budget " + std::to_string(shape.budget)
+                                              : "--tree (" + std::to_string(nodes) + " nodes)";
+  if (!shape.is_dynamic() && sequences > llama::detail::kMaxSequences) {
+    throw UsageError(tree + " has " + std::to_string(sequences - 1) + " leaves: one llama.cpp " +
+                     "sequence each plus one; expected at most " +
+                     std::to_string(llama::detail::kMaxSequences - 1) + " leaves");
+  }
+  for (const auto& [flag, value] : {std::pair{"-c", options.target_context.n_ctx},
+                                    std::pair{"-b", options.target_context.n_batch}}) {
+    if (value != 0 && nodes + 1 > value) {
+      throw UsageError(std::string(flag) + " " + std::to_string(value) + " with " + tree +
+                       ": a round scores " + std::to_string(nodes + 1) +
+                       " tokens in one llama_decode; expected " + flag + " >= " +
+                       std::to_string(nodes + 1) + " (or a smaller tree)");
+    }
+  }
+  // Both contexts sized here: one sequence per leaf plus sequence 0 (a dynamic tree of N
+  // nodes has at most N leaves; llama.cpp holds at most 256 sequences).
+  const auto n_seq_max = static_cast<std::uint32_t>(
+      std::min<std::size_t>(llama::detail::kMaxSequences, sequences));
+  options.target_context.n_seq_max = options.draft_context.n_seq_max = n_seq_max;
+}
+
 Options parse_args(int argc, char** argv) {
   Options options;
   specdec::GenerationConfig& config = options.config;
@@ -225,6 +266,12 @@ Options parse_args(int argc, char** argv) {
   if (siblings && !options.tree) throw UsageError("--siblings needs --tree or --tree-budget");
   if (options.tree) {
     if (siblings) options.tree->siblings = *siblings;
+    // -k with a fixed tree cuts it to K nodes, breadth first (TreeShape::max_nodes).
+    if (draft_length_given && !options.tree->shape.is_dynamic()) {
+      options.tree->shape.max_nodes = config.draft_length;
+      specdec::examples::flag_value("-k", [&] { options.tree->shape.validate(); });
+    }
+    check_tree_fits(options);
     if (options.proposer != Proposer::model ||
         config.draft_length_policy.kind != specdec::DraftLengthKind::fixed) {
       throw UsageError("--tree / --tree-budget draft with the draft model and a fixed node "
@@ -234,8 +281,9 @@ Options parse_args(int argc, char** argv) {
   if (!draft_length_given) {
     const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
     config.draft_length = adaptive ? kAutoDraftLengthCap : kDefaultDraftLength;
-    if (options.tree) config.draft_length = options.tree->shape.nodes();  // the whole tree
   }
+  // What TreeProposer drafts per round (its round_limit()), for the summary lines.
+  if (options.tree) config.draft_length = options.tree->shape.nodes();
   specdec::examples::validate_config(config);
   return options;
 }
@@ -276,13 +324,9 @@ int run(Options& options) {
     target_model.devices = {llama::rpc_device(options.rpc)};
     draft_model.cpu_only = true;
   }
-  if (options.tree) {
-    // One llama.cpp sequence per leaf, plus sequence 0 for the committed tokens (llama.cpp
-    // holds at most 256). The draft scores the tree drafted so far a depth at a time through
-    // the same call, so it needs as many.
-    options.target_context.n_seq_max = options.draft_context.n_seq_max =
-        static_cast<std::uint32_t>(std::min<std::size_t>(256, options.tree->shape.nodes() + 1));
-  }
+  // n_seq_max of both contexts: sized by check_tree_fits for a tree, 1 otherwise.
+  options.target_context.name = "target";
+  options.draft_context.name = "draft";
   auto target = llama::LoadedModel::load(options.target_path, options.target_context, target_model);
   auto draft = llama::LoadedModel::load(options.draft_path, options.draft_context, draft_model);
   if (options.proposer != Proposer::ngram) llama::check_compatible(draft.model(), target.model());

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -45,6 +46,32 @@
 #include "specdec/verifiers/configured.hpp"
 
 namespace specdec {
+
+namespace detail {
+
+static_assert(TreeShape::kMaxNodes == GenerationConfig::kMaxDraftLength);
+
+/// The most tokens a round of `proposer` drafts under `config`: min(K, max_new_tokens - 1), K
+/// the proposer's round_limit() if it states one (TreeProposer: its shape's node count, so a
+/// tree is drafted whole), else config.draft_length.
+template <class P>
+[[nodiscard]] std::size_t usable_draft_length(const GenerationConfig& config, const P& proposer) {
+  if constexpr (requires {
+                  { proposer.round_limit() } -> std::convertible_to<std::size_t>;
+                }) {
+    const std::size_t stated = proposer.round_limit();
+    if (stated == 0 || stated > GenerationConfig::kMaxDraftLength) {
+      throw_invalid_argument("proposer's round_limit() = ", stated, "; expected 1..",
+                             GenerationConfig::kMaxDraftLength,
+                             " tokens (nodes) per round (GenerationConfig::kMaxDraftLength)");
+    }
+    return config.max_new_tokens == 0 ? 0 : std::min(stated, config.max_new_tokens - 1);
+  } else {
+    return config.usable_draft_length();
+  }
+}
+
+}  // namespace detail
 
 /// \brief Speculative decoding from three strategies: a Proposer (what is drafted), a
 /// DraftLengthPolicy (how many tokens), a Verifier (how they are verified); see strategies.hpp.
@@ -114,7 +141,8 @@ class StrategyDecoder {
     result.tokens.reserve(reserve);
     if (config.logprobs) result.logprobs.reserve(reserve);
     DecodeStats& stats = result.stats;
-    const std::size_t usable_draft_length = config.usable_draft_length();
+    // A proposer that states its round's size (a tree's nodes) is drafted whole.
+    const std::size_t usable_draft_length = detail::usable_draft_length(config, proposer_);
     stats.drafted_at.assign(usable_draft_length, 0);
     stats.accepted_at.assign(usable_draft_length, 0);
     stats.drafted_at_rank.assign(usable_draft_length, 0);

@@ -48,6 +48,8 @@ struct GenerationConfig {
   /// K >= 1, the most tokens drafted per round; a round drafts at most min(K, max_new_tokens -
   /// 1) (the budget), and that must be <= kMaxDraftLength. Buffers are sized by that usable
   /// length, so a huge K with a small budget costs O(budget). AutoregressiveDecoder ignores it.
+  /// A proposer that states its own round size (`round_limit()`: TreeProposer, its shape's
+  /// nodes) is used with that in place of K; a FallbackProposer states none (K caps both).
   std::size_t draft_length = 4;
   std::size_t max_new_tokens = 128;  ///< hard budget, never exceeded; 0 returns no tokens
   std::vector<token_t> stop_tokens;  ///< generation ends after emitting one (it is included)

@@ -81,8 +81,14 @@ struct ContextOptions {
   /// KV cache element type (GGML_TYPE_F16 is llama.cpp's default; GGML_TYPE_F32 matches an f32
   /// reference most closely).
   ggml_type kv_type = GGML_TYPE_F16;
-  /// Sequences the context can hold: 1 for chain drafts; a tree call needs one per leaf.
+  /// Sequences the context can hold: 1 for chain drafts; a tree call (score_tree) needs one
+  /// per leaf plus one, for the target AND for a TreeProposer's draft (it scores the tree
+  /// drafted so far through the same call). llama.cpp keeps one output row per sequence, so
+  /// LoadedModel::load requires n_seq_max <= min(n_ctx, n_batch) (and <= 256).
   std::uint32_t n_seq_max = 1;
+  /// How errors name this model, e.g. "draft" or "target"; empty: LoadedModel uses the GGUF
+  /// file's name.
+  std::string name{};
 };
 
 /// \brief How a GGUF file is loaded (LoadedModel::load).
@@ -228,6 +234,38 @@ struct ModelDeleter {
 struct ContextDeleter {
   void operator()(llama_context* context) const noexcept { llama_free(context); }
 };
+
+/// Sequences a llama_context can hold (llama.cpp's LLAMA_MAX_SEQ, internal to llama.cpp).
+inline constexpr std::uint32_t kMaxSequences = 256;
+
+/// What llama_init_from_model asserts on, checked first: it keeps one output row per sequence
+/// and aborts the process (GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max) in
+/// llama_context::output_reserve) when n_seq_max exceeds its output rows, n_batch, which a
+/// causal model caps by n_ctx (llama-context.cpp at de3ff815ea7d: n_batch = min(n_ctx,
+/// n_batch); n_outputs_max = n_batch). The n_ctx compared is the one asked for, before
+/// llama.cpp rounds it up.
+/// `name` (ContextOptions::name, may be empty) and `path` say which model in the message.
+inline void check_context_params(const llama_context_params& params, const std::string& name,
+                                 const std::filesystem::path& path) {
+  const std::string model = name.empty() ? "'" + path.string() + "'"
+                                         : "the " + name + " model ('" + path.string() + "')";
+  const std::uint32_t n_seq_max = std::max<std::uint32_t>(1, params.n_seq_max);
+  if (n_seq_max > kMaxSequences) {
+    throw_invalid_argument("cannot create a llama.cpp context for ", model, ": n_seq_max = ",
+                           n_seq_max, "; expected at most ", kMaxSequences,
+                           " sequences (llama.cpp's limit; a tree needs one per leaf plus one)");
+  }
+  // n_ctx = 0 is the training context, which llama.cpp then reads itself.
+  const std::uint32_t rows =
+      params.n_ctx == 0 ? params.n_batch : std::min(params.n_ctx, params.n_batch);
+  if (n_seq_max > rows) {
+    throw_invalid_argument("cannot create a llama.cpp context for ", model, ": n_seq_max = ",
+                           n_seq_max, " sequences need as many output rows, and this context ",
+                           "has ", rows, " = min(n_ctx = ", params.n_ctx, ", n_batch = ",
+                           params.n_batch, "); expected n_seq_max <= ", rows,
+                           ", or n_ctx and n_batch >= ", n_seq_max);
+  }
+}
 
 }  // namespace detail
 
@@ -429,7 +467,8 @@ class ContextModel {
         leaf_begin_(std::move(other.leaf_begin_)),
         leaf_end_(std::move(other.leaf_end_)),
         cached_(std::move(other.cached_)),
-        straddled_rows_(std::move(other.straddled_rows_)) {}
+        straddled_rows_(std::move(other.straddled_rows_)),
+        name_(std::move(other.name_)) {}
   ContextModel& operator=(ContextModel&&) = delete;
 
   /// \brief Draft call: the V next-token logits after the whole context.
@@ -529,7 +568,7 @@ class ContextModel {
         llama_memory_seq_rm(memory, static_cast<llama_seq_id>(1 + leaf), -1, -1);
       }
       roll_back(c - 1);
-      detail::throw_runtime_error("llama_decode returned ", status, " (",
+      detail::throw_runtime_error(who(), ": llama_decode returned ", status, " (",
                                   detail::decode_status_meaning(status), ") scoring a tree of ",
                                   tokens.size(), " nodes after a context of ", c,
                                   " (n_ctx = ", n_ctx_, ")");
@@ -557,18 +596,27 @@ class ContextModel {
   /// positions at most its training context. Set GenerationConfig::max_context to at most this.
   [[nodiscard]] std::size_t max_context() const noexcept { return n_ctx_; }
   [[nodiscard]] llama_context* context() const noexcept { return context_; }
+  /// \brief How errors name this model (ContextOptions::name; LoadedModel defaults to the GGUF
+  /// file's name). Empty: "llama.cpp model".
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
   [[nodiscard]] const llama_model* model() const noexcept { return model_; }
   [[nodiscard]] const llama_vocab* vocab() const noexcept { return vocab_; }
 
  private:
+  /// "llama.cpp model 'draft'" (or "llama.cpp model" without a name): errors say which.
+  [[nodiscard]] std::string who() const {
+    return name_.empty() ? std::string("llama.cpp model") : "llama.cpp model '" + name_ + "'";
+  }
+
   void check_call(std::span<const token_t> context, std::size_t n) const {
     if (context.size() > n_ctx_) {
-      detail::throw_invalid_argument("llama.cpp model called with a context of ", context.size(),
+      detail::throw_invalid_argument(who(), " called with a context of ", context.size(),
                                      " tokens, more than its n_ctx = ", n_ctx_,
                                      "; expected GenerationConfig::max_context <= max_context()");
     }
     if (n == 0 || n > context.size()) {
-      detail::throw_invalid_argument("llama.cpp model asked for ", n, " rows after a context of ",
+      detail::throw_invalid_argument(who(), " asked for ", n, " rows after a context of ",
                                      context.size(), " tokens; expected 1 <= n <= context size");
     }
   }
@@ -577,7 +625,7 @@ class ContextModel {
   void check_tokens(std::span<const token_t> context, std::size_t from) const {
     for (std::size_t i = from; i < context.size(); ++i) {
       if (context[i] < 0 || static_cast<std::size_t>(context[i]) >= vocab_size_) {
-        detail::throw_invalid_argument("llama.cpp model got token ", context[i], " at position ",
+        detail::throw_invalid_argument(who(), " got token ", context[i], " at position ",
                                        i, "; expected a token id in [0, ", vocab_size_, ")");
       }
     }
@@ -590,16 +638,16 @@ class ContextModel {
                         std::span<const std::int32_t> parents) {
     const std::size_t nodes = tokens.size();
     if (parents.size() != nodes) {
-      detail::throw_invalid_argument("llama.cpp score_tree: ", parents.size(), " parents for ",
+      detail::throw_invalid_argument(who(), " score_tree: ", parents.size(), " parents for ",
                                      nodes, " tokens; expected one parent per node");
     }
     if (nodes + 1 > n_batch_) {
-      detail::throw_invalid_argument("llama.cpp score_tree: a tree of ", nodes,
+      detail::throw_invalid_argument(who(), " score_tree: a tree of ", nodes,
                                      " nodes needs ", nodes + 1, " tokens in one llama_decode; "
                                      "expected at most n_batch = ", n_batch_);
     }
     if (committed.size() + nodes > n_ctx_) {
-      detail::throw_invalid_argument("llama.cpp score_tree: ", committed.size(),
+      detail::throw_invalid_argument(who(), " score_tree: ", committed.size(),
                                      " committed tokens and ", nodes,
                                      " nodes need more KV cells than n_ctx = ", n_ctx_);
     }
@@ -609,11 +657,11 @@ class ContextModel {
     for (std::size_t i = nodes; i-- > 0;) {  // backwards, so children end up in order
       const std::int32_t parent = parents[i];
       if (parent < -1 || parent >= static_cast<std::int32_t>(i)) {
-        detail::throw_invalid_argument("llama.cpp score_tree: node ", i, " has parent ", parent,
+        detail::throw_invalid_argument(who(), " score_tree: node ", i, " has parent ", parent,
                                        "; expected -1 (the root) or an earlier node");
       }
       if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= vocab_size_) {
-        detail::throw_invalid_argument("llama.cpp score_tree: node ", i, " has token ",
+        detail::throw_invalid_argument(who(), " score_tree: node ", i, " has token ",
                                        tokens[i], "; expected a token id in [0, ", vocab_size_,
                                        ")");
       }
@@ -627,7 +675,7 @@ class ContextModel {
       deepest = std::max(deepest, tree_depth_[i]);
     }
     if (committed.size() + deepest > n_ctx_) {
-      detail::throw_invalid_argument("llama.cpp score_tree: a path of ", deepest,
+      detail::throw_invalid_argument(who(), " score_tree: a path of ", deepest,
                                      " nodes after ", committed.size(),
                                      " tokens exceeds n_ctx = ", n_ctx_);
     }
@@ -666,11 +714,11 @@ class ContextModel {
       }
     }
     if (leaves + 1 > n_seq_max_) {
-      detail::throw_invalid_argument("llama.cpp score_tree: a tree with ", leaves,
+      detail::throw_invalid_argument(who(), " score_tree: a tree with ", leaves,
                                      " leaves needs ", leaves + 1,
                                      " sequences; this context holds n_seq_max = ", n_seq_max_,
                                      " (create it with ContextOptions::n_seq_max >= ", leaves + 1,
-                                     ")");
+                                     "; a TreeProposer's draft needs it as much as the target)");
     }
     if (tree_batch_.token == nullptr) {
       tree_batch_ = llama_batch_init(static_cast<std::int32_t>(n_batch_), 0,
@@ -751,7 +799,7 @@ class ContextModel {
     // Processed micro-batches may remain in the memory after a failure: drop everything past
     // the positions the record says are cached, so the two agree again.
     roll_back(first_position);
-    detail::throw_runtime_error("llama_decode returned ", status, " (",
+    detail::throw_runtime_error(who(), ": llama_decode returned ", status, " (",
                                 detail::decode_status_meaning(status), ") decoding ",
                                 batch_.n_tokens, " tokens at positions ", first_position, "..",
                                 first_position + static_cast<std::size_t>(batch_.n_tokens) - 1,
@@ -789,6 +837,7 @@ class ContextModel {
   std::vector<std::int32_t> dfs_stack_, dfs_order_;  // (nodes) scratch
   std::vector<token_t> cached_;         // (n_ctx) tokens held by the KV cache, sequence 0
   std::vector<float> straddled_rows_;   // (n, V) rows copied when they span two decodes
+  std::string name_;                    // how errors name this model (name())
 };
 
 /// \brief A GGUF model loaded with its own context: owns the llama_model and llama_context
@@ -847,6 +896,7 @@ class LoadedModel : public ContextModel {
     // shares cells instead of copying them).
     params.kv_unified = params.n_seq_max > 1;
     params.no_perf = true;
+    detail::check_context_params(params, context_options.name, path);
     std::unique_ptr<llama_context, detail::ContextDeleter> context(
         llama_init_from_model(model.get(), params));
     if (!context) {
@@ -866,8 +916,11 @@ class LoadedModel : public ContextModel {
       llama_attach_threadpool(context.get(), pool.get(),
                               pool_batch.get() != nullptr ? pool_batch.get() : pool.get());
     }
-    return LoadedModel(std::move(model), std::move(context), std::move(pool),
+    LoadedModel loaded(std::move(model), std::move(context), std::move(pool),
                        std::move(pool_batch));
+    loaded.set_name(context_options.name.empty() ? path.filename().string()
+                                                 : context_options.name);
+    return loaded;
   }
 
   LoadedModel(LoadedModel&&) noexcept = default;

@@ -94,8 +94,12 @@ void require_chain(const Proposal<Scalar>& proposal, const char* who) {
 /// only. It never sees this round's target rows (they do not exist yet); that is what keeps
 /// any policy exact (docs/design.md).
 struct DraftState {
-  std::size_t drafted = 0;  ///< tokens drafted so far this round
-  std::size_t limit = 0;    ///< the round's hard cap (draft_length, budget); drafted < limit
+  /// Tokens drafted so far this round; nodes, for a tree proposer (TreeProposer asks before
+  /// each node, in drafting order: a policy that stops it stops the tree there).
+  std::size_t drafted = 0;
+  /// The round's hard cap (draft_length, budget; a tree proposer's round_limit()); drafted <
+  /// limit.
+  std::size_t limit = 0;
   /// The draft's probability of each token drafted so far this round: q_i(x_i) for a sampled
   /// token; for a greedy model draft (q a point mass) the probability the draft's processed
   /// row, softmaxed at T = 1, gives its argmax (computed only for a policy that reads it, see

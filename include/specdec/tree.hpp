@@ -188,19 +188,30 @@ struct EnumNames<SiblingMode> {
 /// \brief The shape of the tree a TreeProposer drafts each round.
 ///
 /// Fixed: `widths[d]` children for every node at depth d (widths[0] = children of the root):
-/// {4, 2, 2, 1} is the tree "4x2x2x1" (4 + 8 + 16 + 16 = 44 nodes). Dynamic (`budget` > 0):
-/// up to `budget` nodes, grown best first from the draft's own probabilities (EAGLE-2): the
-/// next node is the child, of any node drafted so far, with the highest estimated probability
-/// that its whole path is accepted (the product of the draft's probabilities along the path,
-/// times the parent's next-best probability), at most `max_width` children per node. Either
-/// way a round drafts at most its limit (GenerationConfig::draft_length counts nodes).
+/// {4, 2, 2, 1} is the tree "4x2x2x1" (4 + 8 + 16 + 16 = 44 nodes), drafted breadth first and
+/// cut to `max_nodes` nodes if that is set. Dynamic (`budget` > 0): up to `budget` nodes, grown
+/// best first from the draft's own probabilities (EAGLE-2): the next node is the child, of any
+/// node drafted so far, with the highest estimated probability that its whole path is accepted
+/// (the product of the draft's probabilities along the path, times the parent's next-best
+/// probability), at most `max_width` children per node.
+///
+/// nodes() is what a round drafts: TreeProposer::round_limit() states it and the decoder uses
+/// it in place of GenerationConfig::draft_length (a chain's K), so a tree is never cut silently;
+/// only the budget (max_new_tokens - 1) and max_context cut a round's tree, near their ends.
+/// Every count is at most kMaxNodes (validate(), parse()).
 struct TreeShape {
+  /// The most nodes a tree may have: GenerationConfig::kMaxDraftLength, for the same reason (a
+  /// round holds one row of V draft weights per node).
+  static constexpr std::size_t kMaxNodes = 4096;
+
   std::vector<std::size_t> widths;  ///< fixed shape (used when budget == 0)
   std::size_t budget = 0;           ///< dynamic shape: nodes per round (0 = fixed)
   std::size_t max_width = 4;        ///< dynamic shape: children per node at most
+  std::size_t max_nodes = 0;        ///< fixed shape: cut to this many nodes (0 = the whole tree)
 
   /// \brief "4x2x2x1" -> widths {4, 2, 2, 1}.
-  /// \throws std::invalid_argument for anything but positive integers joined by 'x'.
+  /// \throws std::invalid_argument for anything but positive integers joined by 'x', or a shape
+  /// validate() rejects (a width or a node count above kMaxNodes).
   [[nodiscard]] static TreeShape parse(std::string_view text) {
     TreeShape shape;
     std::size_t start = 0;
@@ -217,6 +228,7 @@ struct TreeShape {
       shape.widths.push_back(width);
       start = end + 1;
     }
+    shape.validate();
     return shape;
   }
 
@@ -230,31 +242,74 @@ struct TreeShape {
 
   [[nodiscard]] bool is_dynamic() const noexcept { return budget > 0; }
 
-  /// \brief Nodes of the full tree: the budget, or 4 + 4*2 + ... for a fixed shape.
+  /// \brief Nodes a round drafts: the budget, or 4 + 4*2 + ... for a fixed shape (at most
+  /// max_nodes if set). Saturates at kMaxNodes + 1 for a shape validate() rejects.
   [[nodiscard]] std::size_t nodes() const noexcept {
     if (is_dynamic()) return budget;
-    std::size_t total = 0, level = 1;
-    for (const std::size_t width : widths) {
-      level *= width;
-      total += level;
-    }
-    return total;
+    const std::size_t full = std::min(full_nodes(), kMaxNodes + 1);
+    return max_nodes > 0 ? std::min(full, max_nodes) : full;
   }
 
+  /// \brief Throws std::invalid_argument naming the width or the node count that does not fit:
+  /// widths and max_width in [1, kMaxNodes], at most kMaxNodes nodes (budget, max_nodes, the
+  /// full fixed tree).
   void validate() const {
     if (!is_dynamic() && widths.empty()) {
       detail::throw_invalid_argument(
           "tree shape has no widths and budget = 0; expected fixed widths (e.g. 4x2x2x1) or a "
           "node budget > 0");
     }
+    if (is_dynamic()) {
+      if (budget > kMaxNodes) {
+        detail::throw_invalid_argument("tree shape budget = ", budget, "; expected at most ",
+                                       kMaxNodes, " nodes (TreeShape::kMaxNodes)");
+      }
+      if (max_width == 0 || max_width > kMaxNodes) {
+        detail::throw_invalid_argument("tree shape max_width = ", max_width, "; expected 1..",
+                                       kMaxNodes, " children per node");
+      }
+      return;
+    }
     for (const std::size_t width : widths) {
-      if (width == 0) {
-        detail::throw_invalid_argument("tree shape width 0; expected widths >= 1");
+      if (width == 0 || width > kMaxNodes) {
+        detail::throw_invalid_argument("tree shape width ", width, "; expected 1..", kMaxNodes,
+                                       " children per node (TreeShape::kMaxNodes)");
       }
     }
-    if (is_dynamic() && max_width == 0) {
-      detail::throw_invalid_argument("tree shape max_width = 0; expected >= 1 child per node");
+    if (max_nodes > kMaxNodes) {
+      detail::throw_invalid_argument("tree shape max_nodes = ", max_nodes, "; expected at most ",
+                                     kMaxNodes, " nodes (TreeShape::kMaxNodes)");
     }
+    const std::size_t full = full_nodes();
+    if (full > kMaxNodes && max_nodes == 0) {
+      std::string text;
+      for (const std::size_t width : widths) {
+        if (!text.empty()) text += 'x';
+        text += std::to_string(width);
+      }
+      if (full == kNodesOverflow) {
+        detail::throw_invalid_argument("tree shape ", text, " has more than ", kMaxNodes,
+                                       " nodes; expected at most ", kMaxNodes,
+                                       " (TreeShape::kMaxNodes), or max_nodes set");
+      }
+      detail::throw_invalid_argument("tree shape ", text, " has ", full, " nodes; expected at most ",
+                                     kMaxNodes, " nodes (TreeShape::kMaxNodes), or max_nodes set");
+    }
+  }
+
+ private:
+  static constexpr std::size_t kNodesOverflow = static_cast<std::size_t>(-1);
+
+  /// The full fixed tree's node count, kNodesOverflow if it does not fit a size_t.
+  [[nodiscard]] std::size_t full_nodes() const noexcept {
+    std::size_t total = 0, level = 1;
+    for (const std::size_t width : widths) {
+      if (width != 0 && level > (kNodesOverflow - 1) / width) return kNodesOverflow;
+      level *= width;
+      if (total > kNodesOverflow - 1 - level) return kNodesOverflow;
+      total += level;
+    }
+    return total;
   }
 };
 
@@ -322,7 +377,19 @@ inline std::size_t tree_depths(std::span<const std::int32_t> parents,
   return height;
 }
 
+/// \brief Node `node`'s parent: -1 for a child of the root (the committed context); node - 1
+/// for a chain (empty parents). Requires node < proposal.size().
+template <class Scalar>
+[[nodiscard]] std::int32_t parent_of(const Proposal<Scalar>& proposal, std::size_t node) noexcept {
+  return proposal.parents.empty() ? static_cast<std::int32_t>(node) - 1 : proposal.parents[node];
+}
+
+
 namespace detail {
+
+// ============================================================================================
+// Tree helpers
+// ============================================================================================
 
 /// Node i's parent (-1 = the root); chains (empty parents) have i - 1.
 [[nodiscard]] inline std::int32_t parent_in(std::span<const std::int32_t> parents,
@@ -414,6 +481,12 @@ class ChildLinks {
 };
 
 namespace detail {
+// The names verifiers used before they were public.
+using specdec::ChildLinks;
+using specdec::parent_of;
+}  // namespace detail
+
+namespace detail {
 
 /// A proposal's tree is well formed: parents[i] in [-1, i) (check_tree_parents, the message
 /// behind "proposer returned a tree: ").
@@ -426,11 +499,6 @@ void check_tree(const Proposal<Scalar>& proposal) {
   }
 }
 
-/// Node i's parent (-1 = the root); chains (empty parents) have i - 1.
-template <class Scalar>
-[[nodiscard]] std::int32_t parent_of(const Proposal<Scalar>& proposal, std::size_t node) noexcept {
-  return parent_in(proposal.parents, node);
-}
 
 /// tree_path of a proposal.
 template <class Scalar>

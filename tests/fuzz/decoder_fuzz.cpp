@@ -1,5 +1,7 @@
 // libFuzzer harness over specdec's public API: SpeculativeDecoder, AutoregressiveDecoder,
-// StrategyDecoder with a user's proposer and verifier that break their contracts, NgramDecoder and
+// StrategyDecoder with a user's proposer and verifier that break their contracts, tree shapes
+// and sibling modes (TreeShape, TreeProposer) and tree decoding with lies at the tree proposal
+// seam (TreeVerifier, TraversalVerifier), NgramDecoder and
 // NgramThenModelDecoder with hostile NgramOptions, the draft-length policies with hostile
 // options, the pure functions of sampling.hpp / verify.hpp, and measure_speedup and the
 // testing.hpp helpers with hostile arguments; driven by hostile configurations, prompts, model
@@ -33,6 +35,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "specdec/specdec.hpp"
@@ -950,16 +953,208 @@ using LookupThenModel = specdec::NgramThenModelDecoder<FuzzDraft, FuzzTarget>;
 
 enum class DecoderKind : std::uint8_t { autoregressive, speculative, strategy, lookup, combined };
 
+// ---- trees: shapes and the tree proposal seam -----------------------------------------------
+
+/// A tree shape from fuzzed text of digits and 'x' (TreeShape::parse), or field by field with
+/// hostile widths, budgets and bounds (widths of 2^32 and more, products that wrap a size_t).
+specdec::TreeShape fuzz_tree_shape(FuzzedDataProvider& data) {
+  if (data.ConsumeBool()) {
+    std::string text = data.ConsumeRandomLengthString(48);
+    for (char& c : text) c = "0123456789x"[static_cast<unsigned char>(c) % 11];
+    return specdec::TreeShape::parse(text);
+  }
+  specdec::TreeShape shape;
+  shape.widths.resize(data.ConsumeIntegralInRange<std::size_t>(0, 6));
+  for (std::size_t& width : shape.widths) {
+    width = data.ConsumeBool() ? (std::size_t{1} << 32) + data.ConsumeIntegral<std::uint8_t>()
+                               : hostile_size(data, 4);
+  }
+  if (data.ConsumeBool()) shape.budget = hostile_size(data, 12);
+  shape.max_width = hostile_size(data, 4);
+  return shape;
+}
+
+/// One round's lie about a tree proposal (the seam between a tree proposer and the decoder and
+/// tree verifiers): what TreeLiar does to TreeProposer's honest proposal.
+struct TreeLie {
+  enum class Kind : std::uint8_t {
+    none,
+    parent,        // node's parent = `token` (out of order, below -1, past the end)
+    token,         // node's token = `token`
+    q_at_token,    // the q weight of node's own token = `value` (NaN, negative, 0, huge)
+    q_row,         // node's whole q row = `value`
+    max_children,  // every declared bound = `count` (fewer children than drafted)
+    point_mass,    // node's point-mass flag flipped
+    drop,          // `count` nodes fewer (the other spans left as they were)
+  };
+  Kind kind = Kind::none;
+  std::size_t node = 0;
+  std::size_t count = 0;
+  token_t token = 0;
+  double value = 0;
+};
+
+/// A TreeProposer whose proposals are altered round by round by `lies` (cycled).
+struct TreeLiar {
+  explicit TreeLiar(specdec::TreeProposer<FuzzDraft> proposer) : honest(std::move(proposer)) {}
+
+  specdec::TreeProposer<FuzzDraft> honest;
+  std::vector<TreeLie> lies;
+  std::size_t round = 0;
+  std::vector<token_t> tokens;
+  std::vector<std::int32_t> parents;
+  std::vector<std::uint32_t> max_children;
+  std::vector<std::uint8_t> point_mass;
+  std::vector<float> weights;
+
+  template <class Config>
+  void begin(const Config&) {
+    round = 0;
+  }
+
+  [[nodiscard]] std::size_t round_limit() const noexcept { return honest.round_limit(); }
+
+  template <class Coins>
+  specdec::Proposal<float> propose(specdec::DraftRequest& request, Coins& coins) {
+    specdec::Proposal<float> proposal = honest.propose(request, coins);
+    if (lies.empty() || proposal.empty()) return proposal;
+    const TreeLie& lie = lies[round++ % lies.size()];
+    const std::size_t n = proposal.size();
+    const std::size_t node = lie.node % n;
+    tokens.assign(proposal.tokens.begin(), proposal.tokens.end());
+    parents.assign(proposal.parents.begin(), proposal.parents.end());
+    switch (lie.kind) {
+      case TreeLie::Kind::none:
+        break;
+      case TreeLie::Kind::parent:
+        if (!parents.empty()) parents[node] = lie.token;
+        break;
+      case TreeLie::Kind::token:
+        tokens[node] = lie.token;
+        break;
+      case TreeLie::Kind::q_at_token:
+      case TreeLie::Kind::q_row:
+        if (proposal.q_weights.rows() == n) {
+          weights.assign(proposal.q_weights.values().begin(), proposal.q_weights.values().end());
+          const std::size_t stride = proposal.q_weights.row_stride();
+          float* row = weights.data() + node * stride;
+          if (lie.kind == TreeLie::Kind::q_row) {
+            std::fill_n(row, proposal.q_weights.vocab_size(), static_cast<float>(lie.value));
+          } else {
+            row[static_cast<std::size_t>(tokens[node])] = static_cast<float>(lie.value);
+          }
+          proposal.q_weights = specdec::LogitsRows<float>(
+              weights, proposal.q_weights.vocab_size(), stride);
+        }
+        break;
+      case TreeLie::Kind::max_children:
+        if (!proposal.max_children.empty()) {
+          max_children.assign(proposal.max_children.size(),
+                              static_cast<std::uint32_t>(lie.count));
+          proposal.max_children = max_children;
+        }
+        break;
+      case TreeLie::Kind::point_mass:
+        point_mass.assign(n, 0);
+        for (std::size_t i = 0; i < n; ++i) point_mass[i] = proposal.is_point_mass(i) ? 1 : 0;
+        point_mass[node] = point_mass[node] != 0 ? 0 : 1;
+        proposal.point_mass = point_mass;
+        break;
+      case TreeLie::Kind::drop:
+        tokens.resize(n - std::min(n, lie.count));
+        break;
+    }
+    proposal.tokens = tokens;
+    proposal.parents = parents;
+    return proposal;
+  }
+};
+
+std::vector<TreeLie> plan_tree_lies(FuzzedDataProvider& data) {
+  std::vector<TreeLie> lies(data.ConsumeIntegralInRange<std::size_t>(0, 4));
+  for (TreeLie& lie : lies) {
+    lie.kind = static_cast<TreeLie::Kind>(data.ConsumeIntegralInRange<int>(0, 7));
+    lie.node = data.ConsumeIntegralInRange<std::size_t>(0, 16);
+    lie.count = data.ConsumeIntegralInRange<std::size_t>(0, 3);
+    lie.token = data.ConsumeBool() ? data.ConsumeIntegral<token_t>()
+                                   : data.ConsumeIntegralInRange<token_t>(-2, 12);
+    lie.value = hostile_double(data, -2, 2);
+  }
+  return lies;
+}
+
+using TreeTarget = specdec::PathwiseTreeTarget<FuzzTarget>;
+template <class Verifier>
+using TreeDecoder =
+    specdec::StrategyDecoder<TreeTarget, TreeLiar, specdec::StaticDraftLength, Verifier>;
+
+/// Tree shapes and sibling modes (valid, overflowing, out of range) into TreeProposer, then,
+/// for a shape that was accepted and is small, decoding with lies at the tree proposal seam
+/// through TreeVerifier or TraversalVerifier: every exception is ours (or a model's), every
+/// result keeps its contract, and the decoder is reusable afterwards.
+template <class Verifier>
+void fuzz_tree_decoder(FuzzedDataProvider& data, FuzzModel& draft_model, FuzzModel& target_model,
+                       const specdec::TreeOptions& options) {
+  FuzzDraft draft{&draft_model};
+  FuzzTarget chain_target{&target_model};
+  TreeTarget target(chain_target);
+  TreeDecoder<Verifier> decoder(target, TreeLiar(specdec::TreeProposer<FuzzDraft>(draft, options)));
+  decoder.proposer().lies = plan_tree_lies(data);
+  const std::size_t vocab_bound =
+      4 * (std::max(draft_model.vocab_size, target_model.vocab_size) + 5);
+  for (std::size_t call = data.ConsumeIntegralInRange<std::size_t>(1, 2); call-- > 0;) {
+    std::vector<int> processor_plan;
+    const specdec::GenerationConfig config = fuzz_config(data, processor_plan);
+    (void)run_generate(data, decoder, fuzz_prompt(data), config, vocab_bound);
+  }
+  decoder.proposer().lies.clear();
+  const auto make_fresh = [&] {
+    return TreeDecoder<Verifier>(target, TreeLiar(specdec::TreeProposer<FuzzDraft>(draft, options)));
+  };
+  check_still_usable(decoder, make_fresh, draft_model, target_model);
+}
+
+void fuzz_trees(FuzzedDataProvider& data) {
+  specdec::TreeOptions options;
+  try {
+    options.shape = fuzz_tree_shape(data);
+    options.siblings = static_cast<specdec::SiblingMode>(data.ConsumeIntegralInRange<int>(-1, 4));
+    FuzzModel probe_model;
+    FuzzDraft probe{&probe_model};
+    const specdec::TreeProposer<FuzzDraft> proposer(probe, options);  // validates
+    const std::size_t nodes = options.shape.nodes();
+    if (nodes == 0 || nodes > specdec::TreeShape::kMaxNodes || proposer.round_limit() != nodes) {
+      fail("TreeProposer accepted a shape of", std::to_string(nodes).c_str());
+    }
+    if (nodes > 64) return;  // valid, but too slow to decode many times per input
+  } catch (...) {
+    check_exception(std::current_exception());
+    return;
+  }
+  FuzzModel draft_model, target_model;
+  plan_faults(data, draft_model);
+  plan_faults(data, target_model);
+  if (data.ConsumeBool()) draft_model.vocab_size = target_model.vocab_size;
+  if (data.ConsumeBool()) {
+    fuzz_tree_decoder<specdec::TreeVerifier>(data, draft_model, target_model, options);
+  } else {
+    fuzz_tree_decoder<specdec::TraversalVerifier>(data, draft_model, target_model, options);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   FuzzedDataProvider data(bytes, size);
-  switch (data.ConsumeIntegralInRange<int>(0, 7)) {
+  switch (data.ConsumeIntegralInRange<int>(0, 8)) {
     case 0:
       fuzz_pure_functions(data);
       return 0;
     case 1:
       fuzz_helpers(data);
+      return 0;
+    case 2:
+      fuzz_trees(data);
       return 0;
     default:
       break;

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -469,6 +470,79 @@ TEST(LlamaCppErrors, MissingAndInvalidFiles) {
   expect_error<std::invalid_argument>([&] { (void)llama::LoadedModel::load(garbage); },
                                       "cannot load GGUF model");
   fs::remove(garbage);
+}
+
+// llama_init_from_model aborts the process (GGML_ASSERT in output_reserve) when n_seq_max
+// exceeds its output rows, min(n_ctx, n_batch): load must say so first. Each case runs in a
+// child process, so an abort fails this test instead of killing the test binary.
+TEST(LlamaCppErrorsDeathTest, SequencesBeyondTheOutputRowsAreInvalidArguments) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto expect_invalid = [](const llama::ContextOptions& options, const std::string& needle) {
+    SCOPED_TRACE(needle);
+    EXPECT_EXIT(
+        {
+          try {
+            (void)llama::LoadedModel::load(kGgufDir / "kjv-draft-f16.gguf", options);
+          } catch (const std::invalid_argument& error) {
+            const std::string message = error.what();
+            std::exit(message.rfind("specdec: cannot create a llama.cpp context", 0) == 0 &&
+                              message.find(needle) != std::string::npos
+                          ? 0
+                          : 3);
+          }
+          std::exit(4);
+        },
+        ::testing::ExitedWithCode(0), "");
+  };
+  expect_invalid({.n_ctx = 8, .n_seq_max = 17}, "n_seq_max = 17 sequences need as many output rows");
+  expect_invalid({.n_ctx = 64, .n_seq_max = 65}, "min(n_ctx = 64, n_batch = ");
+  expect_invalid({.n_ctx = 256, .n_batch = 8, .n_seq_max = 9}, "expected n_seq_max <= 8");
+  expect_invalid({.n_ctx = 256, .n_batch = 8, .n_ubatch = 2, .n_seq_max = 9}, "n_batch = 8)");
+  expect_invalid({.n_seq_max = 257}, "expected at most 256");
+  llama::ContextOptions named{.n_ctx = 16, .n_seq_max = 17};
+  named.name = "draft";
+  expect_invalid(named, "the draft model ('");
+  // Right at the bound: a context is created, and scores a tree with n_seq_max - 1 leaves.
+  auto model = llama::LoadedModel::load(kGgufDir / "kjv-draft-f16.gguf",
+                                        {.n_ctx = 256, .n_batch = 8, .n_seq_max = 8});
+  const std::vector<token_t> committed = bytes_of("\nRuth 1:1 ");
+  EXPECT_EQ(model.score_tree(committed, std::vector<token_t>{'a', 'b', 'c'},
+                             std::vector<std::int32_t>{-1, -1, -1})
+                .size(),
+            4 * model.vocab_size());
+}
+
+TEST(LlamaCppErrors, ErrorsNameTheModel) {
+  // A TreeProposer's draft needs the sequences too: the error says which model lacks them.
+  auto draft = llama::LoadedModel::load(kGgufDir / "kjv-draft-f16.gguf", {.name = "draft"});
+  EXPECT_EQ(draft.name(), "draft");
+  const std::vector<token_t> committed = bytes_of("\nRuth 1:2 ");
+  expect_error<std::invalid_argument>(
+      [&] {
+        (void)draft.score_tree(committed, std::vector<token_t>{'a', 'b'},
+                               std::vector<std::int32_t>{-1, -1});
+      },
+      "llama.cpp model 'draft' score_tree: a tree with 2 leaves needs 3 sequences");
+  expect_error<std::invalid_argument>(
+      [&] {
+        (void)draft.score_tree(committed, std::vector<token_t>{'a', 'b'},
+                               std::vector<std::int32_t>{-1, -1});
+      },
+      "a TreeProposer's draft needs it");
+  // Unnamed: the GGUF file's name.
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
+  expect_error<std::invalid_argument>([&] { (void)target(std::vector<token_t>{1, 300}, 1); },
+                                      "llama.cpp model 'kjv-target-f16.gguf' got token 300");
+  // Through TreeProposer and the decoder: the draft's context is too small for the tree.
+  specdec::StrategyDecoder decoder(
+      target, specdec::TreeProposer(draft, {specdec::TreeShape::parse("2x1")}),
+      specdec::StaticDraftLength{}, specdec::TreeVerifier{});
+  specdec::GenerationConfig config;
+  config.draft_length = 4;
+  config.max_new_tokens = 8;
+  config.sampling.temperature = 0;
+  expect_error<std::invalid_argument>([&] { (void)decoder.generate(committed, config); },
+                                      "llama.cpp model 'draft' score_tree");
 }
 
 TEST(LlamaCppErrors, IncompatibleVocabulariesNameTheMismatch) {

@@ -54,6 +54,18 @@ namespace specdec {
 struct TreeOptions {
   TreeShape shape = TreeShape::parse("2x2x1");
   SiblingMode siblings = SiblingMode::without_replacement;
+
+  /// \brief Throws std::invalid_argument for a shape TreeShape::validate rejects or a
+  /// `siblings` that is not a SiblingMode.
+  void validate() const {
+    shape.validate();
+    if (siblings != SiblingMode::with_replacement &&
+        siblings != SiblingMode::without_replacement && siblings != SiblingMode::top_k) {
+      detail::throw_invalid_argument(
+          "tree siblings = ", static_cast<std::underlying_type_t<SiblingMode>>(siblings),
+          "; expected a SiblingMode: with_replacement (0), without_replacement (1) or top_k (2)");
+    }
+  }
 };
 
 /// \brief Drafts a tree per round (see the file comment). The model is held by reference.
@@ -66,12 +78,17 @@ class TreeProposer {
   /// The logits' scalar: float for DraftModel rows; double for exact tests' models.
   using Scalar = std::remove_const_t<typename RowSpan::element_type>;
 
-  /// \throws std::invalid_argument for an invalid shape (TreeShape::validate).
+  /// \throws std::invalid_argument for invalid options (TreeOptions::validate).
   TreeProposer(Draft& draft, TreeOptions options) : draft_(&draft), options_(std::move(options)) {
-    options_.shape.validate();
+    options_.validate();
   }
 
   [[nodiscard]] const TreeOptions& options() const noexcept { return options_; }
+
+  /// \brief The nodes a round drafts: the shape's (TreeShape::nodes). The decoder sizes a round
+  /// by this in place of GenerationConfig::draft_length; a draft-length policy then counts
+  /// nodes (DraftState::drafted, limit), and may stop a round's tree early.
+  [[nodiscard]] std::size_t round_limit() const noexcept { return options_.shape.nodes(); }
 
   template <class Coins>
   Proposal<Scalar> propose(DraftRequest& request, Coins& coins) {
@@ -236,7 +253,10 @@ class TreeProposer {
   Expansion& process_row(Round<Coins>& round, std::int32_t node, std::span<const Scalar> raw) {
     DraftRequest& request = round.request;
     detail::check_vocab_size(request.vocab_size, raw.size(), "draft model");
-    if (vocab_size_ != request.vocab_size || sized_limit_ < round.limit) {
+    // q rows exist only for sampled rounds: a sampled round after greedy ones (same V and
+    // limit) still has to size them.
+    if (vocab_size_ != request.vocab_size || sized_limit_ < round.limit ||
+        (!point_masses() && q_weights_.size() < round.limit * stride_)) {
       size_buffers(request.vocab_size, round.limit);
     }
     std::span<const token_t> path;

@@ -47,10 +47,15 @@
 
 namespace specdec {
 
-namespace detail {
-
-/// The current target law at one node during recursive rejection sampling: the processed row
-/// itself until the first rejection, then stored unnormalised weights r with their sum.
+/// \brief The residual law of siblings, for a tree verifier (TreeVerifier's, or a user's): the
+/// current target law at one node during recursive rejection sampling, the node's processed
+/// target row p until a child is rejected, then p <- normalize(max(p - q_child, 0)) after each
+/// rejected child (p without the token, for a point mass).
+///
+/// Contract: `p` and `storage` (V values, e.g. TargetRows::scratch()) outlive it and nothing
+/// else writes `storage` meanwhile; reject(proposal, c) for children of this node only, in the
+/// order they are judged, each of a proposal the decoder checked; draw(coins, scratch) when
+/// every child was rejected. O(V) per rejected sampled child, O(1) before the first.
 template <class Scalar>
 class RunningResidual {
  public:
@@ -117,7 +122,8 @@ class RunningResidual {
 
  private:
   void store_p() {
-    total_ = store_weights(p_->logits, p_->max_logit, p_->inv_temperature, p_->threshold, r_);
+    total_ = detail::store_weights(p_->logits, p_->max_logit, p_->inv_temperature, p_->threshold,
+                                   r_);
     stored_ = true;
   }
 
@@ -126,6 +132,24 @@ class RunningResidual {
   double total_ = 1;
   bool stored_ = false;
 };
+
+namespace detail {
+
+/// q_c(x_c), the probability node c's law gave its own token, checked where a tree verifier
+/// reads it: the token was drawn from that law, so it is in (0, 1]. Catches a q row that is
+/// NaN, negative or all zero at the token (O(1); the rest of a row is the proposer's duty).
+template <class Scalar>
+[[nodiscard]] double drafted_probability(const Proposal<Scalar>& proposal, std::size_t node) {
+  const double q_x = static_cast<double>(proposal.q(node, proposal.tokens[node]));
+  if (!(q_x > 0.0 && q_x <= 1.0 + 1e-3)) {
+    throw_invalid_argument("proposer's q row of node ", node, " gives its own token ",
+                           proposal.tokens[node], " the probability ", q_x,
+                           "; expected a probability in (0, 1] (the token was drawn from that "
+                           "law): a q row with NaN, negative or zero weight there breaks the "
+                           "Proposal contract");
+  }
+  return q_x;
+}
 
 }  // namespace detail
 
@@ -149,12 +173,12 @@ class TreeVerifier {
                 true, node};
       }
       const TokenDistribution<Scalar>& p = target.distribution(row);
-      detail::RunningResidual<Scalar> residual(p, target.scratch());
+      RunningResidual<Scalar> residual(p, target.scratch());
       std::int32_t accepted = -1;
       for (; child >= 0; child = links_.next(child)) {
         const auto c = static_cast<std::size_t>(child);
         const token_t x = proposal.tokens[c];
-        const double q_x = static_cast<double>(proposal.q(c, x));
+        const double q_x = detail::drafted_probability(proposal, c);
         const double p_x = residual.probability(x);
         const double accept = p_x >= q_x ? 1.0 : p_x / q_x;
         if (coins.accept(c, accept)) {
@@ -327,7 +351,7 @@ class TraversalVerifier {
       const auto c = static_cast<std::size_t>(child);
       const token_t x = proposal.tokens[c];
       const auto xi = static_cast<std::size_t>(x);
-      const double q_x = static_cast<double>(proposal.q(c, x));
+      const double q_x = detail::drafted_probability(proposal, c);
       const double owed_x = owed_at(x);
       const double w_c = std::min(1.0, owed_x / q_x);
       if (visit(proposal, target, coins, child, w_c, depth + 1, debts, result)) return true;
