@@ -46,7 +46,7 @@ TEST(ForwardingHeaders, OldPathsDeclareTheSameNames) {
       target, specdec::TreeProposer(draft, {specdec::TreeShape::parse("2x1"),
                                             specdec::SiblingMode::top_k}),
       specdec::ScheduleDraftLength{}, specdec::TraversalVerifier{});
-  [[maybe_unused]] specdec::NgramProposer<float> ngram;
+  [[maybe_unused]] specdec::NgramProposer ngram;
   [[maybe_unused]] specdec::GoodputDraftLength goodput;
   [[maybe_unused]] specdec::ConfidenceDraftLength confidence;
   [[maybe_unused]] specdec::BlockVerifier block;

@@ -9,6 +9,29 @@
 ///              from the proposal, the target rows (target_rows.hpp) and coins (coins.hpp);
 ///   commit   — the decoder emits, applies the budget and stop tokens, keeps statistics.
 ///
+/// Optional hooks (each detected with a requires-expression; a strategy without one gets the
+/// default in brackets). One convention for every hook that sees the settings: it takes the
+/// GenerationConfig (generation.hpp); a strategy may declare it as a template over the config
+/// type (the draft-length policies do, so tests can drive them with a bare struct holding the
+/// fields they read), the decoders always pass a GenerationConfig.
+///
+///   any strategy   void begin(const GenerationConfig& config)
+///                    called by the decoder at the start of every generate(), before any
+///                    model call; requires nothing; may reset per-generation state and size
+///                    buffers (a round allocates nothing after it). [nothing]
+///   Proposer       std::size_t round_limit() const
+///                    the most tokens (tree nodes) one round of this proposer drafts, used in
+///                    place of config.draft_length (TreeProposer: its shape's node count);
+///                    requires 1..GenerationConfig::kMaxDraftLength (else invalid_argument).
+///                    [config.draft_length]
+///   Policy         bool reads_token_probabilities() const
+///                    whether draft_more() reads DraftState::token_probabilities; false spares a
+///                    greedy model proposer the softmax of each draft row. [true]
+///   Policy         std::optional<RoundPrediction> prediction() const
+///                    called after the proposer returned, before the target call: what the
+///                    policy expected of the round it let draft; recorded in
+///                    DecodeStats::predicted_*. Must not change the policy. [none recorded]
+///
 /// The built-in strategies (ModelProposer, StaticDraftLength, TokenVerifier, BlockVerifier)
 /// satisfy exactly these concepts, as a user's do. What keeps the output exact, per strategy,
 /// is in docs/design.md: a proposer must report q truthfully, a policy must decide from the
