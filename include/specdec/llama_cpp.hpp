@@ -62,6 +62,7 @@
 
 #include "specdec/context_cache.hpp"
 #include "specdec/detail/error.hpp"
+#include "specdec/tree.hpp"
 #include "specdec/types.hpp"
 
 namespace specdec::llama_cpp {
@@ -461,9 +462,9 @@ class ContextModel {
         tree_pending_(other.tree_pending_),
         tree_leaves_(other.tree_leaves_),
         tree_tokens_(std::move(other.tree_tokens_)),
+        tree_parents_(std::move(other.tree_parents_)),
         tree_depth_(std::move(other.tree_depth_)),
-        first_child_(std::move(other.first_child_)),
-        next_sibling_(std::move(other.next_sibling_)),
+        children_(std::move(other.children_)),
         leaf_begin_(std::move(other.leaf_begin_)),
         leaf_end_(std::move(other.leaf_end_)),
         cached_(std::move(other.cached_)),
@@ -559,7 +560,7 @@ class ContextModel {
     tree_batch_.n_tokens = 0;
     add_to_tree_batch(committed[c - 1], static_cast<llama_pos>(c - 1), 0, leaves, true);
     for (std::size_t i = 0; i < tokens.size(); ++i) {
-      add_to_tree_batch(tokens[i], static_cast<llama_pos>(c - 1 + tree_depth_[i]),
+      add_to_tree_batch(tokens[i], static_cast<llama_pos>(c + tree_depth_[i]),
                         leaf_begin_[i], leaf_end_[i], false);
     }
     const std::int32_t status = llama_decode(context_, tree_batch_);
@@ -575,6 +576,7 @@ class ContextModel {
     }
     cached_.push_back(committed[c - 1]);
     tree_tokens_.assign(tokens.begin(), tokens.end());
+    tree_parents_.assign(parents.begin(), parents.end());
     tree_leaves_ = leaves;
     tree_pending_ = true;
     return {llama_get_logits(context_), (tokens.size() + 1) * vocab_size_};
@@ -631,15 +633,21 @@ class ContextModel {
     }
   }
 
-  /// Checks a tree and lays it out: depth of every node (1 = child of the root) and, with
-  /// leaves numbered in depth-first order, the range [leaf_begin, leaf_end) of the leaves
-  /// below each node (its sequences are 1 + that range). Returns the number of leaves.
+  /// Checks a tree (specdec/tree.hpp's topology: one parent per token, parents[i] in [-1, i),
+  /// messages behind who() + " score_tree: ") and lays it out: each node's depth (tree_depths,
+  /// 0 = a child of the root), its children (ChildLinks) and, with leaves numbered in
+  /// depth-first order, the range [leaf_begin, leaf_end) of the leaves below each node (its
+  /// sequences are 1 + that range). Returns the number of leaves.
   std::size_t plan_tree(std::span<const token_t> committed, std::span<const token_t> tokens,
                         std::span<const std::int32_t> parents) {
     const std::size_t nodes = tokens.size();
-    if (parents.size() != nodes) {
-      detail::throw_invalid_argument(who(), " score_tree: ", parents.size(), " parents for ",
-                                     nodes, " tokens; expected one parent per node");
+    std::size_t height = 0;
+    try {
+      check_tree_sizes(nodes, parents.size());
+      tree_depth_.resize(nodes);
+      height = tree_depths(parents, tree_depth_);
+    } catch (const std::invalid_argument& error) {
+      detail::throw_invalid_argument(who(), " score_tree: ", message_without_prefix(error.what()));
     }
     if (nodes + 1 > n_batch_) {
       detail::throw_invalid_argument(who(), " score_tree: a tree of ", nodes,
@@ -651,52 +659,36 @@ class ContextModel {
                                      " committed tokens and ", nodes,
                                      " nodes need more KV cells than n_ctx = ", n_ctx_);
     }
-    tree_depth_.assign(nodes, 0);
-    first_child_.assign(nodes + 1, -1);  // [0]: the root's first child; [1 + i]: node i's
-    next_sibling_.assign(nodes, -1);
-    for (std::size_t i = nodes; i-- > 0;) {  // backwards, so children end up in order
-      const std::int32_t parent = parents[i];
-      if (parent < -1 || parent >= static_cast<std::int32_t>(i)) {
-        detail::throw_invalid_argument(who(), " score_tree: node ", i, " has parent ", parent,
-                                       "; expected -1 (the root) or an earlier node");
-      }
+    for (std::size_t i = 0; i < nodes; ++i) {
       if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= vocab_size_) {
         detail::throw_invalid_argument(who(), " score_tree: node ", i, " has token ",
                                        tokens[i], "; expected a token id in [0, ", vocab_size_,
                                        ")");
       }
-      const auto slot = static_cast<std::size_t>(parent + 1);
-      next_sibling_[i] = first_child_[slot];
-      first_child_[slot] = static_cast<std::int32_t>(i);
     }
-    std::size_t deepest = 0;
-    for (std::size_t i = 0; i < nodes; ++i) {
-      tree_depth_[i] = parents[i] < 0 ? 1 : tree_depth_[static_cast<std::size_t>(parents[i])] + 1;
-      deepest = std::max(deepest, tree_depth_[i]);
-    }
-    if (committed.size() + deepest > n_ctx_) {
-      detail::throw_invalid_argument(who(), " score_tree: a path of ", deepest,
+    if (committed.size() + height > n_ctx_) {
+      detail::throw_invalid_argument(who(), " score_tree: a path of ", height,
                                      " nodes after ", committed.size(),
                                      " tokens exceeds n_ctx = ", n_ctx_);
     }
+    children_.build(parents, nodes);
     // Depth-first: a node's leaves are contiguous in this numbering.
     leaf_begin_.assign(nodes, 0);
     leaf_end_.assign(nodes, 0);
     std::size_t leaves = 0;
     dfs_stack_.clear();
-    for (std::int32_t root = first_child_[0]; root >= 0; root = next_sibling_[static_cast<std::size_t>(root)]) {
+    for (std::int32_t root = children_.first(-1); root >= 0; root = children_.next(root)) {
       dfs_stack_.push_back(root);
     }
     std::reverse(dfs_stack_.begin(), dfs_stack_.end());
     dfs_order_.clear();
     while (!dfs_stack_.empty()) {
-      const auto node = static_cast<std::size_t>(dfs_stack_.back());
+      const std::int32_t node = dfs_stack_.back();
       dfs_stack_.pop_back();
-      dfs_order_.push_back(static_cast<std::int32_t>(node));
-      leaf_begin_[node] = leaves;
+      dfs_order_.push_back(node);
+      leaf_begin_[static_cast<std::size_t>(node)] = leaves;
       const std::size_t first = dfs_stack_.size();
-      for (std::int32_t child = first_child_[node + 1]; child >= 0;
-           child = next_sibling_[static_cast<std::size_t>(child)]) {
+      for (std::int32_t child = children_.first(node); child >= 0; child = children_.next(child)) {
         dfs_stack_.push_back(child);
       }
       if (dfs_stack_.size() == first) ++leaves;  // a leaf
@@ -705,12 +697,13 @@ class ContextModel {
     // A node's leaves end where the last leaf below it ends: children finish after parents in
     // the preorder, so a backward pass over it closes every range.
     for (std::size_t k = dfs_order_.size(); k-- > 0;) {
-      const auto node = static_cast<std::size_t>(dfs_order_[k]);
-      if (first_child_[node + 1] < 0) leaf_end_[node] = leaf_begin_[node] + 1;
-      const std::int32_t parent = parents[node];
+      const std::int32_t node = dfs_order_[k];
+      const auto n = static_cast<std::size_t>(node);
+      if (children_.first(node) < 0) leaf_end_[n] = leaf_begin_[n] + 1;
+      const std::int32_t parent = parents[n];
       if (parent >= 0) {
         const auto p = static_cast<std::size_t>(parent);
-        leaf_end_[p] = std::max(leaf_end_[p], leaf_end_[node]);
+        leaf_end_[p] = std::max(leaf_end_[p], leaf_end_[n]);
       }
     }
     if (leaves + 1 > n_seq_max_) {
@@ -742,33 +735,30 @@ class ContextModel {
   }
 
   /// After a tree call: the deepest tree path that `context` continues with moves to sequence
-  /// 0 (it is what verification accepted); every path sequence is dropped.
+  /// 0 (it is what verification accepted); every path sequence is dropped. The path is the one
+  /// TreeContextCache keeps (deepest_followed_node searches every branch, so siblings sharing a
+  /// token do not hide a deeper path behind the first of them).
   void settle_tree(std::span<const token_t> context) {
     if (!tree_pending_) return;
     tree_pending_ = false;
     llama_memory_t memory = llama_get_memory(context_);
     const std::size_t c = cached_.size();  // the tree's committed tokens, all on sequence 0
-    std::int32_t matched = -1;
-    std::size_t depth = 0;
+    std::int32_t deepest = -1;
     if (context.size() > c && std::equal(cached_.begin(), cached_.end(), context.begin())) {
-      for (std::size_t position = c; position < context.size(); ++position) {
-        std::int32_t child = first_child_[static_cast<std::size_t>(matched + 1)];
-        while (child >= 0 && tree_tokens_[static_cast<std::size_t>(child)] != context[position]) {
-          child = next_sibling_[static_cast<std::size_t>(child)];
-        }
-        if (child < 0) break;
-        matched = child;
-        ++depth;
-      }
+      deepest = deepest_followed_node(tree_tokens_, tree_parents_, tree_depth_, context.subspan(c),
+                                      reaches_);
     }
-    if (matched >= 0) {
+    if (deepest >= 0) {
+      const std::size_t length = tree_path(tree_parents_, deepest, path_);
+      // Any leaf below the deepest node holds the whole path at positions [c, c + length).
       const auto leaf_sequence =
-          static_cast<llama_seq_id>(1 + leaf_begin_[static_cast<std::size_t>(matched)]);
-      const auto end = static_cast<llama_pos>(c + depth);
+          static_cast<llama_seq_id>(1 + leaf_begin_[static_cast<std::size_t>(deepest)]);
+      const auto end = static_cast<llama_pos>(c + length);
       llama_memory_seq_rm(memory, leaf_sequence, end, -1);
       llama_memory_seq_cp(memory, leaf_sequence, 0, static_cast<llama_pos>(c), end);
-      cached_.insert(cached_.end(), context.begin() + static_cast<std::ptrdiff_t>(c),
-                     context.begin() + static_cast<std::ptrdiff_t>(c + depth));
+      for (std::size_t d = 0; d < length; ++d) {
+        cached_.push_back(tree_tokens_[static_cast<std::size_t>(path_[d])]);
+      }
     }
     for (std::size_t leaf = 0; leaf < tree_leaves_; ++leaf) {
       llama_memory_seq_rm(memory, static_cast<llama_seq_id>(1 + leaf), -1, -1);
@@ -829,12 +819,14 @@ class ContextModel {
   bool tree_pending_ = false;
   std::size_t tree_leaves_ = 0;
   std::vector<token_t> tree_tokens_;         // (nodes)
-  std::vector<std::size_t> tree_depth_;      // (nodes) 1 = a child of the root
-  std::vector<std::int32_t> first_child_;    // (1 + nodes) [0] the root's, [1 + i] node i's
-  std::vector<std::int32_t> next_sibling_;   // (nodes)
+  std::vector<std::int32_t> tree_parents_;   // (nodes)
+  std::vector<std::size_t> tree_depth_;      // (nodes) tree_depths: 0 = a child of the root
+  ChildLinks children_;                      // (nodes) the tree's child links
   std::vector<std::size_t> leaf_begin_;      // (nodes) the leaves below a node, depth-first
   std::vector<std::size_t> leaf_end_;        // (nodes)
   std::vector<std::int32_t> dfs_stack_, dfs_order_;  // (nodes) scratch
+  std::vector<std::uint8_t> reaches_;        // (nodes) scratch: deepest_followed_node
+  std::vector<std::int32_t> path_;           // (height) scratch: the kept path as node ids
   std::vector<token_t> cached_;         // (n_ctx) tokens held by the KV cache, sequence 0
   std::vector<float> straddled_rows_;   // (n, V) rows copied when they span two decodes
   std::string name_;                    // how errors name this model (name())
