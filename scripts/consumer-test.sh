@@ -23,8 +23,8 @@
 # When the build dir was configured with the llama.cpp adapter (SPECDEC_WITH_LLAMA_CPP not OFF
 # and llama_DIR found in its cache), the steps also cover specdec::llama_cpp, with llama.cpp's
 # prefix (derived from llama_DIR) in CMAKE_PREFIX_PATH next to specdec's:
-#  1. the package must hold specdecLlamaCppTargets.cmake and specdec/llama_cpp.hpp (and must
-#     not without the adapter);
+#  1. the package must hold specdecLlamaCppTargets.cmake, specdec/llama_cpp.hpp and every header
+#     of specdec/llama_cpp/ (and none of them without the adapter);
 #  2. find_package(specdec CONFIG REQUIRED COMPONENTS llama_cpp) defines specdec::llama_cpp, and
 #     tests/consumer/llama_cpp.cpp (TextDecoder::complete_prefix; with a GGUF file, a short greedy
 #     speculative generation) is built against it with the strict warnings and run on the tiny
@@ -110,10 +110,17 @@ if ((llama)); then
   for file in "${llama_files[@]}"; do
     [ -n "$file" ] || fail "specdecLlamaCppTargets.cmake or specdec/llama_cpp.hpp not installed"
   done
+  # Every header of the adapter's folder (llama_cpp.hpp includes them all).
+  while IFS= read -r header; do
+    [ -f "$work/prefix/include/specdec/llama_cpp/$header" ] ||
+      fail "include/specdec/llama_cpp/$header not installed"
+  done < <(cd "$root/include/specdec/llama_cpp" && find . -name '*.hpp' | sed 's|^\./||')
 else
   for file in "${llama_files[@]}"; do
     [ -z "$file" ] || fail "$file installed by a build without the llama.cpp adapter"
   done
+  [ ! -e "$work/prefix/include/specdec/llama_cpp" ] ||
+    fail "include/specdec/llama_cpp/ installed by a build without the llama.cpp adapter"
 fi
 
 find_package_args=("-DCMAKE_PREFIX_PATH=$work/prefix")
@@ -158,6 +165,7 @@ if ((llama)); then
   cp -a "$work/prefix" "$work/prefix-no-llama"
   find "$work/prefix-no-llama" \( -name 'specdecLlamaCppTargets*.cmake' -o -name llama_cpp.hpp \) \
     -delete
+  rm -rf "$work/prefix-no-llama/include/specdec/llama_cpp"
   configure_only OFF "" "-DCMAKE_PREFIX_PATH=$work/prefix-no-llama;$llama_prefix"
   configure_only REQUIRED "installed without the" \
     "-DCMAKE_PREFIX_PATH=$work/prefix-no-llama;$llama_prefix"

@@ -360,6 +360,101 @@ TEST(LlamaCppTree, EveryRowEqualsItsPathAndTheCacheKeepsTheAcceptedPath) {
   EXPECT_LT(worst, 5e-3f);
 }
 
+/// The message of what `f` throws (std::invalid_argument), "" if it throws nothing.
+template <class F>
+std::string invalid_argument_message(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& error) {
+    return error.what();
+  }
+  return {};
+}
+
+TEST(LlamaCppTree, KeepsThePathAndPositionsTreeContextCacheKeeps) {
+  llama::ContextOptions options = exact_options();
+  options.n_seq_max = 8;
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f32.gguf", options);
+  auto fresh = llama::LoadedModel::load(kGgufDir / "kjv-target-f32.gguf", exact_options());
+  const std::vector<token_t> committed = bytes_of("\nGenesis 1:1 In the beginning ");
+  struct Case {
+    std::vector<token_t> tokens;
+    std::vector<std::int32_t> parents;
+    std::string continuation;  // what the next context has after `committed`
+    std::size_t kept;          // tree nodes TreeContextCache keeps
+  };
+  // Siblings sharing a token (drawn with replacement): the deeper path may run through any of
+  // them, not only the first.
+  const std::vector<Case> cases{
+      {{'G', 'G', 'a', 'o', 'd'}, {-1, -1, 0, 1, 3}, "God ", 3},
+      {{'G', 'G', 'a', 'o', 'd'}, {-1, -1, 0, 1, 3}, "Ga", 2},
+      {{'G', 'G', 'a', 'o', 'd'}, {-1, -1, 0, 1, 3}, "Gx", 1},
+      {{'G', 'G', 'a', 'o', 'd'}, {-1, -1, 0, 1, 3}, "q", 0},
+      {{'G', 'o', 'o', 'd', ' '}, {-1, 0, 0, 2, 1}, "God", 3},
+      {{'G', 'o', 'o', 'd', ' '}, {-1, 0, 0, 2, 1}, "Go c", 3},
+      {{'G', 'o', 'o', 'd', ' '}, {-1, 0, 0, 2, 1}, "Go", 2},
+  };
+  llama_memory_t memory = llama_get_memory(target.context());
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.continuation);
+    target.reset();
+    (void)target.score_tree(committed, c.tokens, c.parents);
+    specdec::TreeContextCache cache;
+    (void)cache.update_tree(committed, c.tokens, c.parents);
+    // The next context ends with a token outside the vocabulary: the call settles the tree,
+    // plans, and throws before decoding, so what the adapter kept is left to read.
+    std::vector<token_t> next = committed;
+    next.insert(next.end(), c.continuation.begin(), c.continuation.end());
+    next.push_back(999);
+    const specdec::TreeCacheUpdate plan = cache.update(next, 1);
+    ASSERT_EQ(plan.kept_nodes.size(), c.kept);
+    EXPECT_THROW((void)target(next, 1), std::invalid_argument);
+    const std::vector<token_t> kept(target.cached_tokens().begin(), target.cached_tokens().end());
+    EXPECT_EQ(kept, std::vector<token_t>(next.begin(),
+                                         next.begin() + static_cast<std::ptrdiff_t>(plan.keep)));
+    ASSERT_EQ(kept.size(), committed.size() + c.kept);
+    for (std::size_t d = 0; d < c.kept; ++d) {
+      EXPECT_EQ(kept[committed.size() + d], c.tokens[plan.kept_nodes[d]]) << "depth " << d;
+    }
+    // Positions: sequence 0 holds exactly [0, keep); no path sequence remains.
+    EXPECT_EQ(llama_memory_seq_pos_min(memory, 0), 0);
+    EXPECT_EQ(llama_memory_seq_pos_max(memory, 0), static_cast<llama_pos>(plan.keep) - 1);
+    for (llama_seq_id sequence = 1; sequence < 8; ++sequence) {
+      EXPECT_EQ(llama_memory_seq_pos_max(memory, sequence), -1) << "sequence " << sequence;
+    }
+    // And the kept rows are right: the next call equals a fresh context's.
+    next.back() = 'e';
+    const std::span<const float> got_rows = target(next, 2);
+    const std::vector<float> got(got_rows.begin(), got_rows.end());
+    fresh.reset();
+    EXPECT_LT(max_abs_diff(got, fresh(next, 2)), 5e-3f);
+  }
+}
+
+TEST(LlamaCppTree, TopologyErrorsSayWhatTheOtherUsersSay) {
+  llama::ContextOptions options;
+  options.n_seq_max = 3;
+  options.name = "target";
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf", options);
+  const std::vector<token_t> committed = bytes_of("\nExodus 2:3 ");
+  const std::vector<token_t> tokens{'a', 'b', 'c'};
+  for (const std::vector<std::int32_t>& parents :
+       {std::vector<std::int32_t>{-1, 2, 0}, std::vector<std::int32_t>{-1, 0, -2},
+        std::vector<std::int32_t>{-1, 0}}) {
+    specdec::TreeContextCache cache;
+    const std::string cache_error =
+        invalid_argument_message([&] { (void)cache.update_tree(committed, tokens, parents); });
+    ASSERT_FALSE(cache_error.empty());
+    EXPECT_EQ(
+        invalid_argument_message([&] { (void)target.score_tree(committed, tokens, parents); }),
+        "specdec: llama.cpp model 'target' score_tree: " +
+            std::string(specdec::message_without_prefix(cache_error)));
+  }
+  // Still usable after the errors.
+  EXPECT_EQ(target.score_tree(committed, tokens, std::vector<std::int32_t>{-1, 0, 1}).size(),
+            4 * target.vocab_size());
+}
+
 TEST(LlamaCppTree, BadTreesAreClearErrors) {
   llama::ContextOptions options;
   options.n_seq_max = 3;
