@@ -56,6 +56,12 @@ struct GoodputEstimates {
   std::span<const double> acceptance;
   double draft_token_cost = 0;  ///< t_d
   std::span<const double> verify_cost;  ///< [n - 1] = T_v(n), n = 1 .. at least max_length + 1
+  /// Costs of a round that are neither a draft token nor a target row (0: none):
+  double switch_cost = 0;     ///< added when the round's m + 1 rows differ from last_rows
+  std::size_t last_rows = 0;  ///< the previous round's target rows (0: none, no switch cost)
+  /// added to every drafting round (m > 0) after plain steps: the draft catches up on the
+  /// tokens they emitted (its first call computes all of their rows) before drafting
+  double resume_cost = 0;
 };
 
 /// \brief Expected tokens a round drafting m >= estimates.survival.size() tokens emits.
@@ -71,10 +77,14 @@ struct GoodputEstimates {
   return tokens;
 }
 
-/// \brief Expected cost of a round drafting m tokens: m t_d + T_v(m + 1).
+/// \brief Expected cost of a round drafting m tokens: m t_d + T_v(m + 1), plus the switch cost
+/// when m + 1 differs from the last round's rows and the resume cost when m > 0.
 [[nodiscard]] inline double expected_round_cost(const GoodputEstimates& estimates,
                                                 std::size_t m) noexcept {
-  return static_cast<double>(m) * estimates.draft_token_cost + estimates.verify_cost[m];
+  double cost = static_cast<double>(m) * estimates.draft_token_cost + estimates.verify_cost[m];
+  if (estimates.last_rows != 0 && m + 1 != estimates.last_rows) cost += estimates.switch_cost;
+  if (m > 0) cost += estimates.resume_cost;
+  return cost;
 }
 
 /// \brief argmax over m in [j, max_length] of expected_round_tokens / expected_round_cost,
@@ -136,11 +146,13 @@ class GoodputDraftLength {
     last_sampling_ = sampling;
     plain_streak_ = 0;
     probe_wait_ = options_.probe_interval;
+    probe_due_ = probe_wait_;
     failed_probes_ = 0;
     probing_ = false;
     predicted_ = false;
     round_cap_ = cap_;
     first_round_ = true;
+    last_rows_ = 0;  // the first round reads the prompt: a shape of its own
     refresh_costs();
   }
 
@@ -151,9 +163,13 @@ class GoodputDraftLength {
     if (verify_cost_.size() < max_length + 1) reserve(max_length);  // used without begin()
     const GoodputEstimates estimates = estimates_for(state);
     std::size_t planned = best_draft_length(estimates, max_length);
-    if (j == 0 && planned == 0 && plain_streak_ >= probe_wait_) {
-      planned = 1;  // probe: is drafting worth it again?
-      probing_ = true;
+    if (j == 0 && planned == 0 && plain_streak_ >= probe_due_) {
+      if (could_pay(estimates, max_length)) {
+        planned = 1;  // probe: is drafting worth it again?
+        probing_ = true;
+      } else {
+        probe_due_ = plain_streak_ + probe_wait_;  // not even an easy stretch pays: look later
+      }
     } else if (j == 0 && planned >= 2 && ++rounds_since_exploring_ >= explore_interval_ &&
                !options_.fixed_costs()) {
       // Explore: a round of half the planned length measures T_v where the policy would not
@@ -178,6 +194,7 @@ class GoodputDraftLength {
   void observe(const RoundReport& report) {
     calibration_.observe(report.token_probabilities, report.drafted, report.accepted,
                          options_.forgetting);
+    last_rows_ = report.drafted + 1;
     if (report.drafted == 0) {
       ++plain_streak_;
     } else {
@@ -191,6 +208,7 @@ class GoodputDraftLength {
                                                         ? failed_probes_ - kProbesBeforeBackoff
                                                         : 0);
       probe_wait_ = options_.probe_interval << doublings;
+      probe_due_ = probe_wait_;
       plain_streak_ = 0;
     }
     probing_ = false;
@@ -237,6 +255,18 @@ class GoodputDraftLength {
     estimates.acceptance = std::span<const double>(acceptance_.data(), rest);
     estimates.draft_token_cost = draft_token_cost_;
     estimates.verify_cost = verify_cost_;
+    // One-off costs of changing plans, spread over the kAmortizedRounds rounds a plan usually
+    // lasts (the acceptance estimates move slowly): charged in full, a plan that pays in the
+    // steady state by less than the switch was never taken from plain decoding (0.998 of plain
+    // where K = 3 ran at 1.025, in the replay of the shipped pair's Q4_0 curve); not charged,
+    // the policy flips between plans near break-even and pays them every time.
+    const double amortized = 1.0 / static_cast<double>(kAmortizedRounds);
+    estimates.switch_cost = options_.fixed_costs() ? options_.switch_cost * amortized : 0.0;
+    estimates.last_rows = last_rows_;
+    // After plain steps the draft's first call computes the rows of every token they emitted
+    // (and, on llama.cpp, a new graph for that shape): at least one more draft call, charged to
+    // the decision that starts drafting again. (Online, it lands in the measured draft seconds.)
+    estimates.resume_cost = j == 0 && plain_streak_ > 0 ? draft_token_cost_ * amortized : 0.0;
     return estimates;
   }
 
@@ -264,9 +294,25 @@ class GoodputDraftLength {
     }
   };
 
+  /// Whether drafting could pay at an optimistic acceptance (AcceptanceCalibration::optimistic:
+  /// one standard error above the recent verdicts' rate): the best plan with every token
+  /// accepted at that rate beats a plain step. A probe is a wager that it does; when even that
+  /// loses (a draft whose acceptance collapsed, as with Q4_0 weights, or a
+  /// target whose extra rows cost as much as whole calls, as on llama.cpp's quantized CPU path)
+  /// every probe is a loss, and plain decoding is what the caller should get: no draft call,
+  /// no extra row. (Measured on the shipped pair with Q8_0 weights: one probe per 11 plain
+  /// rounds, each paying a draft catch-up and two graph rebuilds, cost 8-16 % of plain speed.)
+  [[nodiscard]] bool could_pay(const GoodputEstimates& estimates, std::size_t max_length) {
+    std::fill_n(optimistic_.begin(), max_length, calibration_.optimistic());
+    GoodputEstimates optimistic = estimates;
+    optimistic.acceptance = std::span<const double>(optimistic_.data(), max_length);
+    return best_draft_length(optimistic, max_length) > 0;
+  }
+
   void reserve(std::size_t max_length) {
     if (survival_.size() < max_length) survival_.resize(max_length);
     if (acceptance_.size() < max_length) acceptance_.resize(max_length);
+    if (optimistic_.size() < max_length) optimistic_.resize(max_length);
     if (verify_cost_.size() < max_length + 1) {
       verify_cost_.resize(max_length + 1);
       refresh_costs();
@@ -296,14 +342,18 @@ class GoodputDraftLength {
   detail::MeasuredCosts measured_{};
   std::vector<double> survival_;     // (K) P_1..P_j of the current decision
   std::vector<double> acceptance_;   // (K) acceptance of the tokens not drafted yet
+  std::vector<double> optimistic_;   // (K) could_pay()'s acceptance
   std::vector<double> verify_cost_;  // (K + 1) T_v(n) at n - 1
   double draft_token_cost_ = 0.05;
   std::size_t plain_streak_ = 0;
   std::size_t probe_wait_ = options_.probe_interval;  // reset by begin() too
+  std::size_t probe_due_ = options_.probe_interval;   // plain_streak_ at which to probe
   bool probing_ = false;
   bool predicted_ = false;  // draft_more ran since the last observe
   bool first_round_ = true;  // the next observe() is of a generate()'s first round
+  std::size_t last_rows_ = 0;  // the previous round's target rows (0: none this generation)
   static constexpr std::size_t kFirstExploreInterval = 8, kMaxExploreInterval = 128;
+  static constexpr std::size_t kAmortizedRounds = 4;
   std::size_t explore_interval_ = kFirstExploreInterval;
   static constexpr std::size_t kProbesBeforeBackoff = 4, kMaxProbeDoublings = 4;
   std::size_t failed_probes_ = 0;  // probes since drafting last resumed

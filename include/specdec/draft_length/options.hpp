@@ -87,6 +87,15 @@ struct GoodputOptions {
   /// requires draft_token_cost >= 0 and verify_row_cost < 0; decisions never depend on
   /// timings then.
   std::vector<double> verify_costs{};
+  /// With fixed costs: the extra cost of a round whose target call computes a different number
+  /// of rows than the previous round's, in the unit of draft_token_cost (>= 0, finite). A CPU
+  /// engine may prepare each call shape anew: llama.cpp reuses its compute graph only while the
+  /// batch shape stays the same, and on the shipped pair a rebuilt graph cost 0.1 ms of a 0.5 ms
+  /// one-row call. Plain decoding and a static K never pay it; a policy that alternates between
+  /// plain steps and drafting, or between draft lengths, pays it every time, so the policy
+  /// charges it to a plan whose row count differs from the last round's (hysteresis, measured
+  /// rather than tuned). measure_call_costs() measures it.
+  double switch_cost = 0;
   /// Keep the calibration by the draft's probability from one generate() to the next while
   /// the sampling parameters stay the same (it describes the model pair, not the text). With
   /// fixed costs the same seed then gives the same tokens for the same sequence of generate()
@@ -101,6 +110,7 @@ struct GoodputOptions {
            detail::exactly_equal(draft_token_cost, other.draft_token_cost) &&
            detail::exactly_equal(verify_row_cost, other.verify_row_cost) &&
            std::ranges::equal(verify_costs, other.verify_costs, detail::exactly_equal<double>) &&
+           detail::exactly_equal(switch_cost, other.switch_cost) &&
            keep_calibration == other.keep_calibration;
   }
 
@@ -127,6 +137,10 @@ struct GoodputOptions {
     }
     if (probe_interval == 0) {
       detail::throw_invalid_argument("goodput probe_interval = 0; expected >= 1 plain rounds");
+    }
+    if (!(switch_cost >= 0) || std::isinf(switch_cost)) {
+      detail::throw_invalid_argument("goodput switch_cost = ", switch_cost,
+                                     "; expected a finite cost >= 0 (0: none)");
     }
     if (!verify_costs.empty()) {
       if (!(draft_token_cost >= 0) || std::isinf(draft_token_cost) || verify_row_cost >= 0) {

@@ -15,8 +15,16 @@
 ///
 /// Each point is the median of `repeats` calls, the row counts interleaved (1, 2, .. max_rows,
 /// then again) so that a slow drift of the host's load moves every point alike; a call
-/// preempted for a scheduler slice only ever adds time, which the median ignores. A
-/// measurement tool: it allocates, and it calls the models many times.
+/// preempted for a scheduler slice only ever adds time, which the median ignores. Every row
+/// count is called twice in a row and the second call is the one timed as T_v(n): an engine
+/// may prepare each call shape anew (llama.cpp reuses its compute graph only while the batch
+/// shape stays the same), and plain decoding and a fixed draft length run in that steady
+/// state. Timing only calls that followed another shape (as this function did before
+/// 2026-12-04) charged the shape change to every point: T_v(1) read 1.20-1.26 times its
+/// steady cost on the shipped pair (f16, Q8_0, Q4_0), so every ratio T_v(n)/T_v(1) came out
+/// low and plain decoding looked dearer than it is. The first call of each pair, minus the
+/// second, measures that shape change: CallCosts::switch_seconds. A measurement tool: it
+/// allocates, and it calls the models many times.
 
 #include <algorithm>
 #include <chrono>
@@ -35,6 +43,9 @@ namespace specdec {
 struct CallCosts {
   double draft_token_seconds = 0;     ///< one draft call (one row after the context)
   std::vector<double> verify_seconds;  ///< [n - 1]: one target call computing n rows
+  /// The extra time of a target call whose row count differs from the previous call's (the
+  /// median over n of the medians' difference; >= 0)
+  double switch_seconds = 0;
 
   /// \brief T_v(n) / T_v(1), n = 1 .. verify_seconds.size().
   [[nodiscard]] std::vector<double> verify_ratios() const {
@@ -54,6 +65,7 @@ struct CallCosts {
     base.draft_token_cost = draft_token_seconds / verify_seconds.front();
     base.verify_row_cost = -1;
     base.verify_costs = verify_ratios();
+    base.switch_cost = switch_seconds / verify_seconds.front();
     base.validate();
     return base;
   }
@@ -95,21 +107,31 @@ template <DraftModel Draft, TargetModel Target>
   (void)draft(context);
   (void)target(context, max_rows);  // every shape the engine allocates for, before timing
   std::vector<std::vector<double>> verify(max_rows, std::vector<double>(repeats));
+  std::vector<std::vector<double>> changed(max_rows, std::vector<double>(repeats));
   std::vector<double> drafts(repeats);
   for (std::size_t repeat = 0; repeat < repeats; ++repeat) {
     auto start = clock::now();
-    (void)draft(context);
+    (void)draft(context);  // one row after a one-row call: the steady state of drafting
     drafts[repeat] = seconds(start);
     for (std::size_t n = 1; n <= max_rows; ++n) {
       start = clock::now();
-      (void)target(context, n);
+      (void)target(context, n);  // after another shape
+      changed[n - 1][repeat] = seconds(start);
+      start = clock::now();
+      (void)target(context, n);  // the same shape again
       verify[n - 1][repeat] = seconds(start);
     }
   }
   CallCosts costs;
   costs.draft_token_seconds = detail::median_of(drafts);
   costs.verify_seconds.reserve(max_rows);
-  for (std::vector<double>& times : verify) costs.verify_seconds.push_back(detail::median_of(times));
+  std::vector<double> switches;
+  switches.reserve(max_rows);
+  for (std::size_t n = 0; n < max_rows; ++n) {
+    costs.verify_seconds.push_back(detail::median_of(verify[n]));
+    switches.push_back(detail::median_of(changed[n]) - costs.verify_seconds.back());
+  }
+  costs.switch_seconds = std::max(0.0, detail::median_of(switches));
   return costs;
 }
 
