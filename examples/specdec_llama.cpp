@@ -417,8 +417,10 @@ int run(Options& options) {
       for (const double ratio : measured_verify_costs) {
         ratios += (ratios.empty() ? "" : ", ") + std::to_string(ratio);
       }
-      std::printf(",\n  \"measured_costs\": {\"draft_token\": %.6g, \"verify\": [%s]}",
-                  config.draft_length_policy.goodput.draft_token_cost, ratios.c_str());
+      std::printf(",\n  \"measured_costs\": {\"draft_token\": %.6g, \"switch\": %.6g, "
+                  "\"verify\": [%s]}",
+                  config.draft_length_policy.goodput.draft_token_cost,
+                  config.draft_length_policy.goodput.switch_cost, ratios.c_str());
     }
     if (options.baseline) {
       std::printf(",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, "

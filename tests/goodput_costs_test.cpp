@@ -269,6 +269,32 @@ TEST(GoodputCostCurvesTest, TheSwitchAndResumeCostsEnterTheRoundCost) {
   }
 }
 
+// With sampled block verification a round drafts the length planned before its first token:
+// an unsure token does not stop it (block verification may keep it for the tokens after it).
+// With token-level verification, or greedy, the same token stops the round.
+TEST(GoodputCostCurvesTest, WithSampledBlockVerificationARoundIsNotCutShortByAnUnsureToken) {
+  const auto drafted_with = [](specdec::VerifierKind verifier, float temperature) {
+    GoodputDraftLength policy(GoodputOptions{.draft_token_cost = 0.02, .verify_row_cost = 0.05});
+    GenerationConfig config;
+    config.draft_length = 8;
+    config.verifier = verifier;
+    config.sampling.temperature = temperature;
+    policy.begin(config);
+    const std::vector<double> sure(8, 0.95);
+    const std::vector<double> unsure_second{0.95, 0.001, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95};
+    for (int round = 0; round < 40; ++round) {  // sure tokens pass, unsure ones are rejected
+      policy.observe(RoundReport{8, 7, 8, 0.0, 0.0, sure});
+      policy.observe(RoundReport{8, 1, 8, 0.0, 0.0, unsure_second});
+    }
+    std::size_t n = 0;
+    while (n < 8 && policy.draft_more(DraftState{n, 8, std::span(unsure_second).first(n)})) ++n;
+    return n;
+  };
+  EXPECT_EQ(drafted_with(specdec::VerifierKind::block, 1.0f), 8u);
+  EXPECT_EQ(drafted_with(specdec::VerifierKind::token, 1.0f), 2u);
+  EXPECT_EQ(drafted_with(specdec::VerifierKind::block, 0.0f), 2u);
+}
+
 void spin_for(std::chrono::microseconds duration) {
   const auto end = std::chrono::steady_clock::now() + duration;
   while (std::chrono::steady_clock::now() < end) {
