@@ -94,6 +94,8 @@ def main():
                         help="which GGUF pair of the build's models/ (q8_0, q4_0: cmake --build "
                              "BUILD --target specdec_gguf_models_quantized)")
     parser.add_argument("--prompts", type=int, default=50)
+    parser.add_argument("--first", type=int, default=0,
+                        help="index of the first prompt (runs in chunks: --first 10 --prompts 10)")
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--temps", default="0,1")
     parser.add_argument("--threads", type=int, default=1)
@@ -125,10 +127,10 @@ def main():
 
     def suffix(threads, counts):
         return f" (t={threads})" if len(counts) > 1 or threads != args.threads else ""
-    lines = (ROOT / "models/prompts.txt").read_text().split("\n")[: args.prompts]
+    lines = (ROOT / "models/prompts.txt").read_text().split("\n")[args.first: args.first + args.prompts]
 
     records = []  # {prompt, temperature, setting, tokens_per_second, ...}
-    for index, line in enumerate(lines):
+    for index, line in enumerate(lines, start=args.first):
         prompt = "\n" + line
         llama_side = []
 
@@ -180,7 +182,7 @@ def main():
             r["setting"] = "specdec " + r["setting"]
             r["tokens_per_second"] = r["tokens"] / r["seconds"]
         records += llama_side + ours + demos
-        print(f"prompt {index + 1}/{len(lines)}", file=sys.stderr, flush=True)
+        print(f"prompt {index + 1 - args.first}/{len(lines)}", file=sys.stderr, flush=True)
 
     if args.out:
         def compact(record):  # five significant digits: the timings are not more exact

@@ -17,7 +17,12 @@
 ///
 /// is larger than j (ties: the smaller m). At j = 0 that compares speculation with a plain
 /// target step (G(0) = 1 / T_v(1)); when a plain step wins the round drafts nothing, and after
-/// probe_interval such rounds one token is drafted anyway to learn whether drafting pays again.
+/// probe_interval such rounds one token is drafted anyway to learn whether drafting pays again,
+/// unless not even an optimistic acceptance would make it pay (then the rounds are exactly
+/// plain decoding). With fixed costs a plan that changes the target's row count is charged the
+/// measured switch cost, and one that resumes drafting after plain steps one more draft call
+/// (the draft catches up), both spread over a few rounds. With sampled block verification the
+/// round's length is planned at its first decision (see whole_rounds_).
 /// With measured costs, now and then (after 8 drafting rounds, then 16, ... up to every 128th) a
 /// round stops at half its planned length, so that T_v is measured below the lengths the policy
 /// settles on, not only extrapolated there.
