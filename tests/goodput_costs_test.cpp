@@ -303,7 +303,7 @@ void spin_for(std::chrono::microseconds duration) {
 
 // A fake engine whose call costs 100 us per row, plus 400 us when the call's row count differs
 // from the previous call's. measure_call_costs must report the steady costs as T(n) and the
-// difference as the switch cost (medians: a scheduler slice now and then does not matter).
+// difference as the switch cost (quartiles: a scheduler slice now and then does not matter).
 TEST(MeasureCallCostsTest, TimesTheSteadyStateAndTheShapeChangeApart) {
   constexpr std::size_t kVocab = 4;
   std::vector<float> row(kVocab, 0.0f), rows(4 * kVocab, 0.0f);

@@ -13,9 +13,12 @@
 /// of a second for a small model) give the whole curve, and with fixed costs the draft lengths
 /// no longer depend on timings: the same seed gives the same tokens.
 ///
-/// Each point is the median of `repeats` calls, the row counts interleaved (1, 2, .. max_rows,
-/// then again) so that a slow drift of the host's load moves every point alike; a call
-/// preempted for a scheduler slice only ever adds time, which the median ignores. Every row
+/// Each point is the lower quartile of `repeats` calls, the row counts interleaved (1, 2, ..
+/// max_rows, then again) so that a slow drift of the host's load moves every point alike; a
+/// call preempted for a scheduler slice only ever adds time. (The median ignored that only
+/// while fewer than half the calls were preempted: with the 2-core host's load average at 6,
+/// most calls longer than ~1.5 ms were: on the shipped pair the medians of n >= 5 read 15-40
+/// one-row calls where the fastest calls read 2-6.) Every row
 /// count is called twice in a row and the second call is the one timed as T_v(n): an engine
 /// may prepare each call shape anew (llama.cpp reuses its compute graph only while the batch
 /// shape stays the same), and plain decoding and a fixed draft length run in that steady
@@ -44,7 +47,7 @@ struct CallCosts {
   double draft_token_seconds = 0;     ///< one draft call (one row after the context)
   std::vector<double> verify_seconds;  ///< [n - 1]: one target call computing n rows
   /// The extra time of a target call whose row count differs from the previous call's (the
-  /// median over n of the medians' difference; >= 0)
+  /// median over n of the quartiles' difference; >= 0)
   double switch_seconds = 0;
 
   /// \brief T_v(n) / T_v(1), n = 1 .. verify_seconds.size().
@@ -77,6 +80,13 @@ namespace detail {
   const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
   std::nth_element(values.begin(), middle, values.end());
   return *middle;
+}
+
+/// The lower quartile (the value at index size / 4 of the sorted values).
+[[nodiscard]] inline double lower_quartile_of(std::vector<double>& values) {
+  const auto quarter = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 4);
+  std::nth_element(values.begin(), quarter, values.end());
+  return *quarter;
 }
 
 }  // namespace detail
@@ -123,13 +133,13 @@ template <DraftModel Draft, TargetModel Target>
     }
   }
   CallCosts costs;
-  costs.draft_token_seconds = detail::median_of(drafts);
+  costs.draft_token_seconds = detail::lower_quartile_of(drafts);
   costs.verify_seconds.reserve(max_rows);
   std::vector<double> switches;
   switches.reserve(max_rows);
   for (std::size_t n = 0; n < max_rows; ++n) {
-    costs.verify_seconds.push_back(detail::median_of(verify[n]));
-    switches.push_back(detail::median_of(changed[n]) - costs.verify_seconds.back());
+    costs.verify_seconds.push_back(detail::lower_quartile_of(verify[n]));
+    switches.push_back(detail::lower_quartile_of(changed[n]) - costs.verify_seconds.back());
   }
   costs.switch_seconds = std::max(0.0, detail::median_of(switches));
   return costs;
