@@ -336,7 +336,7 @@ int run(Options& options) {
       options.measure_costs && options.proposer != Proposer::ngram && !options.tree) {
     const std::size_t rows = std::min(config.draft_length + 1, config.max_context / 2);
     std::vector<token_t> context;
-    while (context.size() < std::max<std::size_t>(rows, 64)) {
+    while (context.size() < std::max<std::size_t>(4 * rows, 256)) {  // rounds walk its 2nd half
       context.insert(context.end(), prompt.begin(), prompt.end());
     }
     context.resize(std::min(context.size(), config.max_context - 1));

@@ -728,7 +728,7 @@ TEST(MeasureCallCostsTest, TimesEveryRowCountAndMakesGoodputOptions) {
   };
   const std::vector<token_t> context{0, 1, 2, 3, 0, 1, 2};
   const specdec::CallCosts costs = specdec::measure_call_costs(draft, target, context, 5, 3);
-  EXPECT_EQ(draft_calls, 4u);  // a warm-up, then one per repeat
+  EXPECT_EQ(draft_calls, 61u);  // a warm-up, then n - 1 per round, two rounds per n and repeat
   EXPECT_EQ(target_calls, (std::vector<std::size_t>{0, 6, 6, 6, 6, 7}));  // two per repeat
   ASSERT_EQ(costs.verify_seconds.size(), 5u);
   for (const double seconds : costs.verify_seconds) EXPECT_GT(seconds, 0.0);
