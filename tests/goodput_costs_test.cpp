@@ -113,9 +113,13 @@ struct Replay {
 /// Decodes `generations` x `length` tokens with `policy`; a drafted token is accepted with
 /// probability alpha(round) (the draft reports probability 0.9 for each). A round costs what it
 /// costs in `world`, switch and catch-up included.
+/// With `drafting_factor` != 1, a drafting round really costs that many times what the world's
+/// curve says (the curve was measured cheaper than decoding pays), and every round reports its
+/// seconds (1 ms per unit), as a decoder does.
 template <class Alpha>
 Replay replay(GoodputDraftLength& policy, const World& world, Alpha&& alpha, int generations,
-              std::size_t length, std::size_t late_from = SIZE_MAX, unsigned seed = 7) {
+              std::size_t length, std::size_t late_from = SIZE_MAX, unsigned seed = 7,
+              double drafting_factor = 1.0) {
   std::mt19937_64 gen(seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   Replay result;
@@ -141,13 +145,17 @@ Replay replay(GoodputDraftLength& policy, const World& world, Alpha&& alpha, int
       result.tokens += accepted + 1;
       ++result.histogram[n];
       if (round >= late_from) result.late_drafted += n;
+      const double factor = n > 0 ? drafting_factor : 1.0;
       double cost = static_cast<double>(n) * world.draft + world.verify[n];
       if (last_rows != 0 && n + 1 != last_rows) cost += world.switch_cost;
       if (n > 0 && last_plain) cost += world.draft;  // the draft's catch-up call
-      result.units += cost;
+      result.units += cost * factor;
       last_rows = n + 1;
       last_plain = n == 0;
-      policy.observe(RoundReport{n, accepted, limit, 0.0, 0.0, probabilities});
+      const bool timed = drafting_factor != 1.0;
+      const double draft_seconds = timed ? 1e-3 * factor * world.draft * static_cast<double>(n) : 0;
+      const double target_seconds = timed ? 1e-3 * factor * world.verify[n] : 0;
+      policy.observe(RoundReport{n, accepted, limit, draft_seconds, target_seconds, probabilities});
     }
   }
   return result;
@@ -244,6 +252,30 @@ TEST(GoodputCostCurvesTest, ChargingTheShapeChangeAvoidsFlippingBetweenPlans) {
   std::printf("switch cost charged: %.4f tokens per unit, %s; blind: %.4f, %s; best static %.4f\n",
               with.rate(), ::testing::PrintToString(with.histogram).c_str(), without.rate(),
               ::testing::PrintToString(without.histogram).c_str(), static_rate(world, alpha, best));
+}
+
+// Costs measured cheaper than decoding pays for them: drafting rounds really cost 1.4 times the
+// fixed model (as a Q8_0 target's multi-row calls did inside decoding), where the model says
+// K = 3 pays by 36 %. With correct_costs the policy sees its drafting rounds run dearer than its
+// plain ones and goes plain; without, it keeps drafting at a loss.
+TEST(GoodputCostCurvesTest, CostsCorrectedByWhatDecodingShowsProtectPlainDecoding) {
+  const World world{kShippedQ4, 0.14, 0.2};
+  const double alpha = 0.88, factor = 1.4;
+  ASSERT_EQ(best_static(world, alpha), 3u);
+  // The model: K = 3 at 1.36 tokens per unit against plain decoding's 1; in reality 0.97.
+  ASSERT_GT(static_rate(world, alpha, 3), 1.3);
+  ASSERT_LT(static_rate(world, alpha, 3) / factor, 1.0);
+  GoodputOptions corrected = fixed_options(world);
+  corrected.correct_costs = true;
+  GoodputDraftLength with(corrected), without(fixed_options(world));
+  const auto constant = [&](std::size_t) { return alpha; };
+  const Replay a = replay(with, world, constant, 20, 200, SIZE_MAX, 7, factor);
+  const Replay b = replay(without, world, constant, 20, 200, SIZE_MAX, 7, factor);
+  std::printf("corrected: %.4f tokens per unit %s; uncorrected: %.4f %s\n", a.rate(),
+              ::testing::PrintToString(a.histogram).c_str(), b.rate(),
+              ::testing::PrintToString(b.histogram).c_str());
+  EXPECT_GE(a.rate(), 0.98 * static_rate(world, alpha, 0));
+  EXPECT_GT(a.rate(), b.rate());
 }
 
 TEST(GoodputCostCurvesTest, TheSwitchAndResumeCostsEnterTheRoundCost) {

@@ -231,6 +231,8 @@ class GoodputDraftLength {
     if (!options_.fixed_costs() && !first_round_) {
       measured_.observe(report.drafted, report.draft_seconds, report.target_seconds);
       refresh_costs();
+    } else if (options_.correct_costs && !first_round_ && report.target_seconds > 0) {
+      correct_fixed_costs(report);
     }
     first_round_ = false;
   }
@@ -331,15 +333,41 @@ class GoodputDraftLength {
     }
   }
 
+  /// GoodputOptions::correct_costs: seconds per unit of predicted cost, of plain rounds and of
+  /// drafting rounds (moving averages that one preempted call moves by at most 10 %).
+  void correct_fixed_costs(const RoundReport& report) noexcept {
+    using Costs = detail::MeasuredCosts;
+    if (report.drafted == 0) {
+      const double per_unit = report.target_seconds / options_.fixed_verify_cost(1);
+      plain_per_unit_ = Costs::smoothed(plain_per_unit_, per_unit, plain_samples_);
+      plain_samples_ = std::min(plain_samples_ + 1.0, kMaxCorrectionSamples);
+    } else {
+      const double predicted =
+          options_.fixed_verify_cost(report.drafted + 1) +
+          options_.draft_token_cost * static_cast<double>(report.drafted);
+      const double per_unit = (report.target_seconds + std::max(report.draft_seconds, 0.0)) /
+                              predicted;
+      drafting_per_unit_ = Costs::smoothed(drafting_per_unit_, per_unit, drafting_samples_);
+      drafting_samples_ = std::min(drafting_samples_ + 1.0, kMaxCorrectionSamples);
+    }
+    if (plain_samples_ >= kCorrectionSamples && drafting_samples_ >= kCorrectionSamples &&
+        plain_per_unit_ > 0) {
+      correction_ = std::clamp(drafting_per_unit_ / plain_per_unit_, 1.0, 2.0);
+      refresh_costs();
+    }
+  }
+
   void refresh_costs() noexcept {
     if (options_.fixed_costs() || !measured_.known()) {
-      // Fixed costs, or (until the first drafting round is timed) unit costs with a cheap
-      // draft: t_d = 0.05, 5 % more per verified row.
+      // Fixed costs (times the correction, 1 unless correct_costs found drafting dearer), or
+      // (until the first drafting round is timed) unit costs with a cheap draft: t_d = 0.05,
+      // 5 % more per verified row.
       const bool fixed = options_.fixed_costs();
-      draft_token_cost_ = fixed ? options_.draft_token_cost : 0.05;
+      draft_token_cost_ = fixed ? options_.draft_token_cost * correction_ : 0.05;
       for (std::size_t n = 1; n <= verify_cost_.size(); ++n) {
         verify_cost_[n - 1] =
-            fixed ? options_.fixed_verify_cost(n) : 1.0 + 0.05 * static_cast<double>(n - 1);
+            fixed ? options_.fixed_verify_cost(n) * (n == 1 ? 1.0 : correction_)
+                  : 1.0 + 0.05 * static_cast<double>(n - 1);
       }
       return;
     }
@@ -364,6 +392,11 @@ class GoodputDraftLength {
   bool predicted_ = false;  // draft_more ran since the last observe
   bool first_round_ = true;  // the next observe() is of a generate()'s first round
   std::size_t last_rows_ = 0;  // the previous round's target rows (0: none this generation)
+  // correct_costs: carried over between generate() calls (they describe the hardware)
+  static constexpr double kCorrectionSamples = 3, kMaxCorrectionSamples = 16;
+  double plain_per_unit_ = 0, plain_samples_ = 0;
+  double drafting_per_unit_ = 0, drafting_samples_ = 0;
+  double correction_ = 1;
   /// Sampled block verification: the round's length is planned before its first token and
   /// not cut short by the probabilities of the tokens drafted. Block verification accepts a
   /// prefix by the likelihood ratios of all its tokens together (a token the draft was unsure

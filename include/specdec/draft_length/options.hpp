@@ -96,6 +96,18 @@ struct GoodputOptions {
   /// charges it to a plan whose row count differs from the last round's (hysteresis, measured
   /// rather than tuned). measure_call_costs() measures it.
   double switch_cost = 0;
+  /// With fixed costs: correct them by what decoding shows. The policy compares the seconds
+  /// its drafting rounds take per unit of predicted cost with those of its plain rounds, and
+  /// when drafting runs dearer than the fixed model says (by up to 2x) scales the draft and
+  /// multi-row costs up by that factor (never down: the correction only protects plain
+  /// decoding). It acts only once both kinds of rounds were seen (three each), which happens
+  /// where the decision is close; a policy sure of either never pays for it. Decisions then
+  /// depend on timings again (sampled output is not reproducible seed for seed). Why: costs
+  /// measured before decoding read drafting cheaper than decoding then paid for it (on the
+  /// shipped pair's Q8_0 weights, a 4-row call at 2.4 one-row calls against 3.0 inside
+  /// decoding), and near break-even that is the difference between 0.8x and 1.0x of plain
+  /// decoding. CallCosts::goodput_options() turns it on.
+  bool correct_costs = false;
   /// Keep the calibration by the draft's probability from one generate() to the next while
   /// the sampling parameters stay the same (it describes the model pair, not the text). With
   /// fixed costs the same seed then gives the same tokens for the same sequence of generate()
@@ -111,6 +123,7 @@ struct GoodputOptions {
            detail::exactly_equal(verify_row_cost, other.verify_row_cost) &&
            std::ranges::equal(verify_costs, other.verify_costs, detail::exactly_equal<double>) &&
            detail::exactly_equal(switch_cost, other.switch_cost) &&
+           correct_costs == other.correct_costs &&
            keep_calibration == other.keep_calibration;
   }
 

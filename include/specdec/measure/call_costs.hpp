@@ -66,8 +66,9 @@ struct CallCosts {
     return ratios;
   }
 
-  /// \brief `base` with this fixed cost model (in units of a one-row target call); base's
-  /// other fields (forgetting, probe interval, calibration) are kept.
+  /// \brief `base` with this fixed cost model (in units of a one-row target call), corrected by
+  /// what decoding shows (GoodputOptions::correct_costs); base's other fields (forgetting,
+  /// probe interval, calibration) are kept.
   [[nodiscard]] GoodputOptions goodput_options(GoodputOptions base = {}) const {
     if (verify_seconds.empty() || !(verify_seconds.front() > 0)) {
       detail::throw_invalid_argument("CallCosts::goodput_options: no measured target call "
@@ -78,6 +79,7 @@ struct CallCosts {
     base.verify_row_cost = -1;
     base.verify_costs = verify_ratios();
     base.switch_cost = switch_seconds / verify_seconds.front();
+    base.correct_costs = true;
     base.validate();
     return base;
   }
