@@ -100,8 +100,9 @@ struct GoodputOptions {
   /// its drafting rounds take per unit of predicted cost with those of its plain rounds, and
   /// when drafting runs dearer than the fixed model says (by up to 2x) scales the draft and
   /// multi-row costs up by that factor (never down: the correction only protects plain
-  /// decoding). It acts only once both kinds of rounds were seen (three each), which happens
-  /// where the decision is close; a policy sure of either never pays for it. Decisions then
+  /// decoding). It acts only once both kinds of rounds were seen (four each), which happens
+  /// where the decision is close (and fades during plain rounds, so that drafting is tried
+  /// and measured again); a policy sure of either never pays for it. Decisions then
   /// depend on timings again (sampled output is not reproducible seed for seed). Why: costs
   /// measured before decoding read drafting cheaper than decoding then paid for it (on the
   /// shipped pair's Q8_0 weights, a 4-row call at 2.4 one-row calls against 3.0 inside
