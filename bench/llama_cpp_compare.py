@@ -90,8 +90,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default=str(ROOT / "build/release"))
     parser.add_argument("--llama", required=True, help="llama.cpp prefix (bin/ holds its tools)")
-    parser.add_argument("--weights", default="f16", choices=["f16", "f32"])
+    parser.add_argument("--weights", default="f16", choices=["f16", "f32", "q8_0", "q4_0"],
+                        help="which GGUF pair of the build's models/ (q8_0, q4_0: cmake --build "
+                             "BUILD --target specdec_gguf_models_quantized)")
     parser.add_argument("--prompts", type=int, default=50)
+    parser.add_argument("--first", type=int, default=0,
+                        help="index of the first prompt (runs in chunks: --first 10 --prompts 10)")
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--temps", default="0,1")
     parser.add_argument("--threads", type=int, default=1)
@@ -111,6 +115,11 @@ def main():
     bench = build / "bench/llama_cpp_speedup"
     target = build / f"models/kjv-target-{args.weights}.gguf"
     draft = build / f"models/kjv-draft-{args.weights}.gguf"
+    for model in (target, draft):
+        if not model.is_file():
+            hint = (f" (cmake --build {build} --target specdec_gguf_models_quantized)"
+                    if args.weights in ("q8_0", "q4_0") else "")
+            sys.exit(f"llama_cpp_compare: {model} not found{hint}")
     temps = args.temps.split(",")
     ks = [int(k) for k in args.llama_k.split(",") if k]
     llama_threads = [int(t) for t in args.llama_threads.split(",") if t] or [args.threads]
@@ -118,10 +127,10 @@ def main():
 
     def suffix(threads, counts):
         return f" (t={threads})" if len(counts) > 1 or threads != args.threads else ""
-    lines = (ROOT / "models/prompts.txt").read_text().split("\n")[: args.prompts]
+    lines = (ROOT / "models/prompts.txt").read_text().split("\n")[args.first: args.first + args.prompts]
 
     records = []  # {prompt, temperature, setting, tokens_per_second, ...}
-    for index, line in enumerate(lines):
+    for index, line in enumerate(lines, start=args.first):
         prompt = "\n" + line
         llama_side = []
 
@@ -173,7 +182,7 @@ def main():
             r["setting"] = "specdec " + r["setting"]
             r["tokens_per_second"] = r["tokens"] / r["seconds"]
         records += llama_side + ours + demos
-        print(f"prompt {index + 1}/{len(lines)}", file=sys.stderr, flush=True)
+        print(f"prompt {index + 1 - args.first}/{len(lines)}", file=sys.stderr, flush=True)
 
     if args.out:
         def compact(record):  # five significant digits: the timings are not more exact

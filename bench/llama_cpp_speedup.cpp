@@ -213,11 +213,14 @@ int main(int argc, char** argv) try {
   // does for --spec-draft-n-max auto).
   specdec::GoodputOptions measured_costs;
   if (std::ranges::any_of(o.settings, [](const std::string& s) { return s.starts_with("goodput-measured"); })) {
-    std::vector<token_t> context(80);
+    // 256 tokens: the rounds walk through positions 128-255, like a generation's (the KV cache
+    // length matters to a call's cost).
+    std::vector<token_t> context(256);
     for (std::size_t i = 0; i < context.size(); ++i) context[i] = static_cast<token_t>(32 + i % 90);
     const specdec::CallCosts costs = specdec::measure_call_costs(draft, target, context, 17, 9);
     measured_costs = costs.goodput_options();
-    std::fprintf(stderr, "measured call costs: draft %.3f, T(n)/T(1):", measured_costs.draft_token_cost);
+    std::fprintf(stderr, "measured call costs: draft %.3f, switch %.3f, T(n)/T(1):",
+                 measured_costs.draft_token_cost, measured_costs.switch_cost);
     for (const double ratio : measured_costs.verify_costs) std::fprintf(stderr, " %.2f", ratio);
     std::fprintf(stderr, "\n");
     reset();

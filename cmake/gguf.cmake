@@ -10,6 +10,10 @@
 #                 d_ff 64, 128 positions, f32, seeds 1 (target) and 2 (draft) -- different
 #                 weights, so a draft is accepted only in part; small enough that sampling tests
 #                 through llama.cpp run in seconds.
+#   <target>_quantized (built on request: cmake --build build --target <target>_quantized) the
+#                 shipped pair quantized by gguf-py, <dir>/kjv-{target,draft}-{q8_0,q4_0}.gguf
+#                 (what CPU users of llama.cpp run; bench/llama_cpp_compare.py --weights q8_0).
+#                 Not in the default build: nothing in the tests needs them.
 #   <target>_1b   (built on request: cmake --build build --target <target>_1b) a random-weight
 #                 GPT-2 of 1.0B parameters, <dir>/gpt2-1b-f16.gguf: 256 byte tokens, 20 layers,
 #                 d_model 2048, 16 heads, d_ff 8192, 2048 positions; 2.0 GB, 20-40 s to write.
@@ -86,6 +90,20 @@ function(specdec_add_gguf_models target)
     list(APPEND outputs "${gguf}")
   endforeach()
   add_custom_target(${target} ALL DEPENDS ${outputs})
+
+  set(quantized "")
+  foreach(model IN ITEMS kjv-target kjv-draft)
+    set(spdc "${_specdec_gguf_root}/models/${model}.spdc")
+    foreach(type IN ITEMS q8_0 q4_0)
+      set(gguf "${ARG_OUTPUT_DIR}/${model}-${type}.gguf")
+      add_custom_command(OUTPUT "${gguf}"
+        COMMAND ${run} convert ${common} --outtype ${type} "${spdc}" "${gguf}"
+        DEPENDS "${script}" "${spdc}"
+        COMMENT "GGUF: ${model}-${type}.gguf" VERBATIM)
+      list(APPEND quantized "${gguf}")
+    endforeach()
+  endforeach()
+  add_custom_target(${target}_quantized DEPENDS ${quantized})
 
   set(gguf "${ARG_OUTPUT_DIR}/gpt2-1b-f16.gguf")
   add_custom_command(OUTPUT "${gguf}"

@@ -357,7 +357,7 @@ int run(Options& options) {
       options.measure_costs && options.proposer != Proposer::ngram && !options.tree) {
     const std::size_t rows = std::min(config.draft_length + 1, config.max_context / 2);
     std::vector<token_t> context;
-    while (context.size() < std::max<std::size_t>(rows, 64)) {
+    while (context.size() < std::max<std::size_t>(4 * rows, 256)) {  // rounds walk its 2nd half
       context.insert(context.end(), prompt.begin(), prompt.end());
     }
     context.resize(std::min(context.size(), config.max_context - 1));
@@ -420,8 +420,10 @@ int run(Options& options) {
       for (const double ratio : measured_verify_costs) {
         ratios += (ratios.empty() ? "" : ", ") + std::to_string(ratio);
       }
-      std::printf(",\n  \"measured_costs\": {\"draft_token\": %.6g, \"verify\": [%s]}",
-                  config.draft_length_policy.goodput.draft_token_cost, ratios.c_str());
+      std::printf(",\n  \"measured_costs\": {\"draft_token\": %.6g, \"switch\": %.6g, "
+                  "\"verify\": [%s]}",
+                  config.draft_length_policy.goodput.draft_token_cost,
+                  config.draft_length_policy.goodput.switch_cost, ratios.c_str());
     }
     if (options.baseline) {
       std::printf(",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, "

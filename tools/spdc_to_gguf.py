@@ -5,6 +5,8 @@
     /usr/bin/python3 tools/spdc_to_gguf.py convert models/kjv-target.spdc kjv-target-f16.gguf
     /usr/bin/python3 tools/spdc_to_gguf.py convert --outtype f32 models/kjv-draft.spdc \
         kjv-draft-f32.gguf
+    /usr/bin/python3 tools/spdc_to_gguf.py convert --outtype q4_0 models/kjv-draft.spdc \
+        kjv-draft-q4_0.gguf
   random   a GPT of any shape with random weights (fixed seed), e.g. the one-layer pair of the
            exactness tests or a ~1B-parameter model for timing a memory-bound target:
     /usr/bin/python3 tools/spdc_to_gguf.py random tiny-target.gguf --vocab 16 --layers 1 \
@@ -34,6 +36,11 @@ Tensor mapping (.spdc row-major [out, in] = GGUF/numpy shape; ggml lists the dim
   ln_f.weight/.bias             -> output_norm.weight/.bias
 Matrices and embeddings are stored as f16 (the .spdc values bit for bit) or, with --outtype f32,
 as f32; norms and biases are always f32, as llama.cpp's own converters store 1-D tensors.
+--outtype q8_0 / q4_0 quantize the weight matrices and the token embedding (also the output head)
+with gguf-py's quantizers (gguf.quants: the same blocks llama.cpp's C quantizer writes; every
+tensor in the one type, like `llama-quantize --pure`), the position embedding kept f16. These are
+the formats CPU users of llama.cpp run. No K-quant: gguf-py can dequantize K-quants but not write
+them, and an approximation of llama.cpp's K-quant search would not be the format users run.
 Hyper-parameters: gpt2.context_length = the number of learned positions, embedding_length = d,
 feed_forward_length = d_ff, block_count, attention.head_count, attention.layer_norm_epsilon = 1e-5.
 
@@ -244,9 +251,43 @@ def import_gguf(gguf_py):
     return gguf
 
 
-def stored_dtype(dims, outtype):
-    """f32 for 1-D tensors (norms, biases), else the chosen storage type."""
-    return np.float32 if len(dims) == 1 or outtype == "f32" else np.float16
+OUTTYPES = ("f16", "f32", "q8_0", "q4_0")
+QUANTIZED = ("q8_0", "q4_0")
+
+
+def stored_type(gguf, name, dims, outtype):
+    """(numpy dtype, GGML quantization type or None) a tensor is stored as: f32 for 1-D tensors
+    (norms, biases); with a quantized outtype the weight matrices and the token embedding (which
+    is also the output head) in that type, every row quantized in blocks of 32 values by gguf-py's
+    own quantizer (gguf.quants, bit for bit what llama.cpp's C quantizer writes for these types),
+    and the position embedding kept f16 (a table read one row per position, not a matmul
+    weight: llama.cpp's converters never quantize it); otherwise the chosen float type."""
+    if len(dims) == 1 or outtype == "f32":
+        return np.dtype(np.float32), None
+    if outtype in QUANTIZED and name != "position_embd.weight":
+        qtype = {"q8_0": gguf.GGMLQuantizationType.Q8_0,
+                 "q4_0": gguf.GGMLQuantizationType.Q4_0}[outtype]
+        return np.dtype(np.uint8), qtype
+    return np.dtype(np.float16), None
+
+
+def file_type(gguf, outtype):
+    return {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+            "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+            "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[outtype]
+
+
+def check_quantizable(gguf, shape, outtype):
+    """Raises ConversionError unless every quantized row splits into whole blocks."""
+    if outtype not in QUANTIZED:
+        return
+    for name, dims in tensor_layout(shape):
+        dtype, qtype = stored_type(gguf, name, dims, outtype)
+        block = gguf.GGML_QUANT_SIZES[qtype][0] if qtype is not None else 1
+        if dims[-1] % block != 0:
+            raise ConversionError(f"--outtype {outtype}: tensor {name} has rows of {dims[-1]} "
+                                  f"values, not a multiple of the {block}-value block of "
+                                  f"{outtype.upper()} (use f16 or f32 for this shape)")
 
 
 def write_gguf(gguf, path, shape, model_name, tensors, outtype):
@@ -255,8 +296,7 @@ def write_gguf(gguf, path, shape, model_name, tensors, outtype):
     path = Path(path)
     writer = gguf.GGUFWriter(None, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GPT2])
     writer.add_name(model_name)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if outtype == "f32"
-                         else gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_file_type(file_type(gguf, outtype))
     writer.add_context_length(shape.context)
     writer.add_embedding_length(shape.d_model)
     writer.add_feed_forward_length(shape.d_ff)
@@ -277,8 +317,12 @@ def write_gguf(gguf, path, shape, model_name, tensors, outtype):
 
     layout = tensor_layout(shape)
     for name, dims in layout:
-        dtype = np.dtype(stored_dtype(dims, outtype))
-        writer.add_tensor_info(name, dims, dtype, math.prod(dims) * dtype.itemsize)
+        dtype, qtype = stored_type(gguf, name, dims, outtype)
+        if qtype is None:
+            writer.add_tensor_info(name, dims, dtype, math.prod(dims) * dtype.itemsize)
+        else:
+            byte_shape = gguf.quant_shape_to_byte_shape(dims, qtype)
+            writer.add_tensor_info(name, byte_shape, dtype, math.prod(byte_shape), raw_dtype=qtype)
 
     partial = path.with_name(path.name + ".partial")
     try:
@@ -288,7 +332,11 @@ def write_gguf(gguf, path, shape, model_name, tensors, outtype):
         writer.write_ti_data_to_file()
         for (name, tensor), (expected_name, dims) in zip(tensors, layout, strict=True):
             assert name == expected_name and tensor.shape == dims, (name, expected_name)
-            writer.write_tensor_data(tensor.astype(stored_dtype(dims, outtype), copy=False))
+            dtype, qtype = stored_type(gguf, name, dims, outtype)
+            if qtype is None:
+                writer.write_tensor_data(tensor.astype(dtype, copy=False))
+            else:  # from float32 (the f16 values exactly), as llama-quantize reads them
+                writer.write_tensor_data(gguf.quants.quantize(tensor.astype(np.float32), qtype))
         writer.close()
         partial.replace(path)
     except BaseException as e:
@@ -314,9 +362,10 @@ def main(argv=None):
     common.add_argument("--gguf-py", metavar="DIR",
                         help="llama.cpp's gguf-py directory (default: $SPECDEC_GGUF_PY, then the "
                              "Python path)")
-    common.add_argument("--outtype", choices=("f16", "f32"), default="f16",
+    common.add_argument("--outtype", choices=OUTTYPES, default="f16",
                         help="storage of matrices and embeddings (default f16; 1-D tensors are "
-                             "f32)")
+                             "f32; q8_0 / q4_0 quantize the matrices and the token embedding, "
+                             "the position embedding stays f16)")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -338,10 +387,12 @@ def main(argv=None):
         gguf = import_gguf(a.gguf_py)
         if a.command == "convert":
             shape, tensors = read_spdc(a.spdc)
+            check_quantizable(gguf, shape, a.outtype)
             write_gguf(gguf, a.gguf, shape, Path(a.spdc).stem, tensors.items(), a.outtype)
         else:
             shape = Shape(a.vocab, a.context, a.layers, a.heads, a.d_model, a.d_ff)
             check_shape(shape, "random")
+            check_quantizable(gguf, shape, a.outtype)
             write_gguf(gguf, a.gguf, shape, a.name or Path(a.gguf).stem,
                        random_tensors(shape, a.seed), a.outtype)
     except ConversionError as e:

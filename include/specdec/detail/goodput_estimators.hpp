@@ -54,10 +54,12 @@ class AcceptanceCalibration {
   void start_generation() noexcept {
     const auto bins = bins_;
     const Counts pair = pair_;
+    const Counts recent = recent_;
     const auto weights = weights_;
     reset();
     bins_ = bins;
     pair_ = pair;
+    recent_ = recent;
     weights_ = weights;
     for (Counts& counts : bins_) counts.cap(kCarriedJudged);
     pair_.cap(kCarriedJudged * static_cast<double>(kBins));
@@ -84,6 +86,8 @@ class AcceptanceCalibration {
       weigh_estimators(estimators(probability, belief_), success);  // before the counts learn it
       bins_[bin(probability)].add(success);
       pair_.add(success);
+      recent_.decay(kRecentForgetting);
+      recent_.add(success);
       const double easy = posterior(belief_, success);  // responsibility of the easy regime
       easy_.add(success, easy);
       hard_.add(success, 1.0 - easy);
@@ -92,6 +96,19 @@ class AcceptanceCalibration {
       belief_ = drift(easy);
     }
     belief_ = drift(belief_);  // the position of the round's correction or bonus token
+  }
+
+  /// An optimistic acceptance: two standard errors above the rate of the last ~50 verdicts
+  /// (decayed by kRecentForgetting per verdict, carried from one generation to the next, and
+  /// counted from one accepted pseudo-verdict, so 1 with no evidence). What a probe wagers on:
+  /// if drafting cannot pay even at this rate, the verdicts say it will not, and a probe is a
+  /// loss. With a draft that collapsed (acceptance 0.3) it falls below 0.5 within ~30 verdicts.
+  /// (One standard error closed the door on a draft accepted at 0.84 after seven unlucky
+  /// verdicts, for good: with no probes no evidence comes to reopen it.)
+  [[nodiscard]] double optimistic() const noexcept {
+    const double judged = recent_.judged + 1.0;
+    const double rate = (recent_.accepted + 1.0) / judged;
+    return std::min(1.0, rate + 2.0 * std::sqrt(rate * (1.0 - rate) / judged));
   }
 
   /// The belief b the next round starts from: the probability that its first token is judged
@@ -132,6 +149,7 @@ class AcceptanceCalibration {
   /// rates 0.9 / 0.1 and 0.7 / 0.3 within 1 % of these; docs/history.md.)
   static constexpr double kEasyPrior = 0.8, kHardPrior = 0.2, kHazard = 1.0 / 32;
   static constexpr double kCarriedJudged = 64;
+  static constexpr double kRecentForgetting = 0.98;
   /// Estimator weights: a prediction counts as at least kLikelihoodFloor likely (one surprise
   /// does not zero a weight), and after each verdict kShare of the weight is spread evenly
   /// (fixed share), so a weight that fell can recover when the text changes character.
@@ -216,6 +234,7 @@ class AcceptanceCalibration {
 
   std::array<Counts, kBins> bins_{};
   Counts pair_{};  // not decayed, like bins_: the pair's overall rate
+  Counts recent_{};  // every verdict, decayed per verdict; carried over: optimistic()
   Counts easy_{}, hard_{};  // verdicts by the regime held responsible (decayed)
   Counts easy_share_{};     // "accepted" = positions held easy (decayed)
   double belief_ = kPriorMean;

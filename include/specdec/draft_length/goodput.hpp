@@ -17,7 +17,12 @@
 ///
 /// is larger than j (ties: the smaller m). At j = 0 that compares speculation with a plain
 /// target step (G(0) = 1 / T_v(1)); when a plain step wins the round drafts nothing, and after
-/// probe_interval such rounds one token is drafted anyway to learn whether drafting pays again.
+/// probe_interval such rounds one token is drafted anyway to learn whether drafting pays again,
+/// unless not even an optimistic acceptance would make it pay (then the rounds are exactly
+/// plain decoding). With fixed costs a plan that changes the target's row count is charged the
+/// measured switch cost, and one that resumes drafting after plain steps one more draft call
+/// (the draft catches up), both spread over a few rounds. With sampled block verification the
+/// round's length is planned at its first decision (see whole_rounds_).
 /// With measured costs, now and then (after 8 drafting rounds, then 16, ... up to every 128th) a
 /// round stops at half its planned length, so that T_v is measured below the lengths the policy
 /// settles on, not only extrapolated there.
@@ -41,6 +46,7 @@
 #include "specdec/detail/error.hpp"
 #include "specdec/detail/goodput_estimators.hpp"
 #include "specdec/draft_length/options.hpp"
+#include "specdec/generation.hpp"
 #include "specdec/detail/exact_float.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/strategies.hpp"
@@ -56,6 +62,12 @@ struct GoodputEstimates {
   std::span<const double> acceptance;
   double draft_token_cost = 0;  ///< t_d
   std::span<const double> verify_cost;  ///< [n - 1] = T_v(n), n = 1 .. at least max_length + 1
+  /// Costs of a round that are neither a draft token nor a target row (0: none):
+  double switch_cost = 0;     ///< added when the round's m + 1 rows differ from last_rows
+  std::size_t last_rows = 0;  ///< the previous round's target rows (0: none, no switch cost)
+  /// added to every drafting round (m > 0) after plain steps: the draft catches up on the
+  /// tokens they emitted (its first call computes all of their rows) before drafting
+  double resume_cost = 0;
 };
 
 /// \brief Expected tokens a round drafting m >= estimates.survival.size() tokens emits.
@@ -71,10 +83,14 @@ struct GoodputEstimates {
   return tokens;
 }
 
-/// \brief Expected cost of a round drafting m tokens: m t_d + T_v(m + 1).
+/// \brief Expected cost of a round drafting m tokens: m t_d + T_v(m + 1), plus the switch cost
+/// when m + 1 differs from the last round's rows and the resume cost when m > 0.
 [[nodiscard]] inline double expected_round_cost(const GoodputEstimates& estimates,
                                                 std::size_t m) noexcept {
-  return static_cast<double>(m) * estimates.draft_token_cost + estimates.verify_cost[m];
+  double cost = static_cast<double>(m) * estimates.draft_token_cost + estimates.verify_cost[m];
+  if (estimates.last_rows != 0 && m + 1 != estimates.last_rows) cost += estimates.switch_cost;
+  if (m > 0) cost += estimates.resume_cost;
+  return cost;
 }
 
 /// \brief argmax over m in [j, max_length] of expected_round_tokens / expected_round_cost,
@@ -134,13 +150,19 @@ class GoodputDraftLength {
       calibration_.reset();
     }
     last_sampling_ = sampling;
+    whole_rounds_ = false;
+    if constexpr (requires { config.verifier == VerifierKind::block; config.sampling.greedy(); }) {
+      whole_rounds_ = config.verifier == VerifierKind::block && !config.sampling.greedy();
+    }
     plain_streak_ = 0;
     probe_wait_ = options_.probe_interval;
+    probe_due_ = probe_wait_;
     failed_probes_ = 0;
     probing_ = false;
     predicted_ = false;
     round_cap_ = cap_;
     first_round_ = true;
+    last_rows_ = 0;  // the first round reads the prompt: a shape of its own
     refresh_costs();
   }
 
@@ -149,11 +171,16 @@ class GoodputDraftLength {
     const std::size_t max_length = std::min({state.limit, cap_, round_cap_});
     if (j >= max_length) return false;
     if (verify_cost_.size() < max_length + 1) reserve(max_length);  // used without begin()
+    if (whole_rounds_ && j > 0) return j < round_plan_;  // see whole_rounds_
     const GoodputEstimates estimates = estimates_for(state);
     std::size_t planned = best_draft_length(estimates, max_length);
-    if (j == 0 && planned == 0 && plain_streak_ >= probe_wait_) {
-      planned = 1;  // probe: is drafting worth it again?
-      probing_ = true;
+    if (j == 0 && planned == 0 && plain_streak_ >= probe_due_) {
+      if (could_pay(estimates, max_length)) {
+        planned = 1;  // probe: is drafting worth it again?
+        probing_ = true;
+      } else {
+        probe_due_ = plain_streak_ + probe_wait_;  // not even an easy stretch pays: look later
+      }
     } else if (j == 0 && planned >= 2 && ++rounds_since_exploring_ >= explore_interval_ &&
                !options_.fixed_costs()) {
       // Explore: a round of half the planned length measures T_v where the policy would not
@@ -167,6 +194,7 @@ class GoodputDraftLength {
       planned = (planned + 1) / 2;
       round_cap_ = planned;
     }
+    if (j == 0) round_plan_ = planned;
     last_prediction_ = RoundPrediction{expected_round_tokens(estimates, planned),
                                        expected_round_cost(estimates, planned)};
     predicted_ = true;
@@ -178,6 +206,7 @@ class GoodputDraftLength {
   void observe(const RoundReport& report) {
     calibration_.observe(report.token_probabilities, report.drafted, report.accepted,
                          options_.forgetting);
+    last_rows_ = report.drafted + 1;
     if (report.drafted == 0) {
       ++plain_streak_;
     } else {
@@ -191,6 +220,7 @@ class GoodputDraftLength {
                                                         ? failed_probes_ - kProbesBeforeBackoff
                                                         : 0);
       probe_wait_ = options_.probe_interval << doublings;
+      probe_due_ = probe_wait_;
       plain_streak_ = 0;
     }
     probing_ = false;
@@ -201,6 +231,8 @@ class GoodputDraftLength {
     if (!options_.fixed_costs() && !first_round_) {
       measured_.observe(report.drafted, report.draft_seconds, report.target_seconds);
       refresh_costs();
+    } else if (options_.correct_costs && !first_round_ && report.target_seconds > 0) {
+      correct_fixed_costs(report);
     }
     first_round_ = false;
   }
@@ -237,6 +269,18 @@ class GoodputDraftLength {
     estimates.acceptance = std::span<const double>(acceptance_.data(), rest);
     estimates.draft_token_cost = draft_token_cost_;
     estimates.verify_cost = verify_cost_;
+    // One-off costs of changing plans, spread over the kAmortizedRounds rounds a plan usually
+    // lasts (the acceptance estimates move slowly): charged in full, a plan that pays in the
+    // steady state by less than the switch was never taken from plain decoding (0.998 of plain
+    // where K = 3 ran at 1.025, in the replay of the shipped pair's Q4_0 curve); not charged,
+    // the policy flips between plans near break-even and pays them every time.
+    const double amortized = 1.0 / static_cast<double>(kAmortizedRounds);
+    estimates.switch_cost = options_.fixed_costs() ? options_.switch_cost * amortized : 0.0;
+    estimates.last_rows = last_rows_;
+    // After plain steps the draft's first call computes the rows of every token they emitted
+    // (and, on llama.cpp, a new graph for that shape): at least one more draft call, charged to
+    // the decision that starts drafting again. (Online, it lands in the measured draft seconds.)
+    estimates.resume_cost = j == 0 && plain_streak_ > 0 ? draft_token_cost_ * amortized : 0.0;
     return estimates;
   }
 
@@ -264,24 +308,72 @@ class GoodputDraftLength {
     }
   };
 
+  /// Whether drafting could pay at an optimistic acceptance (AcceptanceCalibration::optimistic:
+  /// one standard error above the recent verdicts' rate): the best plan with every token
+  /// accepted at that rate beats a plain step. A probe is a wager that it does; when even that
+  /// loses (a draft whose acceptance collapsed, as with Q4_0 weights, or a
+  /// target whose extra rows cost as much as whole calls, as on llama.cpp's quantized CPU path)
+  /// every probe is a loss, and plain decoding is what the caller should get: no draft call,
+  /// no extra row. (Measured on the shipped pair with Q8_0 weights: one probe per 11 plain
+  /// rounds, each paying a draft catch-up and two graph rebuilds, cost 8-16 % of plain speed.)
+  [[nodiscard]] bool could_pay(const GoodputEstimates& estimates, std::size_t max_length) {
+    std::fill_n(optimistic_.begin(), max_length, calibration_.optimistic());
+    GoodputEstimates optimistic = estimates;
+    optimistic.acceptance = std::span<const double>(optimistic_.data(), max_length);
+    return best_draft_length(optimistic, max_length) > 0;
+  }
+
   void reserve(std::size_t max_length) {
     if (survival_.size() < max_length) survival_.resize(max_length);
     if (acceptance_.size() < max_length) acceptance_.resize(max_length);
+    if (optimistic_.size() < max_length) optimistic_.resize(max_length);
     if (verify_cost_.size() < max_length + 1) {
       verify_cost_.resize(max_length + 1);
       refresh_costs();
     }
   }
 
+  /// GoodputOptions::correct_costs: seconds per unit of predicted cost, of plain rounds and of
+  /// drafting rounds (moving averages that one preempted call moves by at most 10 %).
+  void correct_fixed_costs(const RoundReport& report) noexcept {
+    using Costs = detail::MeasuredCosts;
+    if (report.drafted == 0) {
+      const double per_unit = report.target_seconds / options_.fixed_verify_cost(1);
+      plain_per_unit_ = Costs::smoothed(plain_per_unit_, per_unit, plain_samples_);
+      plain_samples_ = std::min(plain_samples_ + 1.0, kMaxCorrectionSamples);
+      // While it runs plain the policy learns nothing new about drafting, and a correction
+      // read high from a few noisy rounds would keep it plain for good (on the shipped pair's
+      // f16 weights at T = 1, 84 % plain rounds where block K = 4 ran at 1.2x): it fades,
+      // halving in ~35 plain rounds, until drafting is tried and measured again.
+      correction_ = 1.0 + (correction_ - 1.0) * kCorrectionFading;
+      refresh_costs();
+    } else {
+      const double predicted =
+          options_.fixed_verify_cost(report.drafted + 1) +
+          options_.draft_token_cost * static_cast<double>(report.drafted);
+      const double per_unit = (report.target_seconds + std::max(report.draft_seconds, 0.0)) /
+                              predicted;
+      drafting_per_unit_ = Costs::smoothed(drafting_per_unit_, per_unit, drafting_samples_);
+      drafting_samples_ = std::min(drafting_samples_ + 1.0, kMaxCorrectionSamples);
+    }
+    if (plain_samples_ >= kCorrectionSamples && drafting_samples_ >= kCorrectionSamples &&
+        plain_per_unit_ > 0) {
+      correction_ = std::clamp(drafting_per_unit_ / plain_per_unit_, 1.0, 2.0);
+      refresh_costs();
+    }
+  }
+
   void refresh_costs() noexcept {
     if (options_.fixed_costs() || !measured_.known()) {
-      // Fixed costs, or (until the first drafting round is timed) unit costs with a cheap
-      // draft: t_d = 0.05, 5 % more per verified row.
+      // Fixed costs (times the correction, 1 unless correct_costs found drafting dearer), or
+      // (until the first drafting round is timed) unit costs with a cheap draft: t_d = 0.05,
+      // 5 % more per verified row.
       const bool fixed = options_.fixed_costs();
-      draft_token_cost_ = fixed ? options_.draft_token_cost : 0.05;
+      draft_token_cost_ = fixed ? options_.draft_token_cost * correction_ : 0.05;
       for (std::size_t n = 1; n <= verify_cost_.size(); ++n) {
         verify_cost_[n - 1] =
-            fixed ? options_.fixed_verify_cost(n) : 1.0 + 0.05 * static_cast<double>(n - 1);
+            fixed ? options_.fixed_verify_cost(n) * (n == 1 ? 1.0 : correction_)
+                  : 1.0 + 0.05 * static_cast<double>(n - 1);
       }
       return;
     }
@@ -296,14 +388,33 @@ class GoodputDraftLength {
   detail::MeasuredCosts measured_{};
   std::vector<double> survival_;     // (K) P_1..P_j of the current decision
   std::vector<double> acceptance_;   // (K) acceptance of the tokens not drafted yet
+  std::vector<double> optimistic_;   // (K) could_pay()'s acceptance
   std::vector<double> verify_cost_;  // (K + 1) T_v(n) at n - 1
   double draft_token_cost_ = 0.05;
   std::size_t plain_streak_ = 0;
   std::size_t probe_wait_ = options_.probe_interval;  // reset by begin() too
+  std::size_t probe_due_ = options_.probe_interval;   // plain_streak_ at which to probe
   bool probing_ = false;
   bool predicted_ = false;  // draft_more ran since the last observe
   bool first_round_ = true;  // the next observe() is of a generate()'s first round
+  std::size_t last_rows_ = 0;  // the previous round's target rows (0: none this generation)
+  // correct_costs: carried over between generate() calls (they describe the hardware)
+  static constexpr double kCorrectionSamples = 4, kMaxCorrectionSamples = 16;
+  static constexpr double kCorrectionFading = 0.98;
+  double plain_per_unit_ = 0, plain_samples_ = 0;
+  double drafting_per_unit_ = 0, drafting_samples_ = 0;
+  double correction_ = 1;
+  /// Sampled block verification: the round's length is planned before its first token and
+  /// not cut short by the probabilities of the tokens drafted. Block verification accepts a
+  /// prefix by the likelihood ratios of all its tokens together (a token the draft was unsure
+  /// of is kept when the tokens after it are ones the target likes more than the draft did),
+  /// so the survival product token by token that stops a round after an unsure token rates the
+  /// rest of the block too low. (Example GPT, T = 1, 6 prompts: goodput stopping per token ran
+  /// at 0.79 of the fixed K = 8 block chain, with a fifth of its rounds under 5 tokens.)
+  bool whole_rounds_ = false;
+  std::size_t round_plan_ = 0;  // the length planned at this round's first decision
   static constexpr std::size_t kFirstExploreInterval = 8, kMaxExploreInterval = 128;
+  static constexpr std::size_t kAmortizedRounds = 4;
   std::size_t explore_interval_ = kFirstExploreInterval;
   static constexpr std::size_t kProbesBeforeBackoff = 4, kMaxProbeDoublings = 4;
   std::size_t failed_probes_ = 0;  // probes since drafting last resumed

@@ -90,6 +90,28 @@ struct GoodputOptions {
   /// requires draft_token_cost >= 0 and verify_row_cost < 0; decisions never depend on
   /// timings then.
   std::vector<double> verify_costs{};
+  /// With fixed costs: the extra cost of a round whose target call computes a different number
+  /// of rows than the previous round's, in the unit of draft_token_cost (>= 0, finite). A CPU
+  /// engine may prepare each call shape anew: llama.cpp reuses its compute graph only while the
+  /// batch shape stays the same, and on the shipped pair a rebuilt graph cost 0.1 ms of a 0.5 ms
+  /// one-row call. Plain decoding and a static K never pay it; a policy that alternates between
+  /// plain steps and drafting, or between draft lengths, pays it every time, so the policy
+  /// charges it to a plan whose row count differs from the last round's (hysteresis, measured
+  /// rather than tuned). measure_call_costs() measures it.
+  double switch_cost = 0;
+  /// With fixed costs: correct them by what decoding shows. The policy compares the seconds
+  /// its drafting rounds take per unit of predicted cost with those of its plain rounds, and
+  /// when drafting runs dearer than the fixed model says (by up to 2x) scales the draft and
+  /// multi-row costs up by that factor (never down: the correction only protects plain
+  /// decoding). It acts only once both kinds of rounds were seen (four each), which happens
+  /// where the decision is close (and fades during plain rounds, so that drafting is tried
+  /// and measured again); a policy sure of either never pays for it. Decisions then
+  /// depend on timings again (sampled output is not reproducible seed for seed). Why: costs
+  /// measured before decoding read drafting cheaper than decoding then paid for it (on the
+  /// shipped pair's Q8_0 weights, a 4-row call at 2.4 one-row calls against 3.0 inside
+  /// decoding), and near break-even that is the difference between 0.8x and 1.0x of plain
+  /// decoding. CallCosts::goodput_options() turns it on.
+  bool correct_costs = false;
   /// Keep the calibration by the draft's probability from one generate() to the next while
   /// the sampling parameters stay the same (it describes the model pair, not the text). With
   /// fixed costs the same seed then gives the same tokens for the same sequence of generate()
@@ -104,6 +126,8 @@ struct GoodputOptions {
            detail::exactly_equal(draft_token_cost, other.draft_token_cost) &&
            detail::exactly_equal(verify_row_cost, other.verify_row_cost) &&
            std::ranges::equal(verify_costs, other.verify_costs, detail::exactly_equal<double>) &&
+           detail::exactly_equal(switch_cost, other.switch_cost) &&
+           correct_costs == other.correct_costs &&
            keep_calibration == other.keep_calibration;
   }
 
@@ -130,6 +154,10 @@ struct GoodputOptions {
     }
     if (probe_interval == 0) {
       detail::throw_invalid_argument("goodput probe_interval = 0; expected >= 1 plain rounds");
+    }
+    if (!(switch_cost >= 0) || std::isinf(switch_cost)) {
+      detail::throw_invalid_argument("goodput switch_cost = ", switch_cost,
+                                     "; expected a finite cost >= 0 (0: none)");
     }
     if (!verify_costs.empty()) {
       if (!(draft_token_cost >= 0) || std::isinf(draft_token_cost) || verify_row_cost >= 0) {

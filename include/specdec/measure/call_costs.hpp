@@ -13,10 +13,30 @@
 /// of a second for a small model) give the whole curve, and with fixed costs the draft lengths
 /// no longer depend on timings: the same seed gives the same tokens.
 ///
-/// Each point is the median of `repeats` calls, the row counts interleaved (1, 2, .. max_rows,
-/// then again) so that a slow drift of the host's load moves every point alike; a call
-/// preempted for a scheduler slice only ever adds time, which the median ignores. A
-/// measurement tool: it allocates, and it calls the models many times.
+/// Each point is the lower quartile of `repeats` calls, the row counts interleaved (1, 2, ..
+/// max_rows, then again) so that a slow drift of the host's load moves every point alike; a
+/// call preempted for a scheduler slice only ever adds time. (The median ignored that only
+/// while fewer than half the calls were preempted: with the 2-core host's load average at 6,
+/// most calls longer than ~1.5 ms were: on the shipped pair the medians of n >= 5 read 15-40
+/// one-row calls where the fastest calls read 2-6.) Every row
+/// count is called twice in a row and the second call is the one timed as T_v(n): an engine
+/// may prepare each call shape anew (llama.cpp reuses its compute graph only while the batch
+/// shape stays the same), and plain decoding and a fixed draft length run in that steady
+/// state. Timing only calls that followed another shape (as this function did before
+/// 2026-12-04) charged the shape change to every point: T_v(1) read 1.20-1.26 times its
+/// steady cost on the shipped pair (f16, Q8_0, Q4_0), so every ratio T_v(n)/T_v(1) came out
+/// low and plain decoding looked dearer than it is. The first call of each pair, minus the
+/// second, measures that shape change: CallCosts::switch_seconds. A measurement tool: it
+/// allocates, and it calls the models many times.
+///
+/// The calls run as decoding rounds do: n - 1 draft calls, then the n-row target call, each
+/// on fresh positions after the last round's (the second half of `context`, walked through
+/// again and again). Before 2026-12-04 every call recomputed the same last positions of the
+/// context and the draft was timed alone: on the shipped pair with Q8_0 weights, under load,
+/// that read a draft call at 0.13 of a one-row target call and a 4-row call at 2.25-2.5,
+/// where inside decoding a drafted token cost 0.2-0.3 and a 4-row call 2.5-3.5 (the draft's
+/// first call of a round catches up on the last round's tokens, on a graph of its own), and
+/// the policy drafted 3 tokens a round at 0.74-0.9x of plain decoding.
 
 #include <algorithm>
 #include <chrono>
@@ -35,6 +55,9 @@ namespace specdec {
 struct CallCosts {
   double draft_token_seconds = 0;     ///< one draft call (one row after the context)
   std::vector<double> verify_seconds;  ///< [n - 1]: one target call computing n rows
+  /// The extra time of a target call whose row count differs from the previous call's (the
+  /// median over n of the quartiles' difference; >= 0)
+  double switch_seconds = 0;
 
   /// \brief T_v(n) / T_v(1), n = 1 .. verify_seconds.size().
   [[nodiscard]] std::vector<double> verify_ratios() const {
@@ -43,8 +66,9 @@ struct CallCosts {
     return ratios;
   }
 
-  /// \brief `base` with this fixed cost model (in units of a one-row target call); base's
-  /// other fields (forgetting, probe interval, calibration) are kept.
+  /// \brief `base` with this fixed cost model (in units of a one-row target call), corrected by
+  /// what decoding shows (GoodputOptions::correct_costs); base's other fields (forgetting,
+  /// probe interval, calibration) are kept.
   [[nodiscard]] GoodputOptions goodput_options(GoodputOptions base = {}) const {
     if (verify_seconds.empty() || !(verify_seconds.front() > 0)) {
       detail::throw_invalid_argument("CallCosts::goodput_options: no measured target call "
@@ -54,6 +78,8 @@ struct CallCosts {
     base.draft_token_cost = draft_token_seconds / verify_seconds.front();
     base.verify_row_cost = -1;
     base.verify_costs = verify_ratios();
+    base.switch_cost = switch_seconds / verify_seconds.front();
+    base.correct_costs = true;
     base.validate();
     return base;
   }
@@ -65,6 +91,13 @@ namespace detail {
   const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
   std::nth_element(values.begin(), middle, values.end());
   return *middle;
+}
+
+/// The lower quartile (the value at index size / 4 of the sorted values).
+[[nodiscard]] inline double lower_quartile_of(std::vector<double>& values) {
+  const auto quarter = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 4);
+  std::nth_element(values.begin(), quarter, values.end());
+  return *quarter;
 }
 
 }  // namespace detail
@@ -95,21 +128,51 @@ template <DraftModel Draft, TargetModel Target>
   (void)draft(context);
   (void)target(context, max_rows);  // every shape the engine allocates for, before timing
   std::vector<std::vector<double>> verify(max_rows, std::vector<double>(repeats));
-  std::vector<double> drafts(repeats);
+  std::vector<std::vector<double>> changed(max_rows, std::vector<double>(repeats));
+  std::vector<double> drafts;  // per round of n >= 2 rows: its draft seconds / (n - 1)
+  drafts.reserve(repeats * max_rows);
+  // Rounds walk through the second half of the context, each drafting and verifying fresh
+  // positions as decoding does (a KV cache that grows, and a draft that first catches up on
+  // the last round's tokens); at the end they start again from the middle (a long rejection).
+  const std::size_t lowest = std::min(context.size() / 2, context.size() - max_rows);
+  std::size_t position = lowest;
   for (std::size_t repeat = 0; repeat < repeats; ++repeat) {
-    auto start = clock::now();
-    (void)draft(context);
-    drafts[repeat] = seconds(start);
     for (std::size_t n = 1; n <= max_rows; ++n) {
-      start = clock::now();
-      (void)target(context, n);
-      verify[n - 1][repeat] = seconds(start);
+      // Two rounds of n - 1 drafted tokens: pass 0 after another call shape, pass 1 the
+      // steady state (the same shape again).
+      for (int pass = 0; pass < 2; ++pass) {
+        if (position + n > context.size()) position = lowest;
+        double drafting = 0;
+        for (std::size_t d = 1; d < n; ++d) {
+          const auto start = clock::now();
+          (void)draft(context.first(position + d));
+          drafting += seconds(start);
+        }
+        if (pass == 1 && n >= 2) drafts.push_back(drafting / static_cast<double>(n - 1));
+        const auto start = clock::now();
+        (void)target(context.first(position + n), n);
+        (pass == 0 ? changed : verify)[n - 1][repeat] = seconds(start);
+        position += n;
+      }
+    }
+  }
+  if (drafts.empty()) {  // max_rows = 1: no round drafts; time the draft alone
+    for (std::size_t repeat = 0; repeat < repeats; ++repeat) {
+      const auto start = clock::now();
+      (void)draft(context);
+      drafts.push_back(seconds(start));
     }
   }
   CallCosts costs;
-  costs.draft_token_seconds = detail::median_of(drafts);
+  costs.draft_token_seconds = detail::lower_quartile_of(drafts);
   costs.verify_seconds.reserve(max_rows);
-  for (std::vector<double>& times : verify) costs.verify_seconds.push_back(detail::median_of(times));
+  std::vector<double> switches;
+  switches.reserve(max_rows);
+  for (std::size_t n = 0; n < max_rows; ++n) {
+    costs.verify_seconds.push_back(detail::lower_quartile_of(verify[n]));
+    switches.push_back(detail::lower_quartile_of(changed[n]) - costs.verify_seconds.back());
+  }
+  costs.switch_seconds = std::max(0.0, detail::median_of(switches));
   return costs;
 }
 
