@@ -78,7 +78,8 @@ inline void fix_greedy_agreement(std::span<const float> target, std::span<float>
 /// Row r of a pool is a greedy match iff greedy_match(r, rows, rate): the first
 /// round(rate * rows) rows in a fixed scattered order agree.
 inline bool greedy_match(std::size_t r, std::size_t rows, double rate) {
-  const std::size_t matches = static_cast<std::size_t>(std::lround(rate * static_cast<double>(rows)));
+  const std::size_t matches =
+      static_cast<std::size_t>(std::lround(rate * static_cast<double>(rows)));
   // Scatter the mismatching rows: rank of r under the permutation r -> 5 r mod rows (rows is a
   // power of two here, so 5 is invertible).
   return (r * 5) % rows < matches;
@@ -115,7 +116,10 @@ inline double calibrate_noise(std::span<const float> target, std::span<const flo
   float lo = 0.0f, hi = 8.0f;
   for (int it = 0; it < 24; ++it) {
     const float mid = 0.5f * (lo + hi);
-    if (mean_overlap(mid) > alpha) lo = mid; else hi = mid;
+    if (mean_overlap(mid) > alpha)
+      lo = mid;
+    else
+      hi = mid;
   }
   const float noise = 0.5f * (lo + hi);
   if (noise_out) *noise_out = noise;
@@ -140,7 +144,10 @@ inline double calibrate_noise_per_row(std::span<const float> target,
       const float mid = 0.5f * (lo + hi);
       for (std::size_t i = 0; i < V; ++i) d[i] = t[i] + mid * u[i];
       achieved = overlap(t, std::span<const float>(d));
-      if (achieved > alpha) lo = mid; else hi = mid;
+      if (achieved > alpha)
+        lo = mid;
+      else
+        hi = mid;
     }
     total += achieved;
   }

@@ -28,10 +28,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
-#include <utility>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <specdec/specdec.hpp>
@@ -62,13 +62,20 @@ struct Options {
 Options parse_args(int argc, char** argv) {
   Options o;
   parse_flags(argc, argv, [&](std::string_view flag, std::string_view value) {
-    if (flag == "--prompts") o.prompts = parse_count(flag, value);
-    else if (flag == "--tokens") o.tokens = parse_count(flag, value);
-    else if (flag == "--ks") o.ks = parse_list(flag, value);
-    else if (flag == "--cap") o.cap = parse_count(flag, value);
-    else if (flag == "--temperatures") o.temperatures = parse_list(flag, value);
-    else if (flag == "--seed") o.seed = parse_count(flag, value);
-    else return false;
+    if (flag == "--prompts")
+      o.prompts = parse_count(flag, value);
+    else if (flag == "--tokens")
+      o.tokens = parse_count(flag, value);
+    else if (flag == "--ks")
+      o.ks = parse_list(flag, value);
+    else if (flag == "--cap")
+      o.cap = parse_count(flag, value);
+    else if (flag == "--temperatures")
+      o.temperatures = parse_list(flag, value);
+    else if (flag == "--seed")
+      o.seed = parse_count(flag, value);
+    else
+      return false;
     return true;
   });
   return o;
@@ -122,9 +129,10 @@ MedianInterval paired_ratio(const std::vector<double>& a, const std::vector<doub
 }
 
 void print_policy_comparison(const std::vector<specdec::SpeedupRow>& rows, std::uint64_t seed) {
-  std::printf("\n| T | policy | best static K (median) | policy / it, medians | paired median "
-              "ratio [95 %% CI] | cross-validated K (even / odd) | policy / it, cross-validated "
-              "|\n|--:|:--|:--|--:|--:|:--|--:|\n");
+  std::printf(
+      "\n| T | policy | best static K (median) | policy / it, medians | paired median "
+      "ratio [95 %% CI] | cross-validated K (even / odd) | policy / it, cross-validated "
+      "|\n|--:|:--|:--|--:|--:|:--|--:|\n");
   std::vector<double> temperatures;
   for (const auto& row : rows) {
     if (std::find(temperatures.begin(), temperatures.end(), row.temperature()) ==
@@ -147,10 +155,10 @@ void print_policy_comparison(const std::vector<specdec::SpeedupRow>& rows, std::
     for (const specdec::SpeedupRow* policy : policies) {
       const MedianInterval paired = paired_ratio(policy->speedups, best->speedups, seed);
       // K chosen on the even prompts is scored on the odd ones, and the reverse.
-      const double on_odd = median(strided(policy->speedups, 1, 2)) /
-                            median(strided(best_even->speedups, 1, 2));
-      const double on_even = median(strided(policy->speedups, 0, 2)) /
-                             median(strided(best_odd->speedups, 0, 2));
+      const double on_odd =
+          median(strided(policy->speedups, 1, 2)) / median(strided(best_even->speedups, 1, 2));
+      const double on_even =
+          median(strided(policy->speedups, 0, 2)) / median(strided(best_odd->speedups, 0, 2));
       std::printf("| %.2g | %s | %s (%.3f) | %.3f | %.3f [%.3f, %.3f] | %s / %s | %.3f |\n", t,
                   policy->setting.name.c_str(), best->setting.name.c_str(), best_median,
                   median(policy->speedups) / best_median, paired.median, paired.low, paired.high,
@@ -203,19 +211,22 @@ int main(int argc, char** argv) try {
         specdec::measure_speedup(speculative, plain, prompts, settings, reset_caches, options);
     rows.insert(rows.end(), table.rows.begin(), table.rows.end());
   }
-  std::printf("%zu held-out prompts x %zu tokens, one plain run per prompt shared by every "
-              "setting, order alternating and rotating; load %s at start, %s at end\n\n",
-              prompts.size(), o.tokens, load_start.c_str(), load_average().c_str());
-  std::printf("| T | policy | speedup (median) | IQR | aggregate | tokens/round | mean K | plain "
-              "rounds | alpha_hat | greedy identical |\n"
-              "|--:|:--|--:|--:|--:|--:|--:|--:|--:|:--|\n");
+  std::printf(
+      "%zu held-out prompts x %zu tokens, one plain run per prompt shared by every "
+      "setting, order alternating and rotating; load %s at start, %s at end\n\n",
+      prompts.size(), o.tokens, load_start.c_str(), load_average().c_str());
+  std::printf(
+      "| T | policy | speedup (median) | IQR | aggregate | tokens/round | mean K | plain "
+      "rounds | alpha_hat | greedy identical |\n"
+      "|--:|:--|--:|--:|--:|--:|--:|--:|--:|:--|\n");
   for (const specdec::SpeedupRow& row : rows) {
     const specdec::DecodeStats& stats = row.speculative;
     const double rounds = static_cast<double>(stats.rounds);
     const specdec::Quartiles speedup = row.speedup();
-    const std::string identical = !row.greedy()                 ? "-"
-                                  : row.greedy_mismatches == 0 ? "yes"
-                                  : std::to_string(row.greedy_mismatches) + " differ";
+    const std::string identical = !row.greedy() ? "-"
+                                  : row.greedy_mismatches == 0
+                                      ? "yes"
+                                      : std::to_string(row.greedy_mismatches) + " differ";
     std::printf("| %.2g | %s | %.3f | %.2f-%.2f | %.3f | %.2f | %.2f | %.1f %% | %.3f | %s |\n",
                 static_cast<double>(row.temperature()), row.setting.name.c_str(), speedup.median,
                 speedup.p25, speedup.p75, row.aggregate_speedup(), stats.tokens_per_round(),

@@ -134,7 +134,8 @@ Options parse_args(int argc, char** argv) {
   // The TSV is written next to the JSON with the extension replaced: an --out that already
   // ends in .tsv would name both files the same, and the TSV would overwrite the JSON.
   if (!o.out.empty() && std::filesystem::path(o.out).extension() == ".tsv") {
-    throw UsageError("--out " + o.out + ": expected the JSON file's name (e.g. results.json); "
+    throw UsageError("--out " + o.out +
+                     ": expected the JSON file's name (e.g. results.json); "
                      "the TSV is written next to it with the extension .tsv");
   }
   return o;

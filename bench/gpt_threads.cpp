@@ -55,8 +55,7 @@ struct Row {
   std::size_t mismatches = 0;
 };
 
-specdec::GenerationResult run(const Side& side, bool speculative,
-                              std::span<const token_t> prompt,
+specdec::GenerationResult run(const Side& side, bool speculative, std::span<const token_t> prompt,
                               const specdec::GenerationConfig& config) {
   side.target->reset();
   side.draft->reset();
@@ -78,14 +77,22 @@ int main(int argc, char** argv) {
   Options o;
   try {
     specdec_bench::parse_flags(argc, argv, [&](std::string_view flag, std::string_view value) {
-      if (flag == "--prompts") o.prompts = specdec_bench::parse_count(flag, value);
-      else if (flag == "--tokens") o.tokens = specdec_bench::parse_count(flag, value);
-      else if (flag == "--k") o.k = specdec_bench::parse_count(flag, value);
-      else if (flag == "--temperatures") o.temperatures = specdec_bench::parse_list(flag, value);
-      else if (flag == "--threads") o.threads = specdec_bench::parse_count(flag, value);
-      else if (flag == "--draft-threads") o.draft_threads = specdec_bench::parse_count(flag, value);
-      else if (flag == "--seed") o.seed = specdec_bench::parse_count(flag, value);
-      else return false;
+      if (flag == "--prompts")
+        o.prompts = specdec_bench::parse_count(flag, value);
+      else if (flag == "--tokens")
+        o.tokens = specdec_bench::parse_count(flag, value);
+      else if (flag == "--k")
+        o.k = specdec_bench::parse_count(flag, value);
+      else if (flag == "--temperatures")
+        o.temperatures = specdec_bench::parse_list(flag, value);
+      else if (flag == "--threads")
+        o.threads = specdec_bench::parse_count(flag, value);
+      else if (flag == "--draft-threads")
+        o.draft_threads = specdec_bench::parse_count(flag, value);
+      else if (flag == "--seed")
+        o.seed = specdec_bench::parse_count(flag, value);
+      else
+        return false;
       return true;
     });
     if (o.prompts == 0 || o.tokens == 0 || o.k == 0 || o.threads == 0 || o.draft_threads == 0) {
@@ -123,9 +130,10 @@ int main(int argc, char** argv) {
   }
 
   const std::string load_start = specdec_bench::load_average();
-  std::fprintf(stderr, "gpt_threads: %zu prompts x %zu tokens, K = %zu, 1 vs %zu threads (draft "
-               "%zu); load %s\n", prompts.size(), o.tokens, o.k, o.threads, o.draft_threads,
-               load_start.c_str());
+  std::fprintf(stderr,
+               "gpt_threads: %zu prompts x %zu tokens, K = %zu, 1 vs %zu threads (draft "
+               "%zu); load %s\n",
+               prompts.size(), o.tokens, o.k, o.threads, o.draft_threads, load_start.c_str());
   std::vector<Row> rows;
   for (const double temperature : o.temperatures) {
     config.sampling.temperature = static_cast<float>(temperature);
@@ -138,8 +146,8 @@ int main(int argc, char** argv) {
         const bool one_first = p % 2 == 0;
         first = run(one_first ? one : many, speculative, prompts[p], config);
         second = run(one_first ? many : one, speculative, prompts[p], config);
-        const specdec::GenerationResult& a = one_first ? first : second;   // 1 thread
-        const specdec::GenerationResult& b = one_first ? second : first;   // N threads
+        const specdec::GenerationResult& a = one_first ? first : second;  // 1 thread
+        const specdec::GenerationResult& b = one_first ? second : first;  // N threads
         row.one.push_back(tokens_per_second(a));
         row.many.push_back(tokens_per_second(b));
         row.ratio.push_back(tokens_per_second(b) / tokens_per_second(a));
@@ -155,13 +163,15 @@ int main(int argc, char** argv) {
   }
   const std::string load_end = specdec_bench::load_average();
 
-  std::printf("%zu held-out prompts x %zu new tokens, seed %llu, target 1 vs %zu threads, draft "
-              "1 vs %zu; load average %s at start, %s at end\n\n",
-              prompts.size(), o.tokens, static_cast<unsigned long long>(o.seed), o.threads,
-              o.draft_threads, load_start.c_str(), load_end.c_str());
-  std::printf("| decoder | T | 1 thread tok/s | %zu threads tok/s | ratio median [IQR] | "
-              "aggregate 1 / %zu | same tokens |\n|---|--:|--:|--:|--:|--:|:-:|\n",
-              o.threads, o.threads);
+  std::printf(
+      "%zu held-out prompts x %zu new tokens, seed %llu, target 1 vs %zu threads, draft "
+      "1 vs %zu; load average %s at start, %s at end\n\n",
+      prompts.size(), o.tokens, static_cast<unsigned long long>(o.seed), o.threads, o.draft_threads,
+      load_start.c_str(), load_end.c_str());
+  std::printf(
+      "| decoder | T | 1 thread tok/s | %zu threads tok/s | ratio median [IQR] | "
+      "aggregate 1 / %zu | same tokens |\n|---|--:|--:|--:|--:|--:|:-:|\n",
+      o.threads, o.threads);
   std::size_t mismatches = 0;
   for (Row& row : rows) {
     std::vector<double> sorted = row.ratio;
@@ -169,13 +179,13 @@ int main(int argc, char** argv) {
     const auto quantile = [&](double q) {
       return sorted[static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5)];
     };
-    std::printf("| %s | %g | %.1f | %.1f | %.2fx [%.2f, %.2f] | %.1f / %.1f | %s |\n",
-                row.decoder.c_str(), row.temperature, specdec_bench::median(row.one),
-                specdec_bench::median(row.many), specdec_bench::median(row.ratio),
-                quantile(0.25), quantile(0.75), row.one_tokens / row.one_seconds,
-                row.many_tokens / row.many_seconds,
-                row.mismatches == 0 ? "yes" : ("**NO: " + std::to_string(row.mismatches) +
-                                               " differ**").c_str());
+    std::printf(
+        "| %s | %g | %.1f | %.1f | %.2fx [%.2f, %.2f] | %.1f / %.1f | %s |\n", row.decoder.c_str(),
+        row.temperature, specdec_bench::median(row.one), specdec_bench::median(row.many),
+        specdec_bench::median(row.ratio), quantile(0.25), quantile(0.75),
+        row.one_tokens / row.one_seconds, row.many_tokens / row.many_seconds,
+        row.mismatches == 0 ? "yes"
+                            : ("**NO: " + std::to_string(row.mismatches) + " differ**").c_str());
     mismatches += row.mismatches;
   }
   return mismatches == 0 ? 0 : 1;

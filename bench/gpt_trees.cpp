@@ -27,9 +27,9 @@
 // Per setting: tokens per target call (emitted / rounds, pooled over prompts: counted, free of
 // timing noise), speedup over plain decoding (median over prompts of the paired ratio), the
 // median over prompts of its speedup over the best chain's (the chain with the largest median
-// speedup) on the same prompt, the mean target call relative to plain decoding's mean call ("T_call / T(1)":
-// what a round's call of 1 + nodes rows costs as seen), draft time per round and library time
-// per round (the decoder's own work: drafting bookkeeping, verification), and at T = 0 whether
+// speedup) on the same prompt, the mean target call relative to plain decoding's mean call ("T_call
+// / T(1)": what a round's call of 1 + nodes rows costs as seen), draft time per round and library
+// time per round (the decoder's own work: drafting bookkeeping, verification), and at T = 0 whether
 // every output equals the plain one. Then per T and budget: the best chain, the best fixed and
 // the best dynamic tree.
 // Output: markdown tables on stdout, progress on stderr.
@@ -79,14 +79,22 @@ struct Options {
 Options parse_args(int argc, char** argv) {
   Options o;
   parse_flags(argc, argv, [&](std::string_view flag, std::string_view value) {
-    if (flag == "--prompts") o.prompts = parse_count(flag, value);
-    else if (flag == "--tokens") o.tokens = parse_count(flag, value);
-    else if (flag == "--budgets") o.budgets = parse_list(flag, value);
-    else if (flag == "--ks") o.ks = parse_list(flag, value);
-    else if (flag == "--temperatures") o.temperatures = parse_list(flag, value);
-    else if (flag == "--seed") o.seed = parse_count(flag, value);
-    else if (flag == "--combinations") o.combinations = parse_count(flag, value) != 0;
-    else return false;
+    if (flag == "--prompts")
+      o.prompts = parse_count(flag, value);
+    else if (flag == "--tokens")
+      o.tokens = parse_count(flag, value);
+    else if (flag == "--budgets")
+      o.budgets = parse_list(flag, value);
+    else if (flag == "--ks")
+      o.ks = parse_list(flag, value);
+    else if (flag == "--temperatures")
+      o.temperatures = parse_list(flag, value);
+    else if (flag == "--seed")
+      o.seed = parse_count(flag, value);
+    else if (flag == "--combinations")
+      o.combinations = parse_count(flag, value) != 0;
+    else
+      return false;
     return true;
   });
   return o;
@@ -118,9 +126,12 @@ Generate hold(std::shared_ptr<Decoder> decoder) {
 
 const char* mode_name(SiblingMode mode) {
   switch (mode) {
-    case SiblingMode::with_replacement: return "replace";
-    case SiblingMode::without_replacement: return "distinct";
-    case SiblingMode::top_k: return "top-k";
+    case SiblingMode::with_replacement:
+      return "replace";
+    case SiblingMode::without_replacement:
+      return "distinct";
+    case SiblingMode::top_k:
+      return "top-k";
   }
   return "?";
 }
@@ -175,8 +186,8 @@ std::vector<Setting> make_settings(const Options& o, double t, Models m) {
       config.draft_length = k;
       config.verifier = verifier;
       const char* v = verifier == specdec::VerifierKind::token ? "token" : "block";
-      add("chain K=" + std::to_string(k) + (greedy ? "" : std::string(" ") + v), Kind::chain, k, config,
-          hold(chain));
+      add("chain K=" + std::to_string(k) + (greedy ? "" : std::string(" ") + v), Kind::chain, k,
+          config, hold(chain));
     }
   }
 
@@ -192,19 +203,22 @@ std::vector<Setting> make_settings(const Options& o, double t, Models m) {
         specdec::TreeShape cut = shape;  // the tree cut to N nodes, breadth first
         if (!cut.is_dynamic()) cut.max_nodes = nodes;
         const specdec::TreeOptions tree{cut, mode};
-        std::string name = label + " " + mode_name(mode) + (greedy ? "" : traversal ? " traversal" : " rrs");
+        std::string name = label + " " + mode_name(mode) +
+                           (greedy      ? ""
+                            : traversal ? " traversal"
+                                        : " rrs");
         if (traversal) {
           add(name, kind, nodes, config,
               hold(std::make_shared<specdec::StrategyDecoder<
                        GptModel, specdec::TreeProposer<GptModel>, specdec::StaticDraftLength,
-                       specdec::TraversalVerifier>>(m.target,
-                                                    specdec::TreeProposer<GptModel>(m.draft, tree))));
+                       specdec::TraversalVerifier>>(
+                  m.target, specdec::TreeProposer<GptModel>(m.draft, tree))));
         } else {
           add(name, kind, nodes, config,
-              hold(std::make_shared<specdec::StrategyDecoder<
-                       GptModel, specdec::TreeProposer<GptModel>, specdec::StaticDraftLength,
-                       specdec::TreeVerifier>>(m.target,
-                                               specdec::TreeProposer<GptModel>(m.draft, tree))));
+              hold(std::make_shared<
+                   specdec::StrategyDecoder<GptModel, specdec::TreeProposer<GptModel>,
+                                            specdec::StaticDraftLength, specdec::TreeVerifier>>(
+                  m.target, specdec::TreeProposer<GptModel>(m.draft, tree))));
         }
       }
     }
@@ -217,8 +231,7 @@ std::vector<Setting> make_settings(const Options& o, double t, Models m) {
       add_tree(wide + (specdec::TreeShape::parse(wide).nodes() > n ? " (cut)" : ""),
                Kind::fixed_tree, n, specdec::TreeShape::parse(wide));
     }
-    add_tree("dynamic " + std::to_string(n), Kind::dynamic_tree, n,
-             specdec::TreeShape::dynamic(n));
+    add_tree("dynamic " + std::to_string(n), Kind::dynamic_tree, n, specdec::TreeShape::dynamic(n));
   }
 
   if (!o.combinations) return settings;
@@ -237,36 +250,32 @@ std::vector<Setting> make_settings(const Options& o, double t, Models m) {
   }
   {
     // The deepest fixed tree of the budgets' sweep, without the lookup, for the comparison.
-    const specdec::TreeOptions tree{
-        specdec::TreeShape::parse("2x1x1x1x1x1x1x1"),
-        greedy ? SiblingMode::top_k : SiblingMode::without_replacement};
+    const specdec::TreeOptions tree{specdec::TreeShape::parse("2x1x1x1x1x1x1x1"),
+                                    greedy ? SiblingMode::top_k : SiblingMode::without_replacement};
     GenerationConfig config = base;
     config.draft_length = tree.shape.nodes();
     add(std::string("tree 2x1x1x1x1x1x1x1 ") + mode_name(tree.siblings) +
             (greedy ? "" : " traversal"),
         Kind::combination, tree.shape.nodes(), config,
-        hold(std::make_shared<specdec::StrategyDecoder<
-                 GptModel, specdec::TreeProposer<GptModel>, specdec::StaticDraftLength,
-                 specdec::TraversalVerifier>>(m.target,
-                                              specdec::TreeProposer<GptModel>(m.draft, tree))));
+        hold(std::make_shared<
+             specdec::StrategyDecoder<GptModel, specdec::TreeProposer<GptModel>,
+                                      specdec::StaticDraftLength, specdec::TraversalVerifier>>(
+            m.target, specdec::TreeProposer<GptModel>(m.draft, tree))));
   }
-  using LookupThenTree =
-      specdec::FallbackProposer<specdec::BasicNgramProposer<float>,
-                                specdec::TreeProposer<GptModel>>;
+  using LookupThenTree = specdec::FallbackProposer<specdec::BasicNgramProposer<float>,
+                                                   specdec::TreeProposer<GptModel>>;
   for (const auto& [shape_name, shape] :
        {std::pair{std::string("2x1x1x1x1x1"), specdec::TreeShape::parse("2x1x1x1x1x1")},
         std::pair{std::string("2x1x1x1x1x1x1x1"), specdec::TreeShape::parse("2x1x1x1x1x1x1x1")},
         std::pair{std::string("dynamic 8"), specdec::TreeShape::dynamic(8)}}) {
-    const specdec::TreeOptions tree{
-        shape, greedy ? SiblingMode::top_k : SiblingMode::without_replacement};
+    const specdec::TreeOptions tree{shape,
+                                    greedy ? SiblingMode::top_k : SiblingMode::without_replacement};
     GenerationConfig config = base;
     config.draft_length = shape.nodes();
-    add("lookup+tree " + shape_name + " " + mode_name(tree.siblings) +
-            (greedy ? "" : " traversal"),
+    add("lookup+tree " + shape_name + " " + mode_name(tree.siblings) + (greedy ? "" : " traversal"),
         Kind::combination, shape.nodes(), config,
-        hold(std::make_shared<specdec::StrategyDecoder<GptModel, LookupThenTree,
-                                                       specdec::StaticDraftLength,
-                                                       specdec::TraversalVerifier>>(
+        hold(std::make_shared<specdec::StrategyDecoder<
+                 GptModel, LookupThenTree, specdec::StaticDraftLength, specdec::TraversalVerifier>>(
             m.target, LookupThenTree(specdec::BasicNgramProposer<float>(kByteNgrams),
                                      specdec::TreeProposer<GptModel>(m.draft, tree)))));
   }
@@ -275,10 +284,14 @@ std::vector<Setting> make_settings(const Options& o, double t, Models m) {
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::chain: return "chain";
-    case Kind::fixed_tree: return "fixed tree";
-    case Kind::dynamic_tree: return "dynamic tree";
-    case Kind::combination: return "combination";
+    case Kind::chain:
+      return "chain";
+    case Kind::fixed_tree:
+      return "fixed tree";
+    case Kind::dynamic_tree:
+      return "dynamic tree";
+    case Kind::combination:
+      return "combination";
   }
   return "?";
 }
@@ -292,12 +305,14 @@ void print_summary(double t, const std::vector<Setting>& settings, const Options
       best_chain = &s;
   }
   if (!best_chain || o.budgets.empty()) return;
-  const double chain_tau = tokens_per_call(*best_chain), chain_speedup = median(best_chain->speedups);
+  const double chain_tau = tokens_per_call(*best_chain),
+               chain_speedup = median(best_chain->speedups);
   std::printf("\nT = %.2g: best chain by median speedup: %s, %.2f tokens/call, %.3fx.\n\n", t,
               best_chain->name.c_str(), chain_tau, chain_speedup);
-  std::printf("| T | N | best chain K <= N (tokens/call) | best tree of N nodes by tokens/call | "
-              "tokens/call vs best chain | vs chain K = N | best tree of N nodes by speedup | "
-              "speedup vs best chain |\n|--:|--:|:--|:--|--:|--:|:--|--:|\n");
+  std::printf(
+      "| T | N | best chain K <= N (tokens/call) | best tree of N nodes by tokens/call | "
+      "tokens/call vs best chain | vs chain K = N | best tree of N nodes by speedup | "
+      "speedup vs best chain |\n|--:|--:|:--|:--|--:|--:|:--|--:|\n");
   for (const double nd : o.budgets) {
     const auto n = static_cast<std::size_t>(nd);
     const Setting *chain_n = nullptr, *chain_at_n = nullptr, *tau_tree = nullptr,
@@ -370,27 +385,29 @@ int main(int argc, char** argv) try {
       for (std::size_t s = 0; s < settings.size(); ++s) {
         Setting& setting = settings[s];
         setting.stats += runs[s].stats;
-        setting.speedups.push_back(specdec::speedup_ratio(
-            before.stats.emitted, plain_seconds, runs[s].stats.emitted, runs[s].stats.total_seconds));
+        setting.speedups.push_back(specdec::speedup_ratio(before.stats.emitted, plain_seconds,
+                                                          runs[s].stats.emitted,
+                                                          runs[s].stats.total_seconds));
         if (t == 0 && runs[s].tokens != before.tokens) ++setting.greedy_mismatches;
       }
     }
     const double plain_call =
         plain_stats.target_seconds / static_cast<double>(plain_stats.target_calls);
-    std::printf("\n### T = %.2g\n\nPlain decoding: %.2f ms per target call (mean, both runs of "
-                "every prompt).\n\n",
-                t, 1e3 * plain_call);
+    std::printf(
+        "\n### T = %.2g\n\nPlain decoding: %.2f ms per target call (mean, both runs of "
+        "every prompt).\n\n",
+        t, 1e3 * plain_call);
     // The best chain by median speedup: each setting's per-prompt speedup over its own.
     const Setting* reference = nullptr;
     for (const Setting& s : settings) {
-      if (s.kind == Kind::chain &&
-          (!reference || median(s.speedups) > median(reference->speedups)))
+      if (s.kind == Kind::chain && (!reference || median(s.speedups) > median(reference->speedups)))
         reference = &s;
     }
-    std::printf("| T | kind | setting | N | tokens/call | speedup (median) | IQR | "
-                "vs best chain (paired) | "
-                "T_call / T(1) | draft ms/round | library ms/round | greedy identical |\n"
-                "|--:|:--|:--|--:|--:|--:|--:|--:|--:|--:|--:|:--|\n");
+    std::printf(
+        "| T | kind | setting | N | tokens/call | speedup (median) | IQR | "
+        "vs best chain (paired) | "
+        "T_call / T(1) | draft ms/round | library ms/round | greedy identical |\n"
+        "|--:|:--|:--|--:|--:|--:|--:|--:|--:|--:|--:|:--|\n");
     for (const Setting& s : settings) {
       const double rounds = static_cast<double>(s.stats.rounds);
       const double call = s.stats.target_seconds / static_cast<double>(s.stats.target_calls);
@@ -399,14 +416,15 @@ int main(int argc, char** argv) try {
       for (std::size_t i = 0; reference && i < s.speedups.size(); ++i) {
         if (reference->speedups[i] > 0) ratios.push_back(s.speedups[i] / reference->speedups[i]);
       }
-      std::printf("| %.2g | %s | %s | %zu | %.2f | %.3f | %.2f-%.2f | %.3f | %.2f | %.2f | %.3f | "
-                  "%s |\n",
-                  t, kind_name(s.kind), s.name.c_str(), s.nodes, tokens_per_call(s), q.median,
-                  q.p25, q.p75, median(ratios), call / plain_call, 1e3 * s.stats.draft_seconds / rounds,
-                  1e3 * s.stats.library_seconds / rounds,
-                  t != 0                      ? "-"
-                  : s.greedy_mismatches == 0 ? "yes"
-                                             : (std::to_string(s.greedy_mismatches) + " differ").c_str());
+      std::printf(
+          "| %.2g | %s | %s | %zu | %.2f | %.3f | %.2f-%.2f | %.3f | %.2f | %.2f | %.3f | "
+          "%s |\n",
+          t, kind_name(s.kind), s.name.c_str(), s.nodes, tokens_per_call(s), q.median, q.p25, q.p75,
+          median(ratios), call / plain_call, 1e3 * s.stats.draft_seconds / rounds,
+          1e3 * s.stats.library_seconds / rounds,
+          t != 0                     ? "-"
+          : s.greedy_mismatches == 0 ? "yes"
+                                     : (std::to_string(s.greedy_mismatches) + " differ").c_str());
     }
     print_summary(t, settings, o);
     std::fflush(stdout);

@@ -46,12 +46,18 @@ struct Options {
 Options parse_args(int argc, char** argv) {
   Options o;
   parse_flags(argc, argv, [&](std::string_view flag, std::string_view value) {
-    if (flag == "--prompts") o.prompts = parse_count(flag, value);
-    else if (flag == "--tokens") o.tokens = parse_count(flag, value);
-    else if (flag == "--ks") o.ks = parse_list(flag, value);
-    else if (flag == "--temperatures") o.temperatures = parse_list(flag, value);
-    else if (flag == "--seed") o.seed = parse_count(flag, value);
-    else return false;
+    if (flag == "--prompts")
+      o.prompts = parse_count(flag, value);
+    else if (flag == "--tokens")
+      o.tokens = parse_count(flag, value);
+    else if (flag == "--ks")
+      o.ks = parse_list(flag, value);
+    else if (flag == "--temperatures")
+      o.temperatures = parse_list(flag, value);
+    else if (flag == "--seed")
+      o.seed = parse_count(flag, value);
+    else
+      return false;
     return true;
   });
   return o;
@@ -105,7 +111,8 @@ int main(int argc, char** argv) try {
         double rate[2] = {0, 0};
         for (int step = 0; step < 2; ++step) {
           const int which = (p % 2 == 0) ? step : 1 - step;  // 0 token, 1 block
-          config.verifier = which == 1 ? specdec::VerifierKind::block : specdec::VerifierKind::token;
+          config.verifier =
+              which == 1 ? specdec::VerifierKind::block : specdec::VerifierKind::token;
           const auto run = timed(speculative, prompts[p]);
           cell.tokens[which] += run.tokens.size();
           cell.rounds[which] += run.stats.rounds;
@@ -116,11 +123,13 @@ int main(int argc, char** argv) try {
       }
     }
   }
-  std::printf("%zu held-out prompts x %zu tokens, paired token/block runs; load %s at start, %s "
-              "at end\n\n",
-              prompts.size(), o.tokens, load_start.c_str(), load_average().c_str());
-  std::printf("| T | K | tokens/round token | block | block/token | speedup token (median) | "
-              "block | block/token tok/s (median) |\n|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+  std::printf(
+      "%zu held-out prompts x %zu tokens, paired token/block runs; load %s at start, %s "
+      "at end\n\n",
+      prompts.size(), o.tokens, load_start.c_str(), load_average().c_str());
+  std::printf(
+      "| T | K | tokens/round token | block | block/token | speedup token (median) | "
+      "block | block/token tok/s (median) |\n|--:|--:|--:|--:|--:|--:|--:|--:|\n");
   for (const Cell& c : cells) {
     const double tau_token = static_cast<double>(c.tokens[0]) / static_cast<double>(c.rounds[0]);
     const double tau_block = static_cast<double>(c.tokens[1]) / static_cast<double>(c.rounds[1]);

@@ -79,18 +79,30 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(flag) + " needs a value");
       return argv[++i];
     };
-    if (flag == "-m") o.target_path = value();
-    else if (flag == "-md") o.draft_path = value();
-    else if (flag == "--prompts-file") o.prompts_file = value();
-    else if (flag == "--first") o.first = number<std::size_t>(value());
-    else if (flag == "--count") o.count = number<std::size_t>(value());
-    else if (flag == "-n") o.tokens = number<std::size_t>(value());
-    else if (flag == "-t") o.threads = number<int>(value());
-    else if (flag == "-td") o.threads_draft = number<int>(value());
-    else if (flag == "--rpc") o.rpc = value();
-    else if (flag == "--call-costs") o.call_costs = true;
-    else if (flag == "--repeats") o.repeats = std::max(1, number<int>(value()));
-    else if (flag == "--settings") o.settings = split(value());
+    if (flag == "-m")
+      o.target_path = value();
+    else if (flag == "-md")
+      o.draft_path = value();
+    else if (flag == "--prompts-file")
+      o.prompts_file = value();
+    else if (flag == "--first")
+      o.first = number<std::size_t>(value());
+    else if (flag == "--count")
+      o.count = number<std::size_t>(value());
+    else if (flag == "-n")
+      o.tokens = number<std::size_t>(value());
+    else if (flag == "-t")
+      o.threads = number<int>(value());
+    else if (flag == "-td")
+      o.threads_draft = number<int>(value());
+    else if (flag == "--rpc")
+      o.rpc = value();
+    else if (flag == "--call-costs")
+      o.call_costs = true;
+    else if (flag == "--repeats")
+      o.repeats = std::max(1, number<int>(value()));
+    else if (flag == "--settings")
+      o.settings = split(value());
     else if (flag == "--temps") {
       o.temperatures.clear();
       for (const std::string& t : split(value())) o.temperatures.push_back(number<float>(t));
@@ -100,9 +112,25 @@ Options parse(int argc, char** argv) {
   }
   if (o.target_path.empty()) throw std::invalid_argument("-m TARGET is required");
   if (o.settings.empty()) {
-    o.settings = {"llama", "plain", "K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "goodput",
-                  "block4", "block6", "block8", "goodput-block", "goodput-measured",
-                  "goodput-measured-block", "ngram", "ngram-draft"};
+    o.settings = {"llama",
+                  "plain",
+                  "K1",
+                  "K2",
+                  "K3",
+                  "K4",
+                  "K5",
+                  "K6",
+                  "K7",
+                  "K8",
+                  "goodput",
+                  "block4",
+                  "block6",
+                  "block8",
+                  "goodput-block",
+                  "goodput-measured",
+                  "goodput-measured-block",
+                  "ngram",
+                  "ngram-draft"};
   }
   return o;
 }
@@ -197,7 +225,8 @@ int main(int argc, char** argv) try {
   // measured online from prompt to prompt.
   specdec::SpeculativeDecoder measured_speculative(draft, target);
   specdec::NgramDecoder lookup(target, {.min_ngram = 4, .max_ngram = 12});
-  specdec::NgramThenModelDecoder lookup_then_draft(draft, target, {.min_ngram = 4, .max_ngram = 12});
+  specdec::NgramThenModelDecoder lookup_then_draft(draft, target,
+                                                   {.min_ngram = 4, .max_ngram = 12});
   const auto reset = [&] {
     target.reset();
     draft.reset();
@@ -212,7 +241,8 @@ int main(int argc, char** argv) try {
   // goodput-measured: the pair's call costs measured once, before any prompt (as specdec-llama
   // does for --spec-draft-n-max auto).
   specdec::GoodputOptions measured_costs;
-  if (std::ranges::any_of(o.settings, [](const std::string& s) { return s.starts_with("goodput-measured"); })) {
+  if (std::ranges::any_of(o.settings,
+                          [](const std::string& s) { return s.starts_with("goodput-measured"); })) {
     // 256 tokens: the rounds walk through positions 128-255, like a generation's (the KV cache
     // length matters to a call's cost).
     std::vector<token_t> context(256);
@@ -250,10 +280,11 @@ int main(int argc, char** argv) try {
           reset();
           const auto result = setting == "llama" ? llama_loop(target, prompt, config)
                                                  : plain.generate(prompt, config);
-          std::printf("{\"prompt\": %zu, \"temperature\": %g, \"setting\": \"%s\", \"tokens\": "
-                      "%zu, \"seconds\": %.6g}\n",
-                      p, static_cast<double>(temperature), setting.c_str(), result.tokens.size(),
-                      result.stats.total_seconds);
+          std::printf(
+              "{\"prompt\": %zu, \"temperature\": %g, \"setting\": \"%s\", \"tokens\": "
+              "%zu, \"seconds\": %.6g}\n",
+              p, static_cast<double>(temperature), setting.c_str(), result.tokens.size(),
+              result.stats.total_seconds);
           continue;
         }
         if (setting.starts_with("K")) {
@@ -298,8 +329,8 @@ int main(int argc, char** argv) try {
             "\"identical\": %s}\n",
             p, static_cast<double>(temperature), setting.c_str(), fast.tokens.size(),
             s.total_seconds, slow.stats.total_seconds,
-            slow.stats.total_seconds / s.total_seconds *
-                static_cast<double>(fast.tokens.size()) / static_cast<double>(slow.tokens.size()),
+            slow.stats.total_seconds / s.total_seconds * static_cast<double>(fast.tokens.size()) /
+                static_cast<double>(slow.tokens.size()),
             s.rounds, s.tokens_per_round(), s.draft_seconds, s.target_seconds, s.library_seconds,
             (s.target_seconds / static_cast<double>(s.target_calls)) /
                 (slow.stats.target_seconds / static_cast<double>(slow.stats.target_calls)),

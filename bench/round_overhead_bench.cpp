@@ -84,19 +84,19 @@ double thread_cpu_seconds() noexcept {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-constexpr std::size_t kPoolRows = 16;       // P distinct positions
-constexpr std::size_t kMaxDraft = 8;        // largest K benchmarked
-constexpr std::size_t kBudget = 128;        // tokens per generate()
+constexpr std::size_t kPoolRows = 16;  // P distinct positions
+constexpr std::size_t kMaxDraft = 8;   // largest K benchmarked
+constexpr std::size_t kBudget = 128;   // tokens per generate()
 constexpr std::size_t kPromptLength = 8;
-constexpr double kTargetAcceptance = 0.8;   // mean sum_x min(p, q) at T = 1
-constexpr double kGreedyAgreement = 0.8;    // fraction of rows whose argmaxes agree
+constexpr double kTargetAcceptance = 0.8;  // mean sum_x min(p, q) at T = 1
+constexpr double kGreedyAgreement = 0.8;   // fraction of rows whose argmaxes agree
 
 /// Precomputed logits for one vocabulary size.
 struct Pool {
   std::size_t V = 0;
-  std::vector<float> target;  // (P + kMaxDraft + 1) x V, row r = base row r mod P
-  std::vector<float> draft;   // P x V
-  double overlap = 0;         // achieved mean overlap (T = 1, no filters)
+  std::vector<float> target;    // (P + kMaxDraft + 1) x V, row r = base row r mod P
+  std::vector<float> draft;     // P x V
+  double overlap = 0;           // achieved mean overlap (T = 1, no filters)
   double greedy_agreement = 0;  // fraction of rows where argmax(draft) == argmax(target)
   float noise = 0;
 
@@ -199,9 +199,8 @@ BaselineTimes measure_baselines(const Pool& pool, double min_seconds = 0.02) {
   auto start = Clock::now();
   double cpu_start = thread_cpu_seconds();
   for (int s = 0; s < sweeps; ++s) {
-    for_pool_rows(pool, [](std::span<const float> row) {
-      benchmark::DoNotOptimize(max_pass(row));
-    });
+    for_pool_rows(pool,
+                  [](std::span<const float> row) { benchmark::DoNotOptimize(max_pass(row)); });
   }
   t.max_seconds = std::chrono::duration<double>(Clock::now() - start).count() / rows;
   t.max_cpu_seconds = (thread_cpu_seconds() - cpu_start) / rows;
@@ -222,8 +221,8 @@ void BM_MaxPass(benchmark::State& state) {
   const Pool& pool = pool_for(static_cast<std::size_t>(state.range(0)));
   std::size_t r = 0;
   for (auto _ : state) {
-    const auto row = (r & 1) ? pool.target_row((r >> 1) % kPoolRows)
-                             : pool.draft_row((r >> 1) % kPoolRows);
+    const auto row =
+        (r & 1) ? pool.target_row((r >> 1) % kPoolRows) : pool.draft_row((r >> 1) % kPoolRows);
     benchmark::DoNotOptimize(max_pass(row));
     ++r;
   }
@@ -360,9 +359,9 @@ void run_round_benchmark(benchmark::State& state) {
   const double windows = static_cast<double>(std::max<std::size_t>(window_rounds, 1));
   const double round_s = std::max(0.0, window_seconds / windows - probe_wall);
   // Whole generate() calls (setup included), with the probe's share removed.
-  const double round_cpu_s =
-      std::max(0.0, total_cpu_seconds / static_cast<double>(rounds) -
-                        probe_wall * static_cast<double>(window_rounds) / static_cast<double>(rounds));
+  const double round_cpu_s = std::max(
+      0.0, total_cpu_seconds / static_cast<double>(rounds) -
+               probe_wall * static_cast<double>(window_rounds) / static_cast<double>(rounds));
   // Target rows processed: accepted + 1 = emitted per round for token-level (lazy); for block
   // verification rows 0..n-1 always and row n when the whole block is kept (rounds without a
   // rejection). Block's residual-mass passes are extra work, not rows.
@@ -372,8 +371,7 @@ void run_round_benchmark(benchmark::State& state) {
   state.counters["round_us"] = round_s * 1e6;
   state.counters["probe_us"] = probe_wall * 1e6;
   state.counters["round_cpu_us"] = round_cpu_s * 1e6;
-  state.counters["round_us_all"] =
-      (total_seconds / static_cast<double>(rounds) - probe_wall) * 1e6;
+  state.counters["round_us_all"] = (total_seconds / static_cast<double>(rounds) - probe_wall) * 1e6;
   state.counters["rows_per_round"] = rows;
   state.counters["tok_per_round"] = static_cast<double>(emitted) / static_cast<double>(rounds);
   state.counters["accept_rate"] =
@@ -392,8 +390,7 @@ void run_round_benchmark(benchmark::State& state) {
   }
   state.counters["allocs_round"] =
       window_rounds ? static_cast<double>(window_allocs) / static_cast<double>(window_rounds) : 0;
-  state.counters["allocs_gen"] =
-      static_cast<double>(total_allocs) / static_cast<double>(generates);
+  state.counters["allocs_gen"] = static_cast<double>(total_allocs) / static_cast<double>(generates);
   state.SetLabel(std::string(greedy ? "greedy" : (top_p ? "T=1 top_p=0.9" : "T=1")) +
                  (block ? " block" : "") + (kCompileTimeVerifier ? " compile-time" : ""));
 }
@@ -471,8 +468,8 @@ void BM_Kernel_Residual(benchmark::State& state) {
   const Pool& pool = pool_for(static_cast<std::size_t>(state.range(0)));
   const auto params = params_for(state.range(1) != 0);
   std::vector<float> filter_scratch(pool.V), weights(pool.V), scratch(pool.V);
-  auto q = specdec::process_logits(pool.draft_row(0), params, filter_scratch,
-                                   std::span<float>(weights));
+  auto q =
+      specdec::process_logits(pool.draft_row(0), params, filter_scratch, std::span<float>(weights));
   auto p = specdec::process_logits(pool.target_row(0), params, filter_scratch);
   specdec::Rng rng(7);
   for (auto _ : state) {

@@ -148,8 +148,7 @@ struct RunTimes {
 
 template <class Decoder>
 specdec::GenerationResult timed_generate(Decoder& decoder, std::span<const token_t> prompt,
-                                         const specdec::GenerationConfig& config,
-                                         RunTimes& times) {
+                                         const specdec::GenerationConfig& config, RunTimes& times) {
   const double c0 = thread_cpu_seconds();
   const auto t0 = Clock::now();
   specdec::GenerationResult result = decoder.generate(prompt, config);
@@ -302,8 +301,8 @@ void BM_Speedup(benchmark::State& state) {
   state.counters["lib_frac"] = sum.library_seconds / sum.total_seconds;
   // CPU-time view (robust on a loaded machine, equal to the wall view on a quiet one when the
   // models spin on CPU time): speedup from thread CPU seconds, predicted with the configured c.
-  const double speedup_cpu = (static_cast<double>(spec_tokens) / spec_cpu) /
-                             (static_cast<double>(ar_tokens) / ar_cpu);
+  const double speedup_cpu =
+      (static_cast<double>(spec_tokens) / spec_cpu) / (static_cast<double>(ar_tokens) / ar_cpu);
   const double predicted_nominal = specdec::predicted_speedup(sum.alpha_hat(), K, c);
   state.counters["speedup_cpu"] = speedup_cpu;
   state.counters["pred_nominal_c"] = predicted_nominal;
@@ -379,7 +378,6 @@ void speedup_args(benchmark::internal::Benchmark* b) {
     }
   }
 }
-
 
 // ---- draft-length policies -------------------------------------------------------------------
 
@@ -481,13 +479,13 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
   specdec::GenerationConfig config;
   config.max_new_tokens = budget();
   config.sampling.temperature = 1.0f;
-  config.draft_length = policy <= static_cast<std::int64_t>(kMaxDraft)
-                            ? static_cast<std::size_t>(policy) : kMaxDraft;
-  config.draft_length_policy.kind = policy == kSchedulePolicy     ? specdec::DraftLengthKind::schedule
+  config.draft_length =
+      policy <= static_cast<std::int64_t>(kMaxDraft) ? static_cast<std::size_t>(policy) : kMaxDraft;
+  config.draft_length_policy.kind = policy == kSchedulePolicy ? specdec::DraftLengthKind::schedule
                                     : policy == kConfidencePolicy || policy == kLowConfidencePolicy
                                         ? specdec::DraftLengthKind::confidence
-                                    : policy == kGoodputPolicy    ? specdec::DraftLengthKind::goodput
-                                                                  : specdec::DraftLengthKind::fixed;
+                                    : policy == kGoodputPolicy ? specdec::DraftLengthKind::goodput
+                                                               : specdec::DraftLengthKind::fixed;
   config.draft_length_policy.goodput.forgetting =
       env_double("SPECDEC_BENCH_FORGETTING", config.draft_length_policy.goodput.forgetting);
   if (policy == kLowConfidencePolicy) config.draft_length_policy.confidence.min_probability = 0.01;
@@ -527,16 +525,17 @@ void BM_DraftLengthPolicy(benchmark::State& state) {
   state.counters["tau"] = sum.tokens_per_round();
   state.counters["mean_k"] =
       static_cast<double>(sum.drafted) / static_cast<double>(std::max<std::size_t>(sum.rounds, 1));
-  state.counters["plain_frac"] =
-      static_cast<double>(sum.plain_rounds()) / static_cast<double>(std::max<std::size_t>(sum.rounds, 1));
+  state.counters["plain_frac"] = static_cast<double>(sum.plain_rounds()) /
+                                 static_cast<double>(std::max<std::size_t>(sum.rounds, 1));
   state.counters["alpha_hat"] = sum.alpha_hat();
   // The speedup the cost model gives the counted rounds (plain decoding: one unit per token;
   // a round: one unit, c per drafted token, row_cost per extra row): free of timing noise.
-  state.counters["speedup_model"] =
-      static_cast<double>(sum.emitted) /
-      (static_cast<double>(sum.rounds) + (kDraftCost + row_cost) * static_cast<double>(sum.drafted));
+  state.counters["speedup_model"] = static_cast<double>(sum.emitted) /
+                                    (static_cast<double>(sum.rounds) +
+                                     (kDraftCost + row_cost) * static_cast<double>(sum.drafted));
   if (sum.predicted_seconds > 0) {
-    const double measured = static_cast<double>(sum.emitted) / (sum.draft_seconds + sum.target_seconds);
+    const double measured =
+        static_cast<double>(sum.emitted) / (sum.draft_seconds + sum.target_seconds);
     state.counters["pred_vs_meas"] = sum.predicted_tokens_per_second() / measured;
   }
   state.SetLabel(spin_on_wall_clock() ? "wall-clock spin" : "cpu-time spin");
@@ -549,8 +548,8 @@ double model_speedup(const specdec::DecodeStats& sum, double draft_cost,
   const std::vector<std::size_t> histogram = sum.draft_length_histogram();
   double units = 0;
   for (std::size_t n = 0; n < histogram.size(); ++n) {
-    units += static_cast<double>(histogram[n]) *
-             (static_cast<double>(n) * draft_cost + curve(n + 1));
+    units +=
+        static_cast<double>(histogram[n]) * (static_cast<double>(n) * draft_cost + curve(n + 1));
   }
   return units > 0 ? static_cast<double>(sum.emitted) / units : 0.0;
 }
@@ -577,8 +576,8 @@ void BM_SteppedCostPolicy(benchmark::State& state) {
   config.sampling.temperature = 1.0f;
   config.verifier =
       state.range(1) == 1 ? specdec::VerifierKind::block : specdec::VerifierKind::token;
-  config.draft_length = policy <= static_cast<std::int64_t>(kMaxDraft)
-                            ? static_cast<std::size_t>(policy) : kMaxDraft;
+  config.draft_length =
+      policy <= static_cast<std::int64_t>(kMaxDraft) ? static_cast<std::size_t>(policy) : kMaxDraft;
   config.draft_length_policy.kind = policy == kSchedulePolicy  ? specdec::DraftLengthKind::schedule
                                     : policy == kGoodputPolicy ? specdec::DraftLengthKind::goodput
                                                                : specdec::DraftLengthKind::fixed;

@@ -269,8 +269,9 @@ void register_decode_cases() {
   const std::map<std::size_t, std::vector<std::string>> shapes = {
       {8, {"2x1x1x1", "2x2x1", "4x1", "2x2"}},
       {16, {"2x2x1x1", "2x2x2", "4x1x1x1", "4x2x1", "3x1x1x1x1", "2x1x1x1x1x1x1x1"}},
-      {32, {"4x2x2x1", "2x2x2x2", "4x2x1x1", "3x2x2x1", "2x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1",
-            "2x2x1x1x1x1x1x1"}}};
+      {32,
+       {"4x2x2x1", "2x2x2x2", "4x2x1x1", "3x2x2x1", "2x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1",
+        "2x2x1x1x1x1x1x1"}}};
   for (const int alpha : {50, 70, 90}) {
     for (const double c : {0.05}) {
       for (const float temperature : {1.0f, 0.0f}) {

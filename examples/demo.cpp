@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -20,18 +20,18 @@
 
 namespace {
 
+using specdec::token_t;
 using specdec::examples::DecoderChoice;
+using specdec::examples::GptModel;
 using specdec::examples::json_string;
 using specdec::examples::kAutoDraftLengthCap;
 using specdec::examples::name_of;
 using specdec::examples::parse_flag;
 using specdec::examples::parse_number;
 using specdec::examples::Proposer;
+using specdec::examples::TextStream;
 using specdec::examples::tree_name;
 using specdec::examples::UsageError;
-using specdec::token_t;
-using specdec::examples::GptModel;
-using specdec::examples::TextStream;
 
 constexpr const char* kHelp = R"(usage: specdec-demo [options]
 
@@ -92,8 +92,8 @@ Exit status: 0 ok, 1 runtime error (unreadable weights, or greedy outputs that d
 )";
 
 /// Without flags the demo runs the fastest combination measured on the shipped pair
-/// (docs/guide/trees.md, "End to end: the best combination"): the goodput policy (K <= 16) with block
-/// verification, drafting by n-gram lookup then the draft model when greedy (1.16-1.32x the
+/// (docs/guide/trees.md, "End to end: the best combination"): the goodput policy (K <= 16) with
+/// block verification, drafting by n-gram lookup then the draft model when greedy (1.16-1.32x the
 /// K = 8 chain, paired) and by the draft model alone when sampling (lookup's certain drafts
 /// are accepted with p(x) at T > 0: 0.85-0.97x there). Trees never beat a chain on this pair.
 ///
@@ -197,8 +197,9 @@ Options parse_args(int argc, char** argv) {
     if (siblings) tree->siblings = *siblings;
     if ((proposer && *proposer != Proposer::model) || auto_given ||
         (policy_given && config.draft_length_policy.kind != specdec::DraftLengthKind::fixed)) {
-      throw UsageError("--tree / --tree-budget draft with the draft model and a fixed node "
-                       "budget: not with --proposer ngram|both, -k auto or --draft-policy");
+      throw UsageError(
+          "--tree / --tree-budget draft with the draft model and a fixed node "
+          "budget: not with --proposer ngram|both, -k auto or --draft-policy");
     }
     options.decoder.proposer = Proposer::model;
     if (!draft_length_given) config.draft_length = tree->shape.nodes();  // whole tree
@@ -246,19 +247,19 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
       "%.6g, \"tokens_per_round\": %.6g, \"cost_ratio\": %.6g, \"predicted_speedup\": %.6g}",
       json_string(options.prompt).c_str(), config.draft_length,
       name_of(config.draft_length_policy.kind), name_of(options.decoder.proposer),
-      name_of(config.verifier), options.target_threads,
-      options.draft_threads, config.max_new_tokens,
-      static_cast<unsigned long long>(config.seed), static_cast<double>(s.temperature), s.top_k,
-      static_cast<double>(s.top_p), static_cast<double>(s.min_p),
-      json_string(to_text(fast.tokens)).c_str(), stats.emitted, stats.total_seconds,
-      tokens_per_second(stats), stats.rounds, stats.acceptance_rate(), stats.alpha_hat(),
-      stats.tokens_per_round(), stats.cost_ratio(), stats.predicted_speedup(config.draft_length));
+      name_of(config.verifier), options.target_threads, options.draft_threads,
+      config.max_new_tokens, static_cast<unsigned long long>(config.seed),
+      static_cast<double>(s.temperature), s.top_k, static_cast<double>(s.top_p),
+      static_cast<double>(s.min_p), json_string(to_text(fast.tokens)).c_str(), stats.emitted,
+      stats.total_seconds, tokens_per_second(stats), stats.rounds, stats.acceptance_rate(),
+      stats.alpha_hat(), stats.tokens_per_round(), stats.cost_ratio(),
+      stats.predicted_speedup(config.draft_length));
   std::string histogram;
   for (const std::size_t rounds : stats.draft_length_histogram()) {
     histogram += (histogram.empty() ? "" : ", ") + std::to_string(rounds);
   }
-  std::printf(",\n  \"draft_length_histogram\": [%s],\n  \"plain_rounds\": %zu",
-              histogram.c_str(), stats.plain_rounds());
+  std::printf(",\n  \"draft_length_histogram\": [%s],\n  \"plain_rounds\": %zu", histogram.c_str(),
+              stats.plain_rounds());
   if (options.decoder.tree) {
     const auto list = [](const std::vector<std::size_t>& values) {
       std::string out;
@@ -267,12 +268,13 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
       for (std::size_t i = 0; i < used; ++i) out += (i ? ", " : "") + std::to_string(values[i]);
       return out;
     };
-    std::printf(",\n  \"tree\": {\"shape\": \"%s\", \"siblings\": \"%s\", \"drafted_at_depth\": "
-                "[%s], \"accepted_at_depth\": [%s], \"drafted_at_rank\": [%s], "
-                "\"accepted_at_rank\": [%s]}",
-                tree_name(*options.decoder.tree).c_str(), name_of(options.decoder.tree->siblings),
-                list(stats.drafted_at).c_str(), list(stats.accepted_at).c_str(),
-                list(stats.drafted_at_rank).c_str(), list(stats.accepted_at_rank).c_str());
+    std::printf(
+        ",\n  \"tree\": {\"shape\": \"%s\", \"siblings\": \"%s\", \"drafted_at_depth\": "
+        "[%s], \"accepted_at_depth\": [%s], \"drafted_at_rank\": [%s], "
+        "\"accepted_at_rank\": [%s]}",
+        tree_name(*options.decoder.tree).c_str(), name_of(options.decoder.tree->siblings),
+        list(stats.drafted_at).c_str(), list(stats.accepted_at).c_str(),
+        list(stats.drafted_at_rank).c_str(), list(stats.accepted_at_rank).c_str());
   }
   if (options.baseline) {
     const std::string text =
@@ -305,8 +307,8 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
   const char* drafter = proposer == Proposer::both    ? "lookup, else draft, "
                         : proposer == Proposer::ngram ? "lookup, "
                                                       : "";
-  std::printf("\nspeculative (%s%s%s%s %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
-              drafter, adaptive ? name_of(options.config.draft_length_policy.kind) : "",
+  std::printf("\nspeculative (%s%s%s%s %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n", drafter,
+              adaptive ? name_of(options.config.draft_length_policy.kind) : "",
               adaptive ? ", " : "", tree ? "tree, nodes" : "K", adaptive || tree ? "<=" : "=", k,
               options.config.verifier == specdec::VerifierKind::block ? ", block" : "",
               stats.emitted, stats.total_seconds, tokens_per_second(stats));
@@ -322,9 +324,10 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
   }
   // The geometric prediction assumes K tokens every round: for a fixed K only.
   if (!adaptive && !tree) {
-    std::printf("predicted speedup:     %.2fx  (geometric model: alpha_hat %.3f, c %.4f, "
-                "flat target cost)\n",
-                stats.predicted_speedup(k), stats.alpha_hat(), stats.cost_ratio());
+    std::printf(
+        "predicted speedup:     %.2fx  (geometric model: alpha_hat %.3f, c %.4f, "
+        "flat target cost)\n",
+        stats.predicted_speedup(k), stats.alpha_hat(), stats.cost_ratio());
   }
   if (options.baseline && !adaptive && !tree) {
     // A round emits tau tokens for K draft calls and one target call that computes K + 1 rows,
@@ -355,7 +358,8 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
     const std::vector<std::size_t> histogram = stats.draft_length_histogram();
     for (std::size_t n = 0; n < histogram.size(); ++n) {
       if (histogram[n] == 0) continue;
-      chosen += (chosen.empty() ? "" : ", ") + std::to_string(n) + ": " + std::to_string(histogram[n]);
+      chosen +=
+          (chosen.empty() ? "" : ", ") + std::to_string(n) + ": " + std::to_string(histogram[n]);
     }
     std::printf("draft lengths chosen:  %s  (length: rounds; %zu plain steps)\n", chosen.c_str(),
                 stats.plain_rounds());
@@ -432,7 +436,6 @@ int run(Options& options) {
       options.baseline && config.sampling.greedy() && fast.tokens != slow.tokens;
   return greedy_mismatch ? 1 : 0;
 }
-
 
 }  // namespace
 

@@ -54,14 +54,16 @@ int main() try {
   // The geometric model (Leviathan et al.) counts target calls: right for a GPU target, whose
   // K + 1-row call costs about a one-row call. This CPU target's costs T(K+1) / T(1) one-row
   // calls, measured here from the two runs' average target call.
-  const double verify_cost = (stats.target_seconds / static_cast<double>(stats.target_calls)) /
-                             (slow.stats.target_seconds / static_cast<double>(slow.stats.target_calls));
+  const double verify_cost =
+      (stats.target_seconds / static_cast<double>(stats.target_calls)) /
+      (slow.stats.target_seconds / static_cast<double>(slow.stats.target_calls));
   std::printf("predicted speedup:     %6.2fx  (this target's measured T(%zu)/T(1) = %.2f)\n",
               stats.predicted_speedup(config.draft_length, verify_cost), config.draft_length + 1,
               verify_cost);
-  std::printf("  with a flat target cost: %.2fx  (a target call costing the same for any row "
-              "count, as on a GPU)\n",
-              stats.predicted_speedup(config.draft_length));
+  std::printf(
+      "  with a flat target cost: %.2fx  (a target call costing the same for any row "
+      "count, as on a GPU)\n",
+      stats.predicted_speedup(config.draft_length));
   std::printf(
       "acceptance rate %.2f, alpha_hat %.2f, %.2f tokens per target call, "
       "draft/target cost c = %.3f\n",

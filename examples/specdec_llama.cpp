@@ -9,8 +9,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <specdec/llama_cpp.hpp>
@@ -21,6 +21,7 @@
 
 namespace {
 
+using specdec::token_t;
 using specdec::examples::json_string;
 using specdec::examples::kAutoDraftLengthCap;
 using specdec::examples::name_of;
@@ -28,7 +29,6 @@ using specdec::examples::parse_flag;
 using specdec::examples::parse_number;
 using specdec::examples::Proposer;
 using specdec::examples::UsageError;
-using specdec::token_t;
 namespace llama = specdec::llama_cpp;
 
 constexpr const char* kHelp = R"(usage: specdec-llama [options]
@@ -112,12 +112,14 @@ Proposer parse_spec_type(std::string_view text) {
   if (const std::optional<Proposer> proposer = specdec::try_parse<Proposer>(text)) {
     return *proposer;
   }
-  throw UsageError("--spec-type expects draft-simple, ngram-simple or ngram-simple,draft-simple "
-                   "(--proposer: model, ngram or both), got '" + std::string(text) + "'");
+  throw UsageError(
+      "--spec-type expects draft-simple, ngram-simple or ngram-simple,draft-simple "
+      "(--proposer: model, ngram or both), got '" +
+      std::string(text) + "'");
 }
 
 const char* proposer_name(Proposer proposer) {
-  return proposer == Proposer::model ? "draft-simple"
+  return proposer == Proposer::model   ? "draft-simple"
          : proposer == Proposer::ngram ? "ngram-simple"
                                        : "ngram-simple,draft-simple";
 }
@@ -158,14 +160,14 @@ void check_tree_fits(Options& options) {
     if (value != 0 && nodes + 1 > value) {
       throw UsageError(std::string(flag) + " " + std::to_string(value) + " with " + tree +
                        ": a round scores " + std::to_string(nodes + 1) +
-                       " tokens in one llama_decode; expected " + flag + " >= " +
-                       std::to_string(nodes + 1) + " (or a smaller tree)");
+                       " tokens in one llama_decode; expected " + flag +
+                       " >= " + std::to_string(nodes + 1) + " (or a smaller tree)");
     }
   }
   // Both contexts sized here: one sequence per leaf plus sequence 0 (a dynamic tree of N
   // nodes has at most N leaves; llama.cpp holds at most 256 sequences).
-  const auto n_seq_max = static_cast<std::uint32_t>(
-      std::min<std::size_t>(llama::detail::kMaxSequences, sequences));
+  const auto n_seq_max =
+      static_cast<std::uint32_t>(std::min<std::size_t>(llama::detail::kMaxSequences, sequences));
   options.target_context.n_seq_max = options.draft_context.n_seq_max = n_seq_max;
 }
 
@@ -274,8 +276,9 @@ Options parse_args(int argc, char** argv) {
     check_tree_fits(options);
     if (options.proposer != Proposer::model ||
         config.draft_length_policy.kind != specdec::DraftLengthKind::fixed) {
-      throw UsageError("--tree / --tree-budget draft with the draft model and a fixed node "
-                       "budget: not with --spec-type ngram-simple or --draft-policy");
+      throw UsageError(
+          "--tree / --tree-budget draft with the draft model and a fixed node "
+          "budget: not with --spec-type ngram-simple or --draft-policy");
     }
   }
   if (!draft_length_given) {
@@ -340,8 +343,9 @@ int run(Options& options) {
   if (prompt.empty()) throw UsageError("the prompt tokenizes to nothing; give a non-empty -p");
 
   const bool byte_vocabulary = target.vocab_size() <= 512;
-  specdec::NgramOptions ngrams = byte_vocabulary ? specdec::NgramOptions{.min_ngram = 4, .max_ngram = 12}
-                                                 : specdec::NgramOptions{};
+  specdec::NgramOptions ngrams = byte_vocabulary
+                                     ? specdec::NgramOptions{.min_ngram = 4, .max_ngram = 12}
+                                     : specdec::NgramOptions{};
   if (options.ngram_min) ngrams.min_ngram = *options.ngram_min;
   if (options.ngram_max) ngrams.max_ngram = *options.ngram_max;
 
@@ -413,40 +417,41 @@ int run(Options& options) {
         options.draft_context.threads, json_string(options.rpc).c_str(),
         json_string(detokenize(target.vocab(), fast.tokens)).c_str(), stats.emitted,
         stats.total_seconds, tokens_per_second(stats), stats.rounds, stats.acceptance_rate(),
-        stats.tokens_per_round(), stats.draft_seconds, stats.target_seconds,
-        stats.library_seconds);
+        stats.tokens_per_round(), stats.draft_seconds, stats.target_seconds, stats.library_seconds);
     if (!measured_verify_costs.empty()) {
       std::string ratios;
       for (const double ratio : measured_verify_costs) {
         ratios += (ratios.empty() ? "" : ", ") + std::to_string(ratio);
       }
-      std::printf(",\n  \"measured_costs\": {\"draft_token\": %.6g, \"switch\": %.6g, "
-                  "\"verify\": [%s]}",
-                  config.draft_length_policy.goodput.draft_token_cost,
-                  config.draft_length_policy.goodput.switch_cost, ratios.c_str());
+      std::printf(
+          ",\n  \"measured_costs\": {\"draft_token\": %.6g, \"switch\": %.6g, "
+          "\"verify\": [%s]}",
+          config.draft_length_policy.goodput.draft_token_cost,
+          config.draft_length_policy.goodput.switch_cost, ratios.c_str());
     }
     if (options.baseline) {
-      std::printf(",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
-                  "\"tokens_per_second\": %.6g},\n  \"measured_speedup\": %.6g,\n"
-                  "  \"identical\": %s",
-                  slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats),
-                  speedup, identical ? "true" : "false");
+      std::printf(
+          ",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
+          "\"tokens_per_second\": %.6g},\n  \"measured_speedup\": %.6g,\n"
+          "  \"identical\": %s",
+          slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats), speedup,
+          identical ? "true" : "false");
     }
     std::printf("\n}\n");
   } else {
     std::printf("\nspeculative (%s, %s %s %s %zu%s): %4zu tokens in %.3f s, %7.1f tokens/s\n",
                 options.tree ? "tree" : proposer_name(options.proposer),
-                name_of(config.draft_length_policy.kind),
-                options.tree ? "nodes" : "K", adaptive || options.tree ? "<=" : "=",
-                config.draft_length,
+                name_of(config.draft_length_policy.kind), options.tree ? "nodes" : "K",
+                adaptive || options.tree ? "<=" : "=", config.draft_length,
                 config.verifier == specdec::VerifierKind::block ? ", block" : "", stats.emitted,
                 stats.total_seconds, tokens_per_second(stats));
-    std::printf("  rounds %zu, tokens per round %.2f, acceptance rate %.3f; time in draft %.1f %%, "
-                "target %.1f %%, library %.1f %%\n",
-                stats.rounds, stats.tokens_per_round(), stats.acceptance_rate(),
-                100 * stats.draft_seconds / stats.total_seconds,
-                100 * stats.target_seconds / stats.total_seconds,
-                100 * stats.library_seconds / stats.total_seconds);
+    std::printf(
+        "  rounds %zu, tokens per round %.2f, acceptance rate %.3f; time in draft %.1f %%, "
+        "target %.1f %%, library %.1f %%\n",
+        stats.rounds, stats.tokens_per_round(), stats.acceptance_rate(),
+        100 * stats.draft_seconds / stats.total_seconds,
+        100 * stats.target_seconds / stats.total_seconds,
+        100 * stats.library_seconds / stats.total_seconds);
     if (options.tree) {
       // Per depth: rounds accepting a node there / rounds drafting one; per sibling rank:
       // accepted / drafted nodes that were a parent's r-th child.
@@ -473,7 +478,6 @@ int run(Options& options) {
   }
   return options.baseline && config.sampling.greedy() && !identical ? 1 : 0;
 }
-
 
 }  // namespace
 

@@ -121,8 +121,8 @@ struct ContextViewingProposer {
     const std::size_t n = std::min<std::size_t>({3, request.limit, request.committed});
     for (std::size_t i = 0; i < n; ++i) request.context.push_back(request.context[i]);
     point_mass.assign(n, 1);
-    const token_t* first = view_appended ? request.context.data() + request.committed
-                                         : request.context.data();
+    const token_t* first =
+        view_appended ? request.context.data() + request.committed : request.context.data();
     return {.tokens = std::span<const token_t>(first, n), .point_mass = point_mass};
   }
 };

@@ -43,8 +43,8 @@ TEST(ForwardingHeaders, OldPathsDeclareTheSameNames) {
   EXPECT_EQ(decoder.generate(prompt, config).tokens, plain.generate(prompt, config).tokens);
 
   [[maybe_unused]] specdec::StrategyDecoder tree(
-      target, specdec::TreeProposer(draft, {specdec::TreeShape::parse("2x1"),
-                                            specdec::SiblingMode::top_k}),
+      target,
+      specdec::TreeProposer(draft, {specdec::TreeShape::parse("2x1"), specdec::SiblingMode::top_k}),
       specdec::ScheduleDraftLength{}, specdec::TraversalVerifier{});
   [[maybe_unused]] specdec::NgramProposer ngram;
   [[maybe_unused]] specdec::GoodputDraftLength goodput;

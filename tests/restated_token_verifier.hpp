@@ -19,9 +19,12 @@ enum class Mutation {
 
 inline const char* name_of(Mutation mutation) {
   switch (mutation) {
-    case Mutation::none: return "restated";
-    case Mutation::scalar_residual: return "scalar_residual";
-    case Mutation::wrong_bonus_row: return "wrong_bonus_row";
+    case Mutation::none:
+      return "restated";
+    case Mutation::scalar_residual:
+      return "scalar_residual";
+    case Mutation::wrong_bonus_row:
+      return "wrong_bonus_row";
   }
   return "?";
 }
@@ -64,8 +67,8 @@ struct RestatedTokenVerifier {
       const specdec::TokenDistribution<Scalar>& p = target.distribution(j);
       const specdec::token_t x = proposal.tokens[j];
       const Scalar q_x = proposal.q(j, x);
-      if (coins.accept(j, static_cast<double>(
-                              specdec::acceptance_probability(p.probability(x), q_x)))) {
+      if (coins.accept(
+              j, static_cast<double>(specdec::acceptance_probability(p.probability(x), q_x)))) {
         continue;
       }
       WeightVectorLaw<Scalar> residual{std::vector<Scalar>(vocab), Scalar(0)};
@@ -75,9 +78,9 @@ struct RestatedTokenVerifier {
               std::max(Scalar(0), p.probability(static_cast<specdec::token_t>(y)) - q_x);
         }
       } else {
-        residual.total = static_cast<Scalar>(specdec::residual_distribution(
-            p, proposal.q_weights.row(j), proposal.q_normalizers[j],
-            std::span<Scalar>(residual.weights)));
+        residual.total = static_cast<Scalar>(
+            specdec::residual_distribution(p, proposal.q_weights.row(j), proposal.q_normalizers[j],
+                                           std::span<Scalar>(residual.weights)));
       }
       if (!(residual.total > 0)) residual = law_of(p);  // documented fallback: p itself
       return {j, coins.draw(residual), false};

@@ -79,11 +79,12 @@ void expect_decoder_follows(const RoundLaw& law, Decoder& decoder, const Sequenc
   }
   for (const auto& [chunk, count] : counts) {
     EXPECT_TRUE(law.chunks.count(chunk)) << "the decoder emitted a chunk the enumerated round "
-                                            "cannot emit (" << count << " times)";
+                                            "cannot emit ("
+                                         << count << " times)";
   }
   const auto fit = specdec::testing::chi_square_test(observed, expected);
-  EXPECT_GT(fit.p_value, kMinPValue) << "chi-square " << fit.statistic << " over " << fit.cells
-                                     << " cells";
+  EXPECT_GT(fit.p_value, kMinPValue)
+      << "chi-square " << fit.statistic << " over " << fit.cells << " cells";
 }
 
 TEST(Round, GreedyDecoderChunkIsTheEnumeratedChunk) {
@@ -98,9 +99,9 @@ TEST(Round, GreedyDecoderChunkIsTheEnumeratedChunk) {
     for (token_t b = 0; b < static_cast<token_t>(kVocab); ++b) {
       const Sequence context{a, b};
       for (const std::size_t k : {1u, 3u, 5u}) {
-        const RoundLaw law = specdec::testing::round_law(proposer, StaticDraftLength{},
-                                                         specdec::TokenVerifier{}, pair.target(),
-                                                         pair.params, context, k);
+        const RoundLaw law =
+            specdec::testing::round_law(proposer, StaticDraftLength{}, specdec::TokenVerifier{},
+                                        pair.target(), pair.params, context, k);
         ASSERT_EQ(law.chunks.size(), 1u);
         EXPECT_EQ(first_chunk(decoder, context, k, pair.params, 0), law.chunks.begin()->first);
       }
@@ -117,9 +118,9 @@ TEST(Round, SampledChainDecoderFollowsTheEnumeratedRound) {
   const Sequence context{1, 3};
   {
     SCOPED_TRACE("token verifier, K = 3");
-    const RoundLaw law = specdec::testing::round_law(
-        proposer, StaticDraftLength{}, specdec::TokenVerifier{}, pair.target(), pair.params,
-        context, 3);
+    const RoundLaw law =
+        specdec::testing::round_law(proposer, StaticDraftLength{}, specdec::TokenVerifier{},
+                                    pair.target(), pair.params, context, 3);
     specdec::StrategyDecoder decoder(target, specdec::ModelProposer(draft), StaticDraftLength{},
                                      specdec::TokenVerifier{});
     expect_decoder_follows(law, decoder, context, 3, pair.params);
@@ -149,18 +150,18 @@ TEST(Round, SampledTreeDecoderFollowsTheEnumeratedRound) {
   const std::size_t nodes = options.shape.nodes();
   {
     SCOPED_TRACE("TreeVerifier");
-    const RoundLaw law = specdec::testing::round_law(proposer, StaticDraftLength{},
-                                                     specdec::TreeVerifier{}, pair.target(),
-                                                     pair.params, context, nodes);
+    const RoundLaw law =
+        specdec::testing::round_law(proposer, StaticDraftLength{}, specdec::TreeVerifier{},
+                                    pair.target(), pair.params, context, nodes);
     specdec::StrategyDecoder decoder(target, specdec::TreeProposer(draft, options),
                                      StaticDraftLength{}, specdec::TreeVerifier{});
     expect_decoder_follows(law, decoder, context, nodes, pair.params);
   }
   {
     SCOPED_TRACE("TraversalVerifier");
-    const RoundLaw law = specdec::testing::round_law(proposer, StaticDraftLength{},
-                                                     specdec::TraversalVerifier{}, pair.target(),
-                                                     pair.params, context, nodes);
+    const RoundLaw law =
+        specdec::testing::round_law(proposer, StaticDraftLength{}, specdec::TraversalVerifier{},
+                                    pair.target(), pair.params, context, nodes);
     specdec::StrategyDecoder decoder(target, specdec::TreeProposer(draft, options),
                                      StaticDraftLength{}, specdec::TraversalVerifier{});
     expect_decoder_follows(law, decoder, context, nodes, pair.params);
@@ -188,9 +189,9 @@ TEST(Round, ChiSquareCatchesADecoderThatDiffersFromTheRound) {
   auto exact_draft = pair.draft();
   const specdec::ModelProposer proposer(exact_draft);
   const Sequence context{1, 3};
-  const RoundLaw law = specdec::testing::round_law(proposer, StaticDraftLength{},
-                                                   specdec::TokenVerifier{}, pair.target(),
-                                                   pair.params, context, 2);
+  const RoundLaw law =
+      specdec::testing::round_law(proposer, StaticDraftLength{}, specdec::TokenVerifier{},
+                                  pair.target(), pair.params, context, 2);
   specdec::StrategyDecoder decoder(target, specdec::ModelProposer(draft), StaticDraftLength{},
                                    ShiftedBonusVerifier{});
   std::map<Sequence, std::uint64_t> counts;

@@ -148,8 +148,7 @@ TEST(TargetRowsTest, AVerifierMixingTheAccessorsVerifiesAsTokenVerifier) {
   config.max_new_tokens = 60;
   config.sampling.temperature = 0.9f;
   config.sampling.top_k = 4;
-  config.sampling.logits_processor = [](std::span<const token_t> context,
-                                        std::span<float> logits) {
+  config.sampling.logits_processor = [](std::span<const token_t> context, std::span<float> logits) {
     logits[static_cast<std::size_t>(context.back()) % logits.size()] -= 0.5f;
   };
   const std::vector<token_t> prompt{1, 2};

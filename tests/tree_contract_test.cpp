@@ -98,7 +98,11 @@ TEST(TreeShapeBounds, WidthsThatDoNotFitAreRejectedNamingTheWidth) {
   // Through the proposer too: nothing truncated into Proposal::max_children.
   const ScriptedPair pair = make_pair(1.0f);
   ScriptedPair::Draft<float> draft{&pair};
-  expect_invalid([&] { (void)TreeProposer(draft, TreeOptions{shape, SiblingMode::without_replacement}); }, {"width"});
+  expect_invalid(
+      [&] {
+        (void)TreeProposer(draft, TreeOptions{shape, SiblingMode::without_replacement});
+      },
+      {"width"});
 }
 
 TEST(TreeShapeBounds, NodeCountsThatDoNotFitAreRejectedNamingTheCount) {
@@ -118,8 +122,8 @@ TEST(TreeShapeBounds, OutOfRangeSiblingModeIsRejectedLikeTheOtherEnums) {
   ScriptedPair::Draft<float> draft{&pair};
   expect_invalid(
       [&] {
-        (void)TreeProposer(draft, TreeOptions{TreeShape::parse("2x1"),
-                                              static_cast<SiblingMode>(7)});
+        (void)TreeProposer(draft,
+                           TreeOptions{TreeShape::parse("2x1"), static_cast<SiblingMode>(7)});
       },
       {"siblings = 7", "expected a SiblingMode"});
 }
@@ -135,8 +139,7 @@ TEST(TreeNodeCount, AFixedTreeIsDraftedWholeWhateverDraftLengthSays) {
   config.sampling.temperature = 0;
   TreeProposer proposer(draft, TreeOptions{TreeShape::parse("2x2x1"), SiblingMode::top_k});
   EXPECT_EQ(proposer.round_limit(), 10u);
-  specdec::StrategyDecoder decoder(target, proposer, StaticDraftLength{},
-                                   specdec::TreeVerifier{});
+  specdec::StrategyDecoder decoder(target, proposer, StaticDraftLength{}, specdec::TreeVerifier{});
   const auto result = decoder.generate(kContext, config);
   EXPECT_EQ(target.most_nodes, 10u) << "a 2x2x1 tree has 10 nodes";
   EXPECT_EQ(result.tokens.size(), 60u);
@@ -152,8 +155,9 @@ TEST(TreeNodeCount, MaxNodesCutsATreeExplicitly) {
   specdec::GenerationConfig config;
   config.max_new_tokens = 40;
   config.sampling = pair.params;
-  specdec::StrategyDecoder decoder(target, TreeProposer(draft, TreeOptions{shape, SiblingMode::without_replacement}),
-                                   StaticDraftLength{}, specdec::TraversalVerifier{});
+  specdec::StrategyDecoder decoder(
+      target, TreeProposer(draft, TreeOptions{shape, SiblingMode::without_replacement}),
+      StaticDraftLength{}, specdec::TraversalVerifier{});
   (void)decoder.generate(kContext, config);
   EXPECT_EQ(target.most_nodes, 9u);
   shape.max_nodes = 5000;
@@ -168,7 +172,8 @@ TEST(TreeNodeCount, SampledAfterGreedyOnTheSameProposer) {
   ScriptedPair::Draft<float> draft{&pair};
   RecordingTreeTarget target{&pair};
   specdec::StrategyDecoder decoder(
-      target, TreeProposer(draft, TreeOptions{TreeShape::dynamic(6), SiblingMode::with_replacement}),
+      target,
+      TreeProposer(draft, TreeOptions{TreeShape::dynamic(6), SiblingMode::with_replacement}),
       StaticDraftLength{}, specdec::TreeVerifier{});
   specdec::GenerationConfig config;
   config.sampling = pair.params;
@@ -221,8 +226,7 @@ void expect_bad_rows_rejected(const char* name) {
   for (const BadRow bad : {BadRow::nan, BadRow::negative, BadRow::zero}) {
     SCOPED_TRACE(std::string(name) + " row " + std::to_string(static_cast<int>(bad)));
     RecordingTreeTarget target{&pair};
-    specdec::StrategyDecoder decoder(target, BadRowProposer(bad), StaticDraftLength{},
-                                     Verifier{});
+    specdec::StrategyDecoder decoder(target, BadRowProposer(bad), StaticDraftLength{}, Verifier{});
     specdec::GenerationConfig config;
     config.max_new_tokens = 8;
     config.sampling = pair.params;

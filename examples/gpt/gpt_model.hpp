@@ -84,7 +84,6 @@
 #include "specdec/types.hpp"
 #include "weights.hpp"
 
-
 namespace specdec::examples {
 
 namespace detail {
@@ -114,8 +113,7 @@ inline constexpr std::size_t kPacketsPerLanes = kLanes / kPacketSize;
 //  * otherwise (SSE / AVX2 / NEON, 16 registers): 8 / packets-per-16-lanes rows x 1 input.
 inline constexpr bool kWideRegisterFile =
     EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 && kPacketsPerLanes == 1;
-inline constexpr std::size_t kSmallFileTileRows =
-    kPacketsPerLanes >= 8 ? 1 : 8 / kPacketsPerLanes;
+inline constexpr std::size_t kSmallFileTileRows = kPacketsPerLanes >= 8 ? 1 : 8 / kPacketsPerLanes;
 // Software prefetch distance: while a tile computes, one cache line per step of a tile this many
 // bytes of weights further on is requested into L2, so DRAM streams during the FMAs instead of
 // after them (measured against 32 KB into L1: a one-row call 30 % faster).
@@ -223,7 +221,8 @@ template <std::size_t N, class F>
 EIGEN_ALWAYS_INLINE void static_for(F&& f) {
   [&]<std::size_t... i>(std::index_sequence<i...>) SPECDEC_GPT_FORCE_INLINE {
     (f(std::integral_constant<std::size_t, i>{}), ...);
-  }(std::make_index_sequence<N>{});
+  }
+  (std::make_index_sequence<N>{});
 }
 
 /// Makes the compiler treat `packet` as computed here, in a register: every FMA that uses it then
@@ -255,8 +254,8 @@ inline void linear_tile(const LinearTile& t) noexcept {
   static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
     static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE {
       static_for<kPacketsPerLanes>([&](auto p) SPECDEC_GPT_FORCE_INLINE {
-        acc[r][j][p] = resume ? ploadu<Packet>(partial_at(r, j, p))
-                              : Eigen::internal::pset1<Packet>(0.0f);
+        acc[r][j][p] =
+            resume ? ploadu<Packet>(partial_at(r, j, p)) : Eigen::internal::pset1<Packet>(0.0f);
       });
     });
   });
@@ -378,7 +377,8 @@ inline void linear_tile(const LinearTile& t) noexcept {
   }
 #endif
   static_for<kRows>([&](auto r) SPECDEC_GPT_FORCE_INLINE {
-    static_for<kInputs>([&](auto j) SPECDEC_GPT_FORCE_INLINE { store(r, j, reduce_lanes(acc[r][j])); });
+    static_for<kInputs>([&](auto j)
+                            SPECDEC_GPT_FORCE_INLINE { store(r, j, reduce_lanes(acc[r][j])); });
   });
 }
 
@@ -460,15 +460,33 @@ inline void linear_range_shaped(std::size_t first, std::size_t last, std::size_t
                                  groups, prefetch);
   };
   switch (inputs) {
-    case 1: run.template operator()<8, 1>(); break;
-    case 2: run.template operator()<8, 2>(); break;
-    case 3: run.template operator()<8, 3>(); break;
-    case 4: run.template operator()<6, 4>(); break;
-    case 5: run.template operator()<5, 5>(); break;
-    case 6: run.template operator()<4, 6>(); break;
-    case 7: run.template operator()<3, 7>(); break;
-    case 8: run.template operator()<3, 8>(); break;
-    default: run.template operator()<3, 9>(); break;
+    case 1:
+      run.template operator()<8, 1>();
+      break;
+    case 2:
+      run.template operator()<8, 2>();
+      break;
+    case 3:
+      run.template operator()<8, 3>();
+      break;
+    case 4:
+      run.template operator()<6, 4>();
+      break;
+    case 5:
+      run.template operator()<5, 5>();
+      break;
+    case 6:
+      run.template operator()<4, 6>();
+      break;
+    case 7:
+      run.template operator()<3, 7>();
+      break;
+    case 8:
+      run.template operator()<3, 8>();
+      break;
+    default:
+      run.template operator()<3, 9>();
+      break;
   }
 }
 
@@ -496,8 +514,9 @@ inline void linear_blocked(std::size_t out_features, std::size_t n, const Linear
   const std::size_t row_bytes = tile.weight_stride * sizeof(float);
   const std::size_t ahead =
       slice ? kSliceBlockRows
-            : std::max<std::size_t>(1, (kPrefetchBytes / row_bytes + kSliceBlockRows - 1) /
-                                           kSliceBlockRows) * kSliceBlockRows;
+            : std::max<std::size_t>(
+                  1, (kPrefetchBytes / row_bytes + kSliceBlockRows - 1) / kSliceBlockRows) *
+                  kSliceBlockRows;
   for (std::size_t block = 0; block < out_features; block += kSliceBlockRows) {
     const std::size_t last = std::min(block + kSliceBlockRows, out_features);
     for (std::size_t begin = 0; begin < tile.length; begin += slice_floats) {
@@ -633,16 +652,14 @@ inline float reduce_row(const float* x, std::size_t n, Add add) noexcept {
 
 /// Sum of x[0..n), in lanes (reduce_row).
 inline float sum_lanes(const float* x, std::size_t n) noexcept {
-  return reduce_row(x, n, [](const Packet& lane, const Packet& v) {
-    return Eigen::internal::padd(lane, v);
-  });
+  return reduce_row(
+      x, n, [](const Packet& lane, const Packet& v) { return Eigen::internal::padd(lane, v); });
 }
 
 /// Sum of x[i]^2 over [0, n), in lanes (reduce_row).
 inline float sum_squares_lanes(const float* x, std::size_t n) noexcept {
-  return reduce_row(x, n, [](const Packet& lane, const Packet& v) {
-    return Eigen::internal::pmadd(v, v, lane);
-  });
+  return reduce_row(
+      x, n, [](const Packet& lane, const Packet& v) { return Eigen::internal::pmadd(v, v, lane); });
 }
 
 inline void layer_norm_row(const float* x, const float* weight, const float* bias, std::size_t d,
@@ -686,7 +703,8 @@ inline void softmax_inplace(float* x, std::size_t n) noexcept {
   using namespace Eigen::internal;
   Packet max_packet = pset1<Packet>(-std::numeric_limits<float>::infinity());
   std::size_t i = 0;
-  for (; i + kPacketSize <= n; i += kPacketSize) max_packet = pmax(max_packet, ploadu<Packet>(x + i));
+  for (; i + kPacketSize <= n; i += kPacketSize)
+    max_packet = pmax(max_packet, ploadu<Packet>(x + i));
   float max = predux_max(max_packet);  // a maximum is exact in any order
   for (; i < n; ++i) max = std::max(max, x[i]);
   max_packet = pset1<Packet>(max);
@@ -701,8 +719,8 @@ inline void softmax_inplace(float* x, std::size_t n) noexcept {
 /// does not change a result: a tree node's ancestors are read from their own K/V rows in the same
 /// order as a chain reads consecutive ones.
 template <class RowAt>
-inline void weighted_row_sum(const float* weights, std::size_t count, RowAt row_at,
-                             std::size_t dim, float* out) noexcept {
+inline void weighted_row_sum(const float* weights, std::size_t count, RowAt row_at, std::size_t dim,
+                             float* out) noexcept {
   using namespace Eigen::internal;
   constexpr std::size_t kBlock = 4;  // packets per pass: 4 independent FMA chains
   std::size_t c = 0;
@@ -908,7 +926,8 @@ class GptModel {
       chunk_tokens_[slot - last_chunk] =
           slot < tree_start_ ? committed[slot] : tokens[slot - tree_start_];
     }
-    chunks_.push_back({std::span<const token_t>(chunk_tokens_.data(), end - last_chunk), last_chunk});
+    chunks_.push_back(
+        {std::span<const token_t>(chunk_tokens_.data(), end - last_chunk), last_chunk});
     run_chunks();
     positions_computed_ += plan.new_tokens.size() + tree_nodes_;
     return {logits_.data(), (tree_nodes_ + 1) * c.vocab_size};
@@ -972,10 +991,9 @@ class GptModel {
           "specdec: GptModel::score_tree needs at least one committed token (row 0 follows it)");
     }
     if (tokens.size() != parents.size()) {
-      throw std::invalid_argument("specdec: GptModel::score_tree given " +
-                                  std::to_string(tokens.size()) + " tokens and " +
-                                  std::to_string(parents.size()) +
-                                  " parents; expected one parent per token");
+      throw std::invalid_argument(
+          "specdec: GptModel::score_tree given " + std::to_string(tokens.size()) + " tokens and " +
+          std::to_string(parents.size()) + " parents; expected one parent per token");
     }
     if (tokens.size() > max_tree_nodes_) {
       throw std::invalid_argument("specdec: GptModel::score_tree given a tree of " +
@@ -986,10 +1004,9 @@ class GptModel {
     check_tokens(committed);
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab_size) {
-        throw std::invalid_argument("specdec: tree token " + std::to_string(tokens[i]) +
-                                    " at node " + std::to_string(i) +
-                                    " is outside the vocabulary [0, " +
-                                    std::to_string(c.vocab_size) + ")");
+        throw std::invalid_argument(
+            "specdec: tree token " + std::to_string(tokens[i]) + " at node " + std::to_string(i) +
+            " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
       }
     }
     const std::size_t height = specdec::tree_depths(parents, checked_depths_);  // checks parents
@@ -1088,11 +1105,19 @@ class GptModel {
     const auto units = [](std::size_t rows) { return (rows + kItemRowAlign - 1) / kItemRowAlign; };
     std::size_t most = 0;
     switch (step) {
-      case Step::attention: most = c.n_head; break;
+      case Step::attention:
+        most = c.n_head;
+        break;
       case Step::projection:
-      case Step::mlp_down: most = units(c.d_model); break;
-      case Step::mlp_up: most = units(c.d_ff); break;
-      case Step::head: most = units(c.vocab_size); break;
+      case Step::mlp_down:
+        most = units(c.d_model);
+        break;
+      case Step::mlp_up:
+        most = units(c.d_ff);
+        break;
+      case Step::head:
+        most = units(c.vocab_size);
+        break;
     }
     return static_cast<std::uint32_t>(std::min<std::size_t>(
         {most, threads * kItemsPerThread, std::size_t{detail::PhasePool::kMaxItems}}));
@@ -1156,7 +1181,8 @@ class GptModel {
   /// First chunk row whose logits are wanted (>= the chunk's rows: none).
   [[nodiscard]] Eigen::Index first_logit_row() const noexcept {
     const auto wanted_from = static_cast<Eigen::Index>(first_logits_slot_);
-    return std::max<Eigen::Index>(0, wanted_from - static_cast<Eigen::Index>(chunks_[chunk_index_].start));
+    return std::max<Eigen::Index>(
+        0, wanted_from - static_cast<Eigen::Index>(chunks_[chunk_index_].start));
   }
 
   /// The serial step after the current phase: the layer norm the next phase reads, and which
@@ -1164,13 +1190,15 @@ class GptModel {
   std::uint32_t finish_phase() noexcept {
     const GptConfig& c = weights_.config;
     switch (step_) {
-      case Step::attention: return open(Step::projection);
+      case Step::attention:
+        return open(Step::projection);
       case Step::projection: {
         const GptLayerWeights& w = weights_.layers[layer_];
         normalize_rows(w.ln2_weight.data(), w.ln2_bias.data(), 0);
         return open(Step::mlp_up);
       }
-      case Step::mlp_up: return open(Step::mlp_down);
+      case Step::mlp_up:
+        return open(Step::mlp_down);
       case Step::mlp_down: {
         if (layer_ + 1 < c.n_layer) {
           ++layer_;
@@ -1185,7 +1213,8 @@ class GptModel {
         }
         break;
       }
-      case Step::head: break;
+      case Step::head:
+        break;
     }
     return chunk_index_ + 1 < chunks_.size() ? begin_chunk(chunk_index_ + 1) : 0;
   }
@@ -1232,9 +1261,8 @@ class GptModel {
         const Eigen::Index first_row = first_logit_row();
         const Eigen::Index logit_rows = rows - first_row;
         const auto [begin, count] = output_rows(c.vocab_size);
-        const Eigen::Index first_logit =
-            static_cast<Eigen::Index>(chunk.start) + first_row -
-            static_cast<Eigen::Index>(first_logits_slot_);
+        const Eigen::Index first_logit = static_cast<Eigen::Index>(chunk.start) + first_row -
+                                         static_cast<Eigen::Index>(first_logits_slot_);
         linear_rows(weights_.token_embedding.middleRows(begin, count), nullptr,
                     normed_.middleRows(first_row, logit_rows),
                     logits_.middleRows(first_logit, logit_rows).middleCols(begin, count));

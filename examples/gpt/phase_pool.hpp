@@ -180,9 +180,9 @@ class PhasePool {
   }
 
   alignas(64) std::atomic<std::uint64_t> state_{0};
-  alignas(64) std::atomic<std::uint32_t> done_{0};  // items of the current phase completed
+  alignas(64) std::atomic<std::uint32_t> done_{0};    // items of the current phase completed
   alignas(64) std::atomic<std::uint32_t> signal_{0};  // bumped by every publish: the futex word
-  std::atomic<std::uint32_t> sleepers_{0};          // threads blocked (or about to) on signal_
+  std::atomic<std::uint32_t> sleepers_{0};            // threads blocked (or about to) on signal_
   std::atomic<bool> stop_{false};
   alignas(64) Job job_;  // written by run() before its first phase is published
   std::vector<std::thread> workers_;

@@ -168,8 +168,7 @@ class StrategyDecoder {
     const auto score = [&](std::span<const token_t> tokens, std::size_t committed,
                            const Proposal<float>& proposal) -> LogitsRows<float> {
       if (!proposal.is_chain()) {
-        return tree_call_.score(*target_, stats.target_seconds, tokens.first(committed),
-                                proposal);
+        return tree_call_.score(*target_, stats.target_seconds, tokens.first(committed), proposal);
       }
       const std::size_t rows = proposal.size() + 1;
       return detail::as_target_rows(chain_result_.hold([&]() -> decltype(auto) {
@@ -253,9 +252,8 @@ class StrategyDecoder {
 ///
 /// Holds references to both models (not owned; they must outlive the decoder).
 template <class Draft, class Target>
-class SpeculativeDecoder
-    : public StrategyDecoder<Target, ModelProposer<Draft>, ConfiguredDraftLength,
-                             ConfiguredVerifier> {
+class SpeculativeDecoder : public StrategyDecoder<Target, ModelProposer<Draft>,
+                                                  ConfiguredDraftLength, ConfiguredVerifier> {
   static_assert(detail::diagnosed<detail::DraftModelRequirements<Draft>>);
 
   using Base =
@@ -393,7 +391,7 @@ class AutoregressiveDecoder {
   std::vector<token_t> context_;  // (prompt + budget) committed tokens
   std::vector<float, Eigen::aligned_allocator<float>> processed_;       // (V) processed row
   std::vector<float, Eigen::aligned_allocator<float>> sample_scratch_;  // (V) sampling weights
-  std::vector<float> filter_scratch_;  // (V) top-k / top-p selection
+  std::vector<float> filter_scratch_;    // (V) top-k / top-p selection
   std::vector<float> block_sums_;        // (B) block sums of the row being sampled, and
   std::vector<float> block_references_;  // (B) their references (one pass per sampled token)
 };

@@ -140,8 +140,9 @@ inline bool is_stop_token(std::span<const token_t> stop_tokens, token_t token) n
 
 inline void validate_prompt(std::span<const token_t> prompt) {
   if (prompt.empty()) {
-    throw_invalid_argument("prompt is empty; expected at least one token (e.g. BOS) for the "
-                           "models to condition on");
+    throw_invalid_argument(
+        "prompt is empty; expected at least one token (e.g. BOS) for the "
+        "models to condition on");
   }
   for (std::size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0) {

@@ -10,10 +10,10 @@
 #include <utility>
 
 #include "specdec/decoder.hpp"
+#include "specdec/draft_length/configured.hpp"
 #include "specdec/proposers/fallback.hpp"
 #include "specdec/proposers/model.hpp"
 #include "specdec/proposers/ngram.hpp"
-#include "specdec/draft_length/configured.hpp"
 
 namespace specdec {
 

@@ -27,9 +27,9 @@ template <class Scalar>
 struct Proposal {
   using scalar_type = Scalar;
 
-  std::span<const token_t> tokens{};      ///< node i's token
+  std::span<const token_t> tokens{};        ///< node i's token
   std::span<const std::int32_t> parents{};  ///< node i's parent node; -1 = the committed context.
-                                          ///< Empty means a chain (parent of i is i - 1).
+                                            ///< Empty means a chain (parent of i is i - 1).
   /// Row i: the unnormalised weights node i's token was drawn from (unused for point masses).
   LogitsRows<Scalar> q_weights{};
   std::span<const Scalar> q_normalizers{};  ///< sums of those rows

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// \brief The proposers (proposers/): what is drafted — a draft model's chain (ModelProposer), n-gram
-/// lookup (NgramProposer), a primary with a fallback (FallbackProposer), trees (TreeProposer).
+/// \brief The proposers (proposers/): what is drafted — a draft model's chain (ModelProposer),
+/// n-gram lookup (NgramProposer), a primary with a fallback (FallbackProposer), trees
+/// (TreeProposer).
 
 #include "specdec/proposers/fallback.hpp"
 #include "specdec/proposers/model.hpp"

@@ -111,7 +111,8 @@ void check_proposal(const Proposal<Scalar>& proposal, std::size_t limit, std::si
 /// Whether `tokens` points into `vector`'s storage (anywhere in its capacity). std::less gives
 /// pointers into different objects a total order, where `<` would be unspecified.
 template <class T>
-[[nodiscard]] bool views_storage_of(std::span<const T> tokens, const std::vector<T>& vector) noexcept {
+[[nodiscard]] bool views_storage_of(std::span<const T> tokens,
+                                    const std::vector<T>& vector) noexcept {
   if (tokens.empty() || vector.capacity() == 0) return false;
   const std::less<const T*> before;
   const T* first = vector.data();
@@ -124,8 +125,8 @@ inline void check_verdict(const VerifyResult& verdict, std::size_t n, std::size_
   if (verdict.accepted > n || verdict.next_token < 0 ||
       static_cast<std::size_t>(verdict.next_token) >= vocab_size) {
     throw_invalid_argument("verifier accepted ", verdict.accepted, " of ", n,
-                           " tokens and drew token ", verdict.next_token, "; expected at most ",
-                           n, " and a token in [0, ", vocab_size, ")");
+                           " tokens and drew token ", verdict.next_token, "; expected at most ", n,
+                           " and a token in [0, ", vocab_size, ")");
   }
 }
 
@@ -175,11 +176,11 @@ struct RoundState {
   /// The committed tokens (prompt + emitted) on entry; on return, committed + the chunk.
   /// Capacity for limit + 1 more must be reserved (the drafted tokens are placed there).
   std::vector<token_t>& context;
-  std::size_t limit = 0;          ///< draft at most this many tokens (budget, context, K)
-  const SamplingParams& params;   ///< the processing both models' rows get
-  bool logprobs = false;          ///< append the target log-prob of each chunk token
-  std::size_t& vocab_size;        ///< V, learned from this generation's first model call (0: none)
-  DecodeStats& stats;             ///< the round's counts are added here
+  std::size_t limit = 0;         ///< draft at most this many tokens (budget, context, K)
+  const SamplingParams& params;  ///< the processing both models' rows get
+  bool logprobs = false;         ///< append the target log-prob of each chunk token
+  std::size_t& vocab_size;       ///< V, learned from this generation's first model call (0: none)
+  DecodeStats& stats;            ///< the round's counts are added here
 };
 
 /// \brief What the round emitted, besides the tokens appended to the output.
@@ -275,12 +276,13 @@ RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
   if (state.params.greedy()) {
     // A deterministic target admits one lossless verifier: accept exactly its argmax path.
     const auto argmax_at = [&](std::size_t j) { return target.argmax(j); };
-    verdict = tree ? verify_greedy_tree(proposal, argmax_at)
-                   : verify_greedy(proposal.tokens, argmax_at);
+    verdict =
+        tree ? verify_greedy_tree(proposal, argmax_at) : verify_greedy(proposal.tokens, argmax_at);
   } else {
     auto&& coins = verification_coins(n);
     // An error from the final draw (bonus or correction) names the row it samples.
-    verdict = target.naming_rows_in_errors([&] { return verifier.verify(proposal, target, coins); });
+    verdict =
+        target.naming_rows_in_errors([&] { return verifier.verify(proposal, target, coins); });
     detail::check_verdict(verdict, n, state.vocab_size);
   }
 
@@ -299,8 +301,8 @@ RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
   }
   const std::size_t depth =
       tree ? detail::sibling_ranks(proposal, buffers.sibling_rank, buffers.tree_scratch) : n;
-  for (auto* counts : {&stats.drafted_at, &stats.accepted_at, &stats.drafted_at_rank,
-                       &stats.accepted_at_rank}) {
+  for (auto* counts :
+       {&stats.drafted_at, &stats.accepted_at, &stats.drafted_at_rank, &stats.accepted_at_rank}) {
     if (counts->size() < n) counts->resize(n, 0);  // sized by the caller; never in a decoder
   }
   ++stats.rounds;
@@ -318,14 +320,12 @@ RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
       proposal.token_probabilities.size() == n
           ? proposal.token_probabilities
           : std::span<const double>(buffers.certain_tokens.data(), n);
-  policy.observe(RoundReport{n, verdict.accepted, limit,
-                             stats.draft_seconds - draft_seconds_before,
+  policy.observe(RoundReport{n, verdict.accepted, limit, stats.draft_seconds - draft_seconds_before,
                              stats.target_seconds - target_seconds_before, token_probabilities});
 
   for (std::size_t j = 0; j <= verdict.accepted; ++j) {
-    const token_t token = j < verdict.accepted
-                              ? proposal.tokens[static_cast<std::size_t>(path[j])]
-                              : verdict.next_token;
+    const token_t token = j < verdict.accepted ? proposal.tokens[static_cast<std::size_t>(path[j])]
+                                               : verdict.next_token;
     output.push_back(token);
     if (state.logprobs) {
       // Row 1 + node follows that node (row 0 the committed tokens), chain or tree.

@@ -43,15 +43,15 @@ namespace specdec {
 
 /// \brief Counters and timings of one generate() call.
 struct DecodeStats {
-  std::size_t rounds = 0;                ///< draft+verify rounds (target calls of the decoder)
-  std::size_t drafted = 0;               ///< draft tokens proposed (sum of K_eff over rounds)
-  std::size_t accepted = 0;              ///< drafted tokens accepted by verification (including
-                                         ///< accepted tokens later dropped after a stop token)
-  std::size_t emitted = 0;               ///< tokens returned (accepted + corrections + bonuses,
-                                         ///< after stop-token truncation)
-  std::size_t rejecting_rounds = 0;      ///< rounds that ended in a rejection (accepted < K_eff)
-  std::size_t draft_calls = 0;           ///< calls of the draft model
-  std::size_t target_calls = 0;          ///< calls of the target model
+  std::size_t rounds = 0;            ///< draft+verify rounds (target calls of the decoder)
+  std::size_t drafted = 0;           ///< draft tokens proposed (sum of K_eff over rounds)
+  std::size_t accepted = 0;          ///< drafted tokens accepted by verification (including
+                                     ///< accepted tokens later dropped after a stop token)
+  std::size_t emitted = 0;           ///< tokens returned (accepted + corrections + bonuses,
+                                     ///< after stop-token truncation)
+  std::size_t rejecting_rounds = 0;  ///< rounds that ended in a rejection (accepted < K_eff)
+  std::size_t draft_calls = 0;       ///< calls of the draft model
+  std::size_t target_calls = 0;      ///< calls of the target model
   /// [k]: rounds that drafted a token at position k; one entry per position a round could use,
   /// min(draft_length, max_new_tokens - 1)
   std::vector<std::size_t> drafted_at;

@@ -111,11 +111,11 @@ struct DraftRequest {
 
 /// \brief What a draft-length policy learns after each round (history it may use later).
 struct RoundReport {
-  std::size_t drafted = 0;       ///< tokens proposed this round
-  std::size_t accepted = 0;      ///< of which verification kept
-  std::size_t limit = 0;         ///< the round's cap
-  double draft_seconds = 0;      ///< wall time in the draft model this round
-  double target_seconds = 0;     ///< wall time of this round's target call (drafted + 1 rows)
+  std::size_t drafted = 0;    ///< tokens proposed this round
+  std::size_t accepted = 0;   ///< of which verification kept
+  std::size_t limit = 0;      ///< the round's cap
+  double draft_seconds = 0;   ///< wall time in the draft model this round
+  double target_seconds = 0;  ///< wall time of this round's target call (drafted + 1 rows)
   /// The drafted tokens' probabilities (DraftState::token_probabilities; `drafted` entries,
   /// all 1 when the proposer reports none). Tokens [0, accepted) were accepted; token
   /// `accepted`, if drafted, was rejected; the rest were never judged.
@@ -157,8 +157,8 @@ concept DraftLengthPolicy = requires(P& policy, const DraftState& state,
 /// trees) and draws the next token, using only the proposal, the processed target rows and the
 /// coins; it must be lossless: the emitted tokens follow the target's distribution exactly.
 template <class V>
-concept Verifier = requires(V& verifier, const Proposal<float>& proposal,
-                            TargetRows<float>& target, const VerificationCoins& coins) {
+concept Verifier = requires(V& verifier, const Proposal<float>& proposal, TargetRows<float>& target,
+                            const VerificationCoins& coins) {
   { verifier.verify(proposal, target, coins) } -> std::same_as<VerifyResult>;
 };
 

@@ -76,11 +76,11 @@ std::span<const Scalar> apply_processor_into(const SamplingParams& params,
 template <class Scalar>
 struct TargetRowBuffers {
   using Aligned = std::vector<Scalar, Eigen::aligned_allocator<Scalar>>;
-  Aligned processed;                    // (R, V) rows after the logits processor
-  std::vector<Scalar> block_sums;       // (R, B) each sampled row's recorded block sums
-  std::vector<Scalar> block_references; // (R, B) and their references
+  Aligned processed;                     // (R, V) rows after the logits processor
+  std::vector<Scalar> block_sums;        // (R, B) each sampled row's recorded block sums
+  std::vector<Scalar> block_references;  // (R, B) and their references
   std::vector<TokenDistribution<Scalar>> distributions;  // (R)
-  std::vector<token_t> argmaxes;        // (R) greedy rows
+  std::vector<token_t> argmaxes;                         // (R) greedy rows
   std::vector<Scalar> greedy_logprobs;  // (R) log-softmax at T = 1 of greedy rows, at the argmax
   std::vector<std::uint8_t> done;       // (R) row j's TargetRows::Done flags
   std::vector<Scalar> filter_scratch;   // top-k / top-p selection (grown on first use)
@@ -118,8 +118,8 @@ class TargetRows {
   /// \param parents a tree proposal's parents (empty: a chain); context then needs to hold
   /// the committed tokens followed by the nodes' tokens in node order
   TargetRows(LogitsRows<Scalar> rows, std::span<const token_t> context, std::size_t committed,
-             const SamplingParams& params, bool greedy_logprobs,
-             TargetRowBuffers<Scalar>& buffers, std::span<const std::int32_t> parents = {})
+             const SamplingParams& params, bool greedy_logprobs, TargetRowBuffers<Scalar>& buffers,
+             std::span<const std::int32_t> parents = {})
       : rows_(rows),
         context_(context),
         committed_(committed),
@@ -164,9 +164,8 @@ class TargetRows {
       const BlockSumBuffers<Scalar> recorded{
           std::span<Scalar>(buffers_->block_sums.data() + j * blocks, blocks),
           std::span<Scalar>(buffers_->block_references.data() + j * blocks, blocks)};
-      buffers_->distributions[j] = on_row(j, [&] {
-        return process_logits(row, *params_, buffers_->filter_scratch, recorded);
-      });
+      buffers_->distributions[j] = on_row(
+          j, [&] { return process_logits(row, *params_, buffers_->filter_scratch, recorded); });
       mark(j, kDistributionDone);
     }
     return buffers_->distributions[j];
@@ -280,7 +279,7 @@ class TargetRows {
   const SamplingParams* params_;
   bool greedy_logprobs_;
   TargetRowBuffers<Scalar>* buffers_;
-  std::span<const std::int32_t> parents_;  // a tree's parents; empty for a chain
+  std::span<const std::int32_t> parents_;                // a tree's parents; empty for a chain
   std::size_t last_row_ = static_cast<std::size_t>(-1);  // the row last asked for (none yet)
   bool row_error_named_ = false;  // a row-processing error (already naming its row) was thrown
 };

@@ -292,8 +292,9 @@ struct TreeShape {
                                        " nodes; expected at most ", kMaxNodes,
                                        " (TreeShape::kMaxNodes), or max_nodes set");
       }
-      detail::throw_invalid_argument("tree shape ", text, " has ", full, " nodes; expected at most ",
-                                     kMaxNodes, " nodes (TreeShape::kMaxNodes), or max_nodes set");
+      detail::throw_invalid_argument("tree shape ", text, " has ", full,
+                                     " nodes; expected at most ", kMaxNodes,
+                                     " nodes (TreeShape::kMaxNodes), or max_nodes set");
     }
   }
 
@@ -383,7 +384,6 @@ template <class Scalar>
 [[nodiscard]] std::int32_t parent_of(const Proposal<Scalar>& proposal, std::size_t node) noexcept {
   return proposal.parents.empty() ? static_cast<std::int32_t>(node) - 1 : proposal.parents[node];
 }
-
 
 namespace detail {
 
@@ -498,7 +498,6 @@ void check_tree(const Proposal<Scalar>& proposal) {
     throw_invalid_argument("proposer returned a tree: ", message_without_prefix(error.what()));
   }
 }
-
 
 /// tree_path of a proposal.
 template <class Scalar>

@@ -215,8 +215,8 @@ template <class Scalar>
   if (scratch.size() != vocab_size || excluded < 0 ||
       static_cast<std::size_t>(excluded) >= vocab_size) {
     detail::throw_invalid_argument("sample_excluding: token ", excluded, " and scratch of ",
-                                   scratch.size(), " entries; expected a token in [0, ",
-                                   vocab_size, ") and ", vocab_size, " entries");
+                                   scratch.size(), " entries; expected a token in [0, ", vocab_size,
+                                   ") and ", vocab_size, " entries");
   }
   const bool masked = !detail::is_minus_infinity(p.threshold);
   const bool flush = !detail::packet_exp_of_minus_inf_is_zero<Scalar>();
@@ -225,9 +225,8 @@ template <class Scalar>
     const Scalar* logits = p.logits.data() + offset;
     if (x < offset || x >= offset + length) {
       if (out == nullptr) {
-        return detail::dispatch_exp_block<Scalar, false>(masked, flush, logits, length,
-                                                         p.max_logit, p.inv_temperature,
-                                                         p.threshold, out);
+        return detail::dispatch_exp_block<Scalar, false>(masked, flush, logits, length, p.max_logit,
+                                                         p.inv_temperature, p.threshold, out);
       }
       return detail::dispatch_exp_block<Scalar, true>(masked, flush, logits, length, p.max_logit,
                                                       p.inv_temperature, p.threshold, out);

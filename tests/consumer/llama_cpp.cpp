@@ -57,8 +57,8 @@ int generate(const char* path) {
       });
   streamed += text.flush();
 
-  std::printf("llama consumer: %s (V = %zu, n_ctx = %zu): %zu tokens in %zu rounds:",
-              path, target.vocab_size(), target.max_context(), result.tokens.size(),
+  std::printf("llama consumer: %s (V = %zu, n_ctx = %zu): %zu tokens in %zu rounds:", path,
+              target.vocab_size(), target.max_context(), result.tokens.size(),
               static_cast<std::size_t>(result.stats.rounds));
   for (const specdec::token_t token : result.tokens) std::printf(" %d", static_cast<int>(token));
   std::printf(" (%zu bytes of text)\n", streamed.size());

@@ -427,8 +427,8 @@ TEST(PacketExp, WithinTwoUlpPlusRangeReductionErrorOnNormalResults) {
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double want = std::exp(static_cast<double>(x[i]));
     const double m = std::abs(std::nearbyint(static_cast<double>(x[i]) * 1.4426950408889634));
-    const double rel = std::abs(static_cast<double>(got[i]) - want) / want /
-                       (std::ldexp(1.0, -22) + 1.91e-9 * m);
+    const double rel =
+        std::abs(static_cast<double>(got[i]) - want) / want / (std::ldexp(1.0, -22) + 1.91e-9 * m);
     if (rel > worst) {
       worst = rel;
       worst_x = x[i];
@@ -442,8 +442,8 @@ TEST(PacketExp, WithinTwoUlpPlusRangeReductionErrorOnNormalResults) {
 // everything whose exp is below half the least subnormal give exactly 0, while subnormal
 // results are within two subnormal steps of the truth.
 TEST(PacketExp, SpecialValues) {
-  const std::vector<float> x = {kNaN, -kNaN, 0.0f, -kInf, -1e30f, -200.0f, -104.0f,
-                                -100.0f, -95.0f, -88.0f};
+  const std::vector<float> x = {kNaN,    -kNaN,   0.0f,    -kInf,  -1e30f,
+                                -200.0f, -104.0f, -100.0f, -95.0f, -88.0f};
   const std::vector<float> got = packet_exp_of(x);
   EXPECT_TRUE(std::isnan(got[0]));
   EXPECT_TRUE(std::isnan(got[1]));
@@ -477,8 +477,7 @@ TEST(LevelMasses, IncludeTokensExactlyAtALevel) {
   double sum = 0;
   detail::for_each_block(logits.size(), [&](std::size_t offset, std::size_t length) {
     sum += detail::exp_block_with_level_masses<float, false, false, 6>(
-        logits.data() + offset, length, max, 1.0f, -kInf, levels, weights.data() + offset,
-        masses);
+        logits.data() + offset, length, max, 1.0f, -kInf, levels, weights.data() + offset, masses);
   });
   double stored_masses[6] = {};
   detail::level_masses<float, 6>(logits, weights, levels, stored_masses);

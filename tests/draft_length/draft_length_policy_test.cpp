@@ -288,8 +288,8 @@ TEST(GoodputDraftLengthTest, DecisionsEqualTheBruteForceOptimumOfItsEstimates) {
 }
 
 TEST(GoodputDraftLengthTest, CalibratesAcceptanceAgainstTheDraftsProbability) {
-  GoodputDraftLength policy(GoodputOptions{.forgetting = 1.0, .draft_token_cost = 0.05,
-                                           .verify_row_cost = 0.05});
+  GoodputDraftLength policy(
+      GoodputOptions{.forgetting = 1.0, .draft_token_cost = 0.05, .verify_row_cost = 0.05});
   policy.begin(config_with(8));
   // Confident tokens (0.95) are always accepted, unsure ones (0.25) always rejected.
   for (int round = 0; round < 50; ++round) {
@@ -313,8 +313,8 @@ TEST(GoodputDraftLengthTest, CalibrationSeparatesUnsureFromPlausibleAndSureFromF
   // A draft unsure of its token gives it ~1/V (here 1/256), an ordinary token may get 1/16; at
   // the top, 0.6 and 0.97 are different degrees of sure. Equal-width bins of [0, 1] put 1/256
   // and 1/16 together: the estimates must tell each pair apart.
-  GoodputDraftLength policy(GoodputOptions{.forgetting = 1.0, .draft_token_cost = 0.05,
-                                           .verify_row_cost = 0.05});
+  GoodputDraftLength policy(
+      GoodputOptions{.forgetting = 1.0, .draft_token_cost = 0.05, .verify_row_cost = 0.05});
   policy.begin(config_with(8));
   for (int round = 0; round < 60; ++round) {
     // 1/16 accepted, 1/256 rejected; in other rounds 0.97 accepted, 0.6 rejected.
@@ -397,8 +397,8 @@ TEST(GoodputDraftLengthTest, ASureTokenAfterAHardStretchIsRatedByItsProbability)
   // twice (the level is low because of the unsure tokens the bins already explain) and would
   // rate a sure token far below the 0.95 acceptance its bin has seen. The estimators' weights
   // learn from the verdicts that the bin alone predicts them.
-  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.05,
-                                           .verify_row_cost = 0.05});
+  GoodputDraftLength policy(
+      GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.05, .verify_row_cost = 0.05});
   policy.begin(config_with(8));
   const std::vector<double> unsure{1.0 / 256}, sure{0.95};
   const std::vector<double> easy_round{0.95, 0.95, 0.95, 0.95};
@@ -417,8 +417,8 @@ TEST(GoodputDraftLengthTest, CalibrationByProbabilityOutlastsALongEasyStretch) {
   // Hard text, where the draft is unsure (1/256) and rejected; then 40 easy rounds, where it is
   // sure and accepted. The recent-rate evidence forgets the hard stretch (forgetting 0.9), but
   // an unsure token must still be expected to fail when the text turns hard again.
-  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.1,
-                                           .verify_row_cost = 0.0});
+  GoodputDraftLength policy(
+      GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.1, .verify_row_cost = 0.0});
   policy.begin(config_with(8));
   const std::vector<double> unsure{1.0 / 256};
   for (int round = 0; round < 20; ++round) policy.observe(report(1, 0, unsure));
@@ -434,8 +434,8 @@ TEST(GoodputDraftLengthTest, CalibrationByProbabilityOutlastsALongEasyStretch) {
 TEST(GoodputDraftLengthTest, AcceptanceFollowsTheRecentAcceptanceRate) {
   // Text of changing difficulty: long fully accepted rounds come in runs, and so do rejections
   // at the first token.
-  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.95, .draft_token_cost = 0.05,
-                                           .verify_row_cost = 0.3});
+  GoodputDraftLength policy(
+      GoodputOptions{.forgetting = 0.95, .draft_token_cost = 0.05, .verify_row_cost = 0.3});
   policy.begin(config_with(8));
   const std::vector<double> probabilities(8, 0.5);
   for (int segment = 0; segment < 6; ++segment) {
@@ -459,8 +459,8 @@ TEST(GoodputDraftLengthTest, PlainStepsAfterAHardStretchRaiseTheExpectedAcceptan
   // Easy and hard stretches: the filter learns both rates, believes the text hard after a run of
   // first-token rejections, and, with every plain step (no verdict), believes more that the
   // hard stretch is over, up to the share of easy positions seen.
-  GoodputDraftLength policy(GoodputOptions{.forgetting = 1.0, .draft_token_cost = 0.05,
-                                           .verify_row_cost = 0.1});
+  GoodputDraftLength policy(
+      GoodputOptions{.forgetting = 1.0, .draft_token_cost = 0.05, .verify_row_cost = 0.1});
   policy.begin(config_with(8));
   const std::vector<double> probabilities(8, 0.5);
   for (int segment = 0; segment < 4; ++segment) {
@@ -487,8 +487,8 @@ TEST(GoodputDraftLengthTest, PlainStepsAfterAHardStretchRaiseTheExpectedAcceptan
 TEST(GoodputDraftLengthTest, WithStationaryAcceptanceTheLastVerdictsMatterLittle) {
   // Verdicts independent at rate 0.8: both regimes learn about the same rate, so the estimate
   // after a rejection is not far from the one after an acceptance.
-  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.05,
-                                           .verify_row_cost = 0.1});
+  GoodputDraftLength policy(
+      GoodputOptions{.forgetting = 0.9, .draft_token_cost = 0.05, .verify_row_cost = 0.1});
   policy.begin(config_with(8));
   const std::vector<double> probabilities(8, 0.5);
   specdec::Rng rng(7);
@@ -515,8 +515,8 @@ TEST(GoodputDraftLengthTest, WithStationaryAcceptanceTheLastVerdictsMatterLittle
 }
 
 TEST(GoodputDraftLengthTest, FallsBackToPlainStepsWhenDraftingCannotPayAndProbesWithBackoff) {
-  GoodputDraftLength policy(GoodputOptions{.forgetting = 0.9, .probe_interval = 4,
-                                           .draft_token_cost = 0.1, .verify_row_cost = 0.1});
+  GoodputDraftLength policy(GoodputOptions{
+      .forgetting = 0.9, .probe_interval = 4, .draft_token_cost = 0.1, .verify_row_cost = 0.1});
   policy.begin(config_with(8));
   const std::vector<double> none;
   EXPECT_TRUE(policy.draft_more(DraftState{0, 8, none}));  // the prior says drafting may pay
@@ -539,19 +539,22 @@ TEST(GoodputDraftLengthTest, FallsBackToPlainStepsWhenDraftingCannotPayAndProbes
   }
   EXPECT_EQ(probes_at, (std::vector<int>{4, 9, 14, 19}));
   // A good probe restarts drafting, and the backoff resets.
-  for (int round = 0; round < 30; ++round) policy.observe(report(4, 4, std::vector<double>(4, 0.9)));
+  for (int round = 0; round < 30; ++round)
+    policy.observe(report(4, 4, std::vector<double>(4, 0.9)));
   EXPECT_TRUE(policy.draft_more(DraftState{0, 8, none}));
 }
 
 TEST(GoodputDraftLengthTest, DraftsToTheCapWhenEveryTokenIsAcceptedAndCheapToVerify) {
   GoodputDraftLength policy(GoodputOptions{.draft_token_cost = 0.01, .verify_row_cost = 0.0});
   policy.begin(config_with(6));
-  for (int round = 0; round < 30; ++round) policy.observe(report(6, 6, std::vector<double>(6, 0.9)));
+  for (int round = 0; round < 30; ++round)
+    policy.observe(report(6, 6, std::vector<double>(6, 0.9)));
   EXPECT_EQ(drafted_by(policy, std::vector<double>(6, 0.9), 6), 6u);
   // With a costly verification row the same acceptance buys fewer tokens.
   GoodputDraftLength costly(GoodputOptions{.draft_token_cost = 0.01, .verify_row_cost = 0.6});
   costly.begin(config_with(6));
-  for (int round = 0; round < 30; ++round) costly.observe(report(6, 5, std::vector<double>(6, 0.9)));
+  for (int round = 0; round < 30; ++round)
+    costly.observe(report(6, 5, std::vector<double>(6, 0.9)));
   const std::size_t fewer = drafted_by(costly, std::vector<double>(6, 0.9), 6);
   EXPECT_GE(fewer, 1u);
   EXPECT_LT(fewer, 6u);
@@ -570,9 +573,9 @@ TEST(GoodputDraftLengthTest, MeasuredCostsFollowTheRoundTimings) {
   }
   const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 8, {}});
   EXPECT_NEAR(estimates.draft_token_cost, 1e-3, 1e-9);
-  EXPECT_NEAR(estimates.verify_cost[0], 10e-3, 1e-6);   // n = 1: extrapolated by the line
-  EXPECT_NEAR(estimates.verify_cost[4], 14e-3, 1e-6);   // n = 5: seen
-  EXPECT_NEAR(estimates.verify_cost[8], 18e-3, 1e-6);   // n = 9: extrapolated
+  EXPECT_NEAR(estimates.verify_cost[0], 10e-3, 1e-6);  // n = 1: extrapolated by the line
+  EXPECT_NEAR(estimates.verify_cost[4], 14e-3, 1e-6);  // n = 5: seen
+  EXPECT_NEAR(estimates.verify_cost[8], 18e-3, 1e-6);  // n = 9: extrapolated
   (void)policy.draft_more(DraftState{0, 8, {}});
   ASSERT_TRUE(policy.prediction().has_value());
   EXPECT_GT(policy.prediction()->seconds, 10e-3);
@@ -765,8 +768,8 @@ TEST(MeasureCallCostsTest, TimesEveryRowCountAndMakesGoodputOptions) {
 TEST(GoodputDraftLengthTest, ARowCountsFirstEstimateIsTheMedianOfThreeCalls) {
   specdec::detail::MeasuredCosts costs;
   costs.resize(4);
-  costs.observe(1, 1e-4, 10e-3);   // 2 rows
-  costs.observe(1, 1e-4, 40e-3);   // delayed
+  costs.observe(1, 1e-4, 10e-3);  // 2 rows
+  costs.observe(1, 1e-4, 40e-3);  // delayed
   costs.observe(1, 1e-4, 11e-3);
   std::vector<double> table(3);
   costs.fill_verify(table);
@@ -800,10 +803,10 @@ constexpr std::size_t kCap = 3;
 template <class Policy, class Verifier, class Proposer>
 double law_error(const Proposer& proposer, const Policy& policy, const Verifier& verifier,
                  const ScriptedPair& pair) {
-  const Law law = specdec::testing::speculative_law(proposer, policy, verifier,
-                                                    pair.target<double>(), pair.params, kPrompt,
-                                                    kLength, kCap);
-  const Law want = specdec::testing::target_law(pair.target<double>(), pair.params, kPrompt, kLength);
+  const Law law = specdec::testing::speculative_law(
+      proposer, policy, verifier, pair.target<double>(), pair.params, kPrompt, kLength, kCap);
+  const Law want =
+      specdec::testing::target_law(pair.target<double>(), pair.params, kPrompt, kLength);
   return specdec::testing::total_variation(law, want);
 }
 
@@ -817,8 +820,8 @@ std::vector<std::pair<std::string, ConfiguredDraftLength>> all_policies() {
     config.draft_length_policy.schedule.initial_draft_length = 1;
     config.draft_length_policy.confidence.min_probability = 0.5;
     // Fixed costs that make the goodput policy change its mind along the paths.
-    config.draft_length_policy.goodput = {.forgetting = 0.95, .probe_interval = 1,
-                                          .draft_token_cost = 0.02, .verify_row_cost = 0.1};
+    config.draft_length_policy.goodput = {
+        .forgetting = 0.95, .probe_interval = 1, .draft_token_cost = 0.02, .verify_row_cost = 0.1};
     ConfiguredDraftLength policy;
     policy.begin(config);
     if (kind == DraftLengthKind::goodput) {
@@ -856,9 +859,8 @@ TEST(PolicyExactnessTest, AdaptivePoliciesReallyVaryTheDraftLength) {
   const specdec::ModelProposer<ScriptedPair::Draft<double>> proposer(draft);
   for (const auto& [name, policy] : all_policies()) {
     if (name == "0") continue;  // fixed
-    const auto round = specdec::testing::round_law(proposer, policy, TokenVerifier{},
-                                                   pair.target<double>(), pair.params, kPrompt,
-                                                   kCap);
+    const auto round = specdec::testing::round_law(
+        proposer, policy, TokenVerifier{}, pair.target<double>(), pair.params, kPrompt, kCap);
     std::set<std::size_t> lengths;
     for (const auto& [outcome, probability] : round.outcomes) {
       lengths.insert(outcome.token_probabilities.size());
@@ -895,8 +897,8 @@ struct TargetRowPeekingPolicy {
   bool draft_more(const DraftState& state) const {
     if (state.drafted == 0) return true;
     const std::vector<token_t>& context = *g_drafting_context;
-    const std::vector<double> row = g_peeked_pair->target_rows(
-        std::span<const token_t>(context.data(), context.size() - 1), 1);
+    const std::vector<double> row =
+        g_peeked_pair->target_rows(std::span<const token_t>(context.data(), context.size() - 1), 1);
     const auto best = static_cast<token_t>(std::max_element(row.begin(), row.end()) - row.begin());
     return context.back() == best;
   }
@@ -936,8 +938,8 @@ struct DroppingProposer {
     while (n < request.limit && request.draft_more(DraftState{n, request.limit, {}})) {
       const std::span<const token_t> context(request.context);
       const std::vector<double> row = pair->draft_logits(context);
-      const specdec::TokenDistribution<double> q = specdec::process_logits(
-          std::span<const double>(row), request.params, filter_scratch);
+      const specdec::TokenDistribution<double> q =
+          specdec::process_logits(std::span<const double>(row), request.params, filter_scratch);
       std::vector<double> q_row(vocab);
       for (std::size_t v = 0; v < vocab; ++v) q_row[v] = q.probability(static_cast<token_t>(v));
       const token_t x = coins.draw(specdec::WeightsLaw<double>{q_row, {}});
@@ -946,12 +948,13 @@ struct DroppingProposer {
         dropped = q_row[static_cast<std::size_t>(x)] < 0.4;
       } else {
         std::vector<double> p_row = pair->target_rows(context, 1);
-        const specdec::TokenDistribution<double> p = specdec::process_logits(
-            std::span<const double>(p_row), request.params, filter_scratch);
+        const specdec::TokenDistribution<double> p =
+            specdec::process_logits(std::span<const double>(p_row), request.params, filter_scratch);
         dropped = p.probability(x) < q_row[static_cast<std::size_t>(x)];
       }
       if (dropped) break;
-      std::copy(q_row.begin(), q_row.end(), weights.begin() + static_cast<std::ptrdiff_t>(n * vocab));
+      std::copy(q_row.begin(), q_row.end(),
+                weights.begin() + static_cast<std::ptrdiff_t>(n * vocab));
       tokens[n] = x;
       request.context.push_back(x);
       ++n;
@@ -1046,7 +1049,7 @@ TEST(PolicyDecoderTest, GoodputFallsBackToPlainStepsWithAnUnrelatedDraftAndDraft
     EXPECT_EQ(histogram[0], result.stats.plain_rounds());
     if (noise == 0.0) {  // identical draft: everything is accepted, draft the cap
       EXPECT_GT(histogram[8], result.stats.rounds * 8 / 10);
-    } else {             // unrelated draft: mostly plain steps
+    } else {  // unrelated draft: mostly plain steps
       EXPECT_GT(result.stats.plain_rounds(), result.stats.rounds * 8 / 10);
     }
     // Fixed costs: no decision depends on a timing. The calibration by the draft's probability
@@ -1114,8 +1117,8 @@ TEST(PolicyDecoderTest, AdaptivePoliciesPassChiSquareAtTemperatureOne) {
   }
   auto draft = pair.draft<float>();
   auto target = pair.target<float>();
-  for (DraftLengthKind kind : {DraftLengthKind::schedule, DraftLengthKind::confidence,
-                               DraftLengthKind::goodput}) {
+  for (DraftLengthKind kind :
+       {DraftLengthKind::schedule, DraftLengthKind::confidence, DraftLengthKind::goodput}) {
     specdec::SpeculativeDecoder decoder(draft, target);
     GenerationConfig config = decoder_config(kind, 4);
     config.draft_length_policy.schedule.initial_draft_length = 2;

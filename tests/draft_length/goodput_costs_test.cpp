@@ -20,9 +20,9 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -67,9 +67,19 @@ const std::vector<double> kQ4TwoThreads =
     curve({{1, 1.0}, {2, 2.90}, {3, 1.86}, {4, 1.18}, {5, 2.18}, {8, 2.46}, {9, 2.68}, {16, 3.13}});
 // The shipped pair's target with Q4_0 weights through the adapter, one thread, the minimum of
 // 31 steady-state calls per row count (2026-12-04); n = 13..16 extrapolated.
-const std::vector<double> kShippedQ4 =
-    curve({{1, 1.0}, {2, 1.87}, {3, 2.75}, {4, 2.04}, {5, 2.89}, {6, 3.76}, {7, 4.60},
-           {8, 3.93}, {9, 4.88}, {10, 5.56}, {11, 6.58}, {12, 6.10}, {16, 8.0}});
+const std::vector<double> kShippedQ4 = curve({{1, 1.0},
+                                              {2, 1.87},
+                                              {3, 2.75},
+                                              {4, 2.04},
+                                              {5, 2.89},
+                                              {6, 3.76},
+                                              {7, 4.60},
+                                              {8, 3.93},
+                                              {9, 4.88},
+                                              {10, 5.56},
+                                              {11, 6.58},
+                                              {12, 6.10},
+                                              {16, 8.0}});
 
 struct World {
   std::vector<double> verify;  // T(n)/T(1)
@@ -185,7 +195,8 @@ TEST(GoodputCostCurvesTest, OnTheMeasuredOneBillionCurvesItPicksTheBestStaticPla
       ASSERT_EQ(best, c.expected_k);  // the dip wins by brute force
     }
     GoodputDraftLength policy(fixed_options(c.world));
-    const Replay r = replay(policy, c.world, [&](std::size_t) { return c.alpha; }, 20, 200);
+    const Replay r = replay(
+        policy, c.world, [&](std::size_t) { return c.alpha; }, 20, 200);
     EXPECT_EQ(r.mode(), best) << ::testing::PrintToString(r.histogram);
     // 0.95, not 0.97: in this world every token is a coin of the same bias, and the policy's
     // model of easy and hard stretches reads a run of heads as an easy stretch and drafts long
@@ -212,8 +223,9 @@ TEST(GoodputCostCurvesTest, WhereNothingPaysItRunsExactlyPlainDecoding) {
     ASSERT_EQ(best_static(c.world, c.alpha), 0u);  // plain decoding, by brute force
     GoodputDraftLength policy(fixed_options(c.world));
     // 50 generations of 200 tokens, as the benchmark runs; the calibration carries over.
-    const Replay r = replay(policy, c.world, [&](std::size_t) { return c.alpha; }, 50, 200,
-                            /*late_from=*/2000);
+    const Replay r = replay(
+        policy, c.world, [&](std::size_t) { return c.alpha; }, 50, 200,
+        /*late_from=*/2000);
     EXPECT_GE(r.rate(), 0.98 * static_rate(c.world, c.alpha, 0))
         << ::testing::PrintToString(r.histogram);
     EXPECT_EQ(r.late_drafted, 0u) << ::testing::PrintToString(r.histogram);

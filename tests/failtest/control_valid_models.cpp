@@ -46,7 +46,8 @@ struct TwoTokenPolicy {
   void observe(const specdec::RoundReport&) {}
 };
 static_assert(specdec::Proposer<EmptyProposer> && specdec::DraftLengthPolicy<TwoTokenPolicy>);
-static_assert(specdec::Verifier<specdec::TokenVerifier> && specdec::Verifier<specdec::BlockVerifier>);
+static_assert(specdec::Verifier<specdec::TokenVerifier> &&
+              specdec::Verifier<specdec::BlockVerifier>);
 
 int main() {
   SpanDraft span_draft;
@@ -62,9 +63,8 @@ int main() {
                              specdec::BlockVerifier{});
   specdec::StrategyDecoder e(flat_target, specdec::ModelProposer(span_draft), TwoTokenPolicy{},
                              specdec::TokenVerifier{});
-  return static_cast<int>(a.generate(prompt, config).tokens.size() +
-                          b.generate(prompt, config).tokens.size() +
-                          c.generate(prompt, config).tokens.size() +
-                          d.generate(prompt, config).tokens.size() +
-                          e.generate(prompt, config).tokens.size());
+  return static_cast<int>(
+      a.generate(prompt, config).tokens.size() + b.generate(prompt, config).tokens.size() +
+      c.generate(prompt, config).tokens.size() + d.generate(prompt, config).tokens.size() +
+      e.generate(prompt, config).tokens.size());
 }

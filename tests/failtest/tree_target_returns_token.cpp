@@ -27,9 +27,8 @@ struct TargetWithBadTreeCall {
 int main() {
   Draft draft;
   TargetWithBadTreeCall target;
-  specdec::StrategyDecoder decoder(
-      target, specdec::TreeProposer(draft, specdec::TreeOptions{}), specdec::StaticDraftLength{},
-      specdec::TreeVerifier{});
+  specdec::StrategyDecoder decoder(target, specdec::TreeProposer(draft, specdec::TreeOptions{}),
+                                   specdec::StaticDraftLength{}, specdec::TreeVerifier{});
   const std::vector<specdec::token_t> prompt = {1};
   return static_cast<int>(decoder.generate(prompt, specdec::GenerationConfig{}).tokens.size());
 }

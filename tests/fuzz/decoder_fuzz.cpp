@@ -860,7 +860,8 @@ void fuzz_helpers(FuzzedDataProvider& data) {
       options.draft_token_cost = hostile_double(data, -1, 2);
       options.verify_row_cost = hostile_double(data, -1, 2);
       const std::size_t table = data.ConsumeIntegralInRange<std::size_t>(0, 20);
-      for (std::size_t n = 0; n < table; ++n) options.verify_costs.push_back(hostile_double(data, -1, 8));
+      for (std::size_t n = 0; n < table; ++n)
+        options.verify_costs.push_back(hostile_double(data, -1, 8));
     }
     specdec::GoodputDraftLength policy(options);
     if (config.usable_draft_length() <= specdec::GenerationConfig::kMaxDraftLength) {
@@ -1043,14 +1044,13 @@ struct TreeLiar {
           } else {
             row[static_cast<std::size_t>(tokens[node])] = static_cast<float>(lie.value);
           }
-          proposal.q_weights = specdec::LogitsRows<float>(
-              weights, proposal.q_weights.vocab_size(), stride);
+          proposal.q_weights =
+              specdec::LogitsRows<float>(weights, proposal.q_weights.vocab_size(), stride);
         }
         break;
       case TreeLie::Kind::max_children:
         if (!proposal.max_children.empty()) {
-          max_children.assign(proposal.max_children.size(),
-                              static_cast<std::uint32_t>(lie.count));
+          max_children.assign(proposal.max_children.size(), static_cast<std::uint32_t>(lie.count));
           proposal.max_children = max_children;
         }
         break;
@@ -1109,7 +1109,8 @@ void fuzz_tree_decoder(FuzzedDataProvider& data, FuzzModel& draft_model, FuzzMod
   }
   decoder.proposer().lies.clear();
   const auto make_fresh = [&] {
-    return TreeDecoder<Verifier>(target, TreeLiar(specdec::TreeProposer<FuzzDraft>(draft, options)));
+    return TreeDecoder<Verifier>(target,
+                                 TreeLiar(specdec::TreeProposer<FuzzDraft>(draft, options)));
   };
   check_still_usable(decoder, make_fresh, draft_model, target_model);
 }

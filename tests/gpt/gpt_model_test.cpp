@@ -388,8 +388,8 @@ TEST(GptKernel, TransposedReductionEqualsPreduxBitwise) {
     _mm512_store_ps(sums, ex::reduce_16(acc));
     for (int k = 0; k < 16; ++k) {
       const float expected = Eigen::internal::predux(acc[k]);
-      ASSERT_TRUE(bitwise_equal(std::span<const float>(&sums[k], 1),
-                                std::span<const float>(&expected, 1)))
+      ASSERT_TRUE(
+          bitwise_equal(std::span<const float>(&sums[k], 1), std::span<const float>(&expected, 1)))
           << "trial " << trial << ", lane " << k << ": " << sums[k] << " vs " << expected;
     }
   }
@@ -997,8 +997,8 @@ TEST(GptWeightChecksum, MatchesZlibCrc32) {
   // The standard check value of CRC-32/ISO-HDLC (zlib.crc32(b"123456789")), and lengths that
   // exercise both the 8-byte steps and the byte tail.
   const std::string_view check = "123456789";
-  EXPECT_EQ(specdec::examples::detail::crc32(std::span(
-                reinterpret_cast<const unsigned char*>(check.data()), check.size())),
+  EXPECT_EQ(specdec::examples::detail::crc32(
+                std::span(reinterpret_cast<const unsigned char*>(check.data()), check.size())),
             0xCBF43926u);
   EXPECT_EQ(specdec::examples::detail::crc32({}), 0u);
   const std::string_view fox = "The quick brown fox jumps over the lazy dog";
@@ -1122,7 +1122,7 @@ TEST(GptModel, ThreadedCallsDoNotAllocate) {
   GTEST_SKIP() << "allocation counting needs glibc and no sanitizer";
 #else
   GptModel model = GptModel::from_file(kTargetPath);
-  model.set_threads(3);  // starts the workers: allocates, before the calls
+  model.set_threads(3);    // starts the workers: allocates, before the calls
   model.draft(genesis());  // a first call: the workers have run
   expect_calls_do_not_allocate(model);
 #endif

@@ -129,7 +129,8 @@ struct Tree {
 
 Tree binary_tree(std::size_t nodes, std::size_t vocab) {
   Tree tree{random_tokens(nodes, vocab, 99), {}};
-  for (std::size_t i = 0; i < nodes; ++i) tree.parents.push_back(static_cast<std::int32_t>(i / 2) - 1);
+  for (std::size_t i = 0; i < nodes; ++i)
+    tree.parents.push_back(static_cast<std::int32_t>(i / 2) - 1);
   return tree;
 }
 
@@ -157,15 +158,15 @@ std::vector<std::vector<float>> run_script(GptModel& model, std::span<const toke
 /// the tree's node tokens are random, so the next call's context keeps at most a prefix of it).
 std::vector<Call> mixed_calls(std::size_t context_size) {
   std::vector<Call> calls = {
-      {40, 40, 0},  // prompt: three chunks of 16 (the last short), every row's logits
-      {41, 1, 0},   {42, 1, 0},   // plain steps
-      {51, 9, 0},   // verify 8 drafts
-      {45, 2, 0},   // roll back 6 positions, verify 1
-      {46, 1, 0},   {46, 0, 6},   // a tree of 6 nodes on 46 committed tokens
-      {48, 3, 0},   // after the tree (its path mostly not kept)
-      {30, 0, 12},  // a tree after a rollback
-      {31, 1, 0},   {20, 20, 0},  // a long rollback, then all rows again
-      {60, 16, 0},  // 16 rows in one chunk
+      {40, 40, 0},               // prompt: three chunks of 16 (the last short), every row's logits
+      {41, 1, 0},  {42, 1, 0},   // plain steps
+      {51, 9, 0},                // verify 8 drafts
+      {45, 2, 0},                // roll back 6 positions, verify 1
+      {46, 1, 0},  {46, 0, 6},   // a tree of 6 nodes on 46 committed tokens
+      {48, 3, 0},                // after the tree (its path mostly not kept)
+      {30, 0, 12},               // a tree after a rollback
+      {31, 1, 0},  {20, 20, 0},  // a long rollback, then all rows again
+      {60, 16, 0},               // 16 rows in one chunk
   };
   for (Call& call : calls) call.length = std::min(call.length, context_size);
   return calls;
@@ -223,9 +224,9 @@ TEST(GptThreads, ShippedPairCallsAreBitwiseEqualForOneTwoThreeThreads) {
 TEST(GptThreads, ThreadedRowsEqualOneThreadSingleRowCalls) {
   // Row i of an n-row call on 2 threads == the one-row call of the same prefix on 1 thread.
   GptModel reference = GptModel::from_file(kModelsDir + "/kjv-target.spdc");
-  GptModel threaded = GptModel::from_file(kModelsDir + "/kjv-target.spdc",
-                                          GptModel::kDefaultChunkRows,
-                                          GptModel::kDefaultMaxTreeNodes, 2);
+  GptModel threaded =
+      GptModel::from_file(kModelsDir + "/kjv-target.spdc", GptModel::kDefaultChunkRows,
+                          GptModel::kDefaultMaxTreeNodes, 2);
   const std::vector<token_t> context = genesis();
   const std::size_t vocab = reference.vocab_size();
   const std::size_t n = 9;

@@ -61,8 +61,8 @@ class RpcServer {
  public:
   explicit RpcServer(int port) {
     const std::string port_text = std::to_string(port);
-    std::vector<std::string> args{"timeout", "300", SPECDEC_RPC_SERVER, "-H", "127.0.0.1",
-                                  "-p", port_text, "-t", "1"};
+    std::vector<std::string> args{
+        "timeout", "300", SPECDEC_RPC_SERVER, "-H", "127.0.0.1", "-p", port_text, "-t", "1"};
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -133,8 +133,7 @@ TEST(LlamaCppRpc, AnEndpointWithoutAServerIsAClearError) {
     (void)llama::rpc_device("127.0.0.1:" + std::to_string(port));
     ADD_FAILURE() << "expected an error for an endpoint nobody listens on";
   } catch (const std::invalid_argument& error) {
-    EXPECT_NE(std::string(error.what()).find("did not answer"), std::string::npos)
-        << error.what();
+    EXPECT_NE(std::string(error.what()).find("did not answer"), std::string::npos) << error.what();
   }
 }
 

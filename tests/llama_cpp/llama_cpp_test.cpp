@@ -41,9 +41,7 @@ const fs::path kModelsDir = SPECDEC_MODELS_DIR;
 
 /// The reference configuration: f32 weights, f32 KV cache, flash attention off — the closest
 /// llama.cpp gets to the f32 reference. Default is llama.cpp's own defaults (f16 KV, FA auto).
-llama::ContextOptions exact_options() {
-  return {.flash_attention = 0, .kv_type = GGML_TYPE_F32};
-}
+llama::ContextOptions exact_options() { return {.flash_attention = 0, .kv_type = GGML_TYPE_F32}; }
 
 std::vector<token_t> bytes_of(std::string_view text) {
   std::vector<token_t> tokens;
@@ -96,8 +94,8 @@ class GoldenLogitsTest : public ::testing::TestWithParam<GoldenCase> {};
 TEST_P(GoldenLogitsTest, PrefillAndTokenByTokenMatchPyTorch) {
   const GoldenCase& c = GetParam();
   const auto golden = specdec::examples::load_golden_logits(kModelsDir / c.golden);
-  auto model = llama::LoadedModel::load(kGgufDir / c.gguf, c.exact ? exact_options()
-                                                                   : llama::ContextOptions{});
+  auto model = llama::LoadedModel::load(kGgufDir / c.gguf,
+                                        c.exact ? exact_options() : llama::ContextOptions{});
   const std::size_t vocab = model.vocab_size();
   ASSERT_EQ(vocab, static_cast<std::size_t>(golden.logits.cols()));
   const std::vector<token_t> tokens(golden.tokens.begin(), golden.tokens.end());
@@ -168,7 +166,11 @@ TEST(LlamaCppText, ByteVocabularyTokenizesToByteIds) {
 
 TEST(LlamaCppText, StreamedUtf8CharactersAreNeverSplit) {
   auto model = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
-  const std::string text = "a\xc3\xa9" "b\xe2\x82\xac" "c\xf0\x9f\x98\x80" "d";  // 2-, 3-, 4-byte
+  const std::string text =
+      "a\xc3\xa9"
+      "b\xe2\x82\xac"
+      "c\xf0\x9f\x98\x80"
+      "d";  // 2-, 3-, 4-byte
   const std::vector<token_t> tokens = bytes_of(text);
   llama::TextDecoder decoder(model.vocab());
   std::vector<std::string> pieces;
@@ -245,7 +247,7 @@ TEST(LlamaCppGreedy, SpeculativeEqualsPlainEqualsLlamaCppLoop) {
 struct CheckedTarget {
   llama::ContextModel* cached;
   llama::ContextModel* fresh;
-  float worst = 0;          // max |cached - fresh| over every row of every call
+  float worst = 0;            // max |cached - fresh| over every row of every call
   float shifted_best = 1e9f;  // min over calls of max |cached - fresh rows one position earlier|
   std::size_t calls = 0;
   std::vector<float> rows;
@@ -462,10 +464,14 @@ TEST(LlamaCppTree, BadTreesAreClearErrors) {
   const std::vector<token_t> committed = bytes_of("\nExodus 2:3 ");
   const std::vector<token_t> tokens{'a', 'b', 'c'};
   expect_error<std::invalid_argument>(
-      [&] { (void)target.score_tree(committed, tokens, std::vector<std::int32_t>{-1, 2, 0}); },
+      [&] {
+        (void)target.score_tree(committed, tokens, std::vector<std::int32_t>{-1, 2, 0});
+      },
       "node 1 has parent 2");
   expect_error<std::invalid_argument>(
-      [&] { (void)target.score_tree(committed, tokens, std::vector<std::int32_t>{-1, -1, -1}); },
+      [&] {
+        (void)target.score_tree(committed, tokens, std::vector<std::int32_t>{-1, -1, -1});
+      },
       "3 leaves needs 4 sequences");
   expect_error<std::invalid_argument>(
       [&] {
@@ -490,7 +496,8 @@ std::vector<double> two_token_law(llama::ContextModel& target, const std::vector
     std::vector<double> p(row.size());
     const double top = *std::max_element(row.begin(), row.end());
     double sum = 0;
-    for (std::size_t v = 0; v < row.size(); ++v) sum += p[v] = std::exp((row[v] - top) / temperature);
+    for (std::size_t v = 0; v < row.size(); ++v)
+      sum += p[v] = std::exp((row[v] - top) / temperature);
     for (double& x : p) x /= sum;
     return p;
   };
@@ -556,7 +563,6 @@ std::vector<token_t> fresh_greedy(const std::vector<token_t>& prompt,
   return decoder.generate(prompt, config).tokens;
 }
 
-
 TEST(LlamaCppErrors, MissingAndInvalidFiles) {
   expect_error<std::invalid_argument>(
       [] { (void)llama::LoadedModel::load("/nonexistent/model.gguf"); }, "no such file");
@@ -589,7 +595,8 @@ TEST(LlamaCppErrorsDeathTest, SequencesBeyondTheOutputRowsAreInvalidArguments) {
         },
         ::testing::ExitedWithCode(0), "");
   };
-  expect_invalid({.n_ctx = 8, .n_seq_max = 17}, "n_seq_max = 17 sequences need as many output rows");
+  expect_invalid({.n_ctx = 8, .n_seq_max = 17},
+                 "n_seq_max = 17 sequences need as many output rows");
   expect_invalid({.n_ctx = 64, .n_seq_max = 65}, "min(n_ctx = 64, n_batch = ");
   expect_invalid({.n_ctx = 256, .n_batch = 8, .n_seq_max = 9}, "expected n_seq_max <= 8");
   expect_invalid({.n_ctx = 256, .n_batch = 8, .n_ubatch = 2, .n_seq_max = 9}, "n_batch = 8)");
@@ -601,8 +608,9 @@ TEST(LlamaCppErrorsDeathTest, SequencesBeyondTheOutputRowsAreInvalidArguments) {
   auto model = llama::LoadedModel::load(kGgufDir / "kjv-draft-f16.gguf",
                                         {.n_ctx = 256, .n_batch = 8, .n_seq_max = 8});
   const std::vector<token_t> committed = bytes_of("\nRuth 1:1 ");
-  EXPECT_EQ(model.score_tree(committed, std::vector<token_t>{'a', 'b', 'c'},
-                             std::vector<std::int32_t>{-1, -1, -1})
+  EXPECT_EQ(model
+                .score_tree(committed, std::vector<token_t>{'a', 'b', 'c'},
+                            std::vector<std::int32_t>{-1, -1, -1})
                 .size(),
             4 * model.vocab_size());
 }
@@ -626,12 +634,15 @@ TEST(LlamaCppErrors, ErrorsNameTheModel) {
       "a TreeProposer's draft needs it");
   // Unnamed: the GGUF file's name.
   auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
-  expect_error<std::invalid_argument>([&] { (void)target(std::vector<token_t>{1, 300}, 1); },
-                                      "llama.cpp model 'kjv-target-f16.gguf' got token 300");
+  expect_error<std::invalid_argument>(
+      [&] {
+        (void)target(std::vector<token_t>{1, 300}, 1);
+      },
+      "llama.cpp model 'kjv-target-f16.gguf' got token 300");
   // Through TreeProposer and the decoder: the draft's context is too small for the tree.
-  specdec::StrategyDecoder decoder(
-      target, specdec::TreeProposer(draft, {specdec::TreeShape::parse("2x1")}),
-      specdec::StaticDraftLength{}, specdec::TreeVerifier{});
+  specdec::StrategyDecoder decoder(target,
+                                   specdec::TreeProposer(draft, {specdec::TreeShape::parse("2x1")}),
+                                   specdec::StaticDraftLength{}, specdec::TreeVerifier{});
   specdec::GenerationConfig config;
   config.draft_length = 4;
   config.max_new_tokens = 8;
@@ -658,8 +669,7 @@ TEST(LlamaCppErrors, LearnedPositionsBoundTheContext) {
   auto tiny = llama::LoadedModel::load(kGgufDir / "tiny-target.gguf", {.n_ctx = 200});
   EXPECT_EQ(tiny.max_context(), 128u);
   const std::vector<token_t> context(200, 1);
-  expect_error<std::invalid_argument>([&] { (void)tiny(context, 1); },
-                                      "more than its n_ctx = 128");
+  expect_error<std::invalid_argument>([&] { (void)tiny(context, 1); }, "more than its n_ctx = 128");
   EXPECT_EQ(tiny(std::span(context).first(128), 1).size(), tiny.vocab_size());
 }
 
@@ -688,9 +698,15 @@ TEST(LlamaCppErrors, BadCallsThenAFreshDecode) {
 
   // A token outside the vocabulary never reaches llama_decode.
   expect_error<std::invalid_argument>(
-      [&] { (void)target(std::vector<token_t>{1, 300, 2}, 1); }, "token 300 at position 1");
-  expect_error<std::invalid_argument>([&] { (void)target(std::vector<token_t>{1, 2}, 3); },
-                                      "asked for 3 rows");
+      [&] {
+        (void)target(std::vector<token_t>{1, 300, 2}, 1);
+      },
+      "token 300 at position 1");
+  expect_error<std::invalid_argument>(
+      [&] {
+        (void)target(std::vector<token_t>{1, 2}, 3);
+      },
+      "asked for 3 rows");
   EXPECT_EQ(decoder.generate(prompt, config).tokens, expected);
 }
 
@@ -729,8 +745,7 @@ TEST(LlamaCppErrors, FailedDecodeRollsBackTheKvCache) {
     expect_error<std::runtime_error>([&] { (void)decoder.generate(prompt, config); },
                                      "llama_decode returned 2 (aborted");
     // The record and the KV cache agree: every cached position is really in the memory.
-    const llama_pos max_position =
-        llama_memory_seq_pos_max(llama_get_memory(target.context()), 0);
+    const llama_pos max_position = llama_memory_seq_pos_max(llama_get_memory(target.context()), 0);
     EXPECT_EQ(static_cast<std::int64_t>(target.cached_tokens().size()) - 1, max_position);
     abort.abort_after = SIZE_MAX;
     EXPECT_EQ(decoder.generate(prompt, config).tokens, expected);

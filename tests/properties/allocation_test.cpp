@@ -302,8 +302,11 @@ using MapTarget = PreallocatedTarget<true>;
 class PreallocatedTreeTarget : public SpanTarget {
  public:
   PreallocatedTreeTarget(std::size_t vocab, std::size_t max_rows)
-      : SpanTarget(vocab, max_rows), vocab_(vocab), max_rows_(max_rows),
-        tree_(vocab * max_rows), hashes_(max_rows) {}
+      : SpanTarget(vocab, max_rows),
+        vocab_(vocab),
+        max_rows_(max_rows),
+        tree_(vocab * max_rows),
+        hashes_(max_rows) {}
 
   std::span<const float> score_tree(std::span<const token_t> committed,
                                     std::span<const token_t> tokens,
@@ -461,10 +464,10 @@ class AllocationWindows {
 }
 
 template <class Target>
-AllocationWindows run_speculative(std::size_t vocab, std::size_t draft_length, Mode mode,
-                                  Inject inject = Inject::nothing,
-                                  specdec::VerifierKind verifier = specdec::VerifierKind::token,
-                                  specdec::DraftLengthKind policy = specdec::DraftLengthKind::fixed) {
+AllocationWindows run_speculative(
+    std::size_t vocab, std::size_t draft_length, Mode mode, Inject inject = Inject::nothing,
+    specdec::VerifierKind verifier = specdec::VerifierKind::token,
+    specdec::DraftLengthKind policy = specdec::DraftLengthKind::fixed) {
   PreallocatedDraft draft(vocab);
   Target target(vocab, draft_length + 1);
   specdec::SpeculativeDecoder<PreallocatedDraft, Target> decoder(draft, target);
@@ -599,10 +602,14 @@ struct SpeculativeCase {
 
 const char* policy_name(specdec::DraftLengthKind kind) {
   switch (kind) {
-    case specdec::DraftLengthKind::fixed: return "";
-    case specdec::DraftLengthKind::schedule: return "_schedule";
-    case specdec::DraftLengthKind::confidence: return "_confidence";
-    case specdec::DraftLengthKind::goodput: return "_goodput";
+    case specdec::DraftLengthKind::fixed:
+      return "";
+    case specdec::DraftLengthKind::schedule:
+      return "_schedule";
+    case specdec::DraftLengthKind::confidence:
+      return "_confidence";
+    case specdec::DraftLengthKind::goodput:
+      return "_goodput";
   }
   return "_unknown";
 }
@@ -624,9 +631,9 @@ std::vector<SpeculativeCase> all_speculative_cases() {
         if (mode != Mode::greedy) cases.push_back({vocab, k, mode, specdec::VerifierKind::block});
       }
       if (mode == Mode::sampling || mode == Mode::greedy || mode == Mode::top_p) {
-        for (const auto policy : {specdec::DraftLengthKind::schedule,
-                                  specdec::DraftLengthKind::confidence,
-                                  specdec::DraftLengthKind::goodput}) {
+        for (const auto policy :
+             {specdec::DraftLengthKind::schedule, specdec::DraftLengthKind::confidence,
+              specdec::DraftLengthKind::goodput}) {
           cases.push_back({vocab, 8, mode, specdec::VerifierKind::token, policy});
         }
       }
@@ -643,10 +650,9 @@ INSTANTIATE_TEST_SUITE_P(Modes, SpeculativeRound, ::testing::ValuesIn(all_specul
 TEST_P(SpeculativeRound, AllocatesNothingAfterTheFirstRound) {
   SKIP_IF_NOT_COUNTING();
   const SpeculativeCase& c = GetParam();
-  EXPECT_TRUE(all_windows_equal(
-      run_speculative<SpanTarget>(c.vocab, c.draft_length, c.mode, Inject::nothing, c.verifier,
-                                  c.policy),
-      0));
+  EXPECT_TRUE(all_windows_equal(run_speculative<SpanTarget>(c.vocab, c.draft_length, c.mode,
+                                                            Inject::nothing, c.verifier, c.policy),
+                                0));
 }
 
 TEST(SpeculativeRoundEigenTarget, AllocatesNothingAfterTheFirstRound) {
@@ -672,8 +678,7 @@ TEST(NgramRound, AllocatesNothingAfterTheFirstRound) {
       // the first round when the lookup drafted that one: one window may allocate, no other.
       const std::vector<std::size_t> counts = windows.per_window();
       ASSERT_GE(counts.size(), 10u);
-      EXPECT_LE(std::count_if(counts.begin(), counts.end(), [](std::size_t c) { return c > 0; }),
-                1)
+      EXPECT_LE(std::count_if(counts.begin(), counts.end(), [](std::size_t c) { return c > 0; }), 1)
           << ::testing::PrintToString(counts);
     }
   }
@@ -701,8 +706,8 @@ AllocationWindows run_tree(std::size_t vocab, Mode mode, const specdec::TreeOpti
 TEST(TreeRound, AllocatesNothingAfterTheFirstRound) {
   SKIP_IF_NOT_COUNTING();
   for (const std::size_t vocab : {std::size_t{50}, std::size_t{32000}}) {
-    for (const Mode mode : {Mode::sampling, Mode::greedy, Mode::all_filters,
-                            Mode::logits_processor}) {
+    for (const Mode mode :
+         {Mode::sampling, Mode::greedy, Mode::all_filters, Mode::logits_processor}) {
       for (const specdec::SiblingMode siblings :
            {specdec::SiblingMode::with_replacement, specdec::SiblingMode::without_replacement,
             specdec::SiblingMode::top_k}) {

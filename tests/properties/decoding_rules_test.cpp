@@ -166,13 +166,15 @@ TEST(StopTokenTest, StopAtAnyPositionIsTheLastEmittedToken) {
           config.stop_tokens = std::vector<token_t>{static_cast<token_t>(kScriptVocab + 7),
                                                     script(kPrompt.size() + position)};
           std::vector<token_t> streamed;
-          const auto result = decoder.generate(kPrompt, config, [&](std::span<const token_t> chunk) {
-            streamed.insert(streamed.end(), chunk.begin(), chunk.end());
-            return true;
-          });
-          const std::string label = "greedy=" + std::to_string(greedy) + " right=" +
-                                    std::to_string(right == kAlwaysRight ? 99 : right) +
-                                    " K=" + std::to_string(k) + " stop at " + std::to_string(position);
+          const auto result =
+              decoder.generate(kPrompt, config, [&](std::span<const token_t> chunk) {
+                streamed.insert(streamed.end(), chunk.begin(), chunk.end());
+                return true;
+              });
+          const std::string label = "greedy=" + std::to_string(greedy) +
+                                    " right=" + std::to_string(right == kAlwaysRight ? 99 : right) +
+                                    " K=" + std::to_string(k) + " stop at " +
+                                    std::to_string(position);
           EXPECT_EQ(result.tokens, scripted_continuation(kPrompt.size(), position + 1)) << label;
           EXPECT_EQ(result.finish_reason, FinishReason::stop_token) << label;
           EXPECT_EQ(streamed, result.tokens) << label;
@@ -273,8 +275,8 @@ TEST(BudgetTest, MaxNewTokensIsExactAndNeverExceeded) {
           specdec::GenerationConfig config = make_config(k, budget, greedy);
           config.seed = seed;
           const auto result = decoder.generate(prompt, config);
-          const std::string label = "greedy=" + std::to_string(greedy) + " budget=" +
-                                    std::to_string(budget) + " K=" + std::to_string(k);
+          const std::string label = "greedy=" + std::to_string(greedy) +
+                                    " budget=" + std::to_string(budget) + " K=" + std::to_string(k);
           ASSERT_EQ(result.tokens.size(), budget) << label;
           EXPECT_EQ(result.logprobs.size(), budget) << label;
           EXPECT_EQ(result.finish_reason, FinishReason::length) << label;
@@ -323,14 +325,14 @@ TEST(StreamingTest, CallbackReceivesExactlyTheEmittedTokensInOrder) {
       config.seed = seed;
       std::vector<token_t> streamed;
       std::size_t chunks = 0;
-      const auto result = decoder.generate(std::vector<token_t>{4}, config,
-                                           [&](std::span<const token_t> chunk) {
-                                             EXPECT_FALSE(chunk.empty());
-                                             EXPECT_LE(chunk.size(), k + 1);
-                                             streamed.insert(streamed.end(), chunk.begin(), chunk.end());
-                                             ++chunks;
-                                             return true;
-                                           });
+      const auto result =
+          decoder.generate(std::vector<token_t>{4}, config, [&](std::span<const token_t> chunk) {
+            EXPECT_FALSE(chunk.empty());
+            EXPECT_LE(chunk.size(), k + 1);
+            streamed.insert(streamed.end(), chunk.begin(), chunk.end());
+            ++chunks;
+            return true;
+          });
       EXPECT_EQ(streamed, result.tokens) << "K=" << k << " seed " << seed;
       EXPECT_EQ(chunks, result.stats.rounds) << "one chunk per round";
       // Streaming does not change what is generated.
@@ -351,17 +353,17 @@ TEST(StreamingTest, CallbackCanStopGeneration) {
       std::vector<token_t> streamed;
       std::size_t calls_when_stopped = 0;
       bool stopped = false;
-      const auto result = decoder.generate(std::vector<token_t>{4}, config,
-                                           [&](std::span<const token_t> chunk) {
-                                             EXPECT_FALSE(stopped) << "callback called after it returned false";
-                                             streamed.insert(streamed.end(), chunk.begin(), chunk.end());
-                                             if (streamed.size() >= stop_after) {
-                                               stopped = true;
-                                               calls_when_stopped = tracker.draft_calls + tracker.target_calls;
-                                               return false;
-                                             }
-                                             return true;
-                                           });
+      const auto result =
+          decoder.generate(std::vector<token_t>{4}, config, [&](std::span<const token_t> chunk) {
+            EXPECT_FALSE(stopped) << "callback called after it returned false";
+            streamed.insert(streamed.end(), chunk.begin(), chunk.end());
+            if (streamed.size() >= stop_after) {
+              stopped = true;
+              calls_when_stopped = tracker.draft_calls + tracker.target_calls;
+              return false;
+            }
+            return true;
+          });
       EXPECT_TRUE(stopped);
       EXPECT_EQ(result.finish_reason, FinishReason::callback);
       EXPECT_EQ(result.tokens, streamed) << "the result must hold exactly what was streamed";
@@ -388,12 +390,12 @@ TEST(StreamingTest, AutoregressiveStreamsOneTokenPerChunkAndCanStop) {
   HashTarget target{&tracker, {}};
   specdec::AutoregressiveDecoder decoder(target);
   std::vector<token_t> streamed;
-  const auto result = decoder.generate(std::vector<token_t>{4}, make_config(1, 30, false),
-                                       [&](std::span<const token_t> chunk) {
-                                         EXPECT_EQ(chunk.size(), 1u);
-                                         streamed.insert(streamed.end(), chunk.begin(), chunk.end());
-                                         return streamed.size() < 6;
-                                       });
+  const auto result = decoder.generate(
+      std::vector<token_t>{4}, make_config(1, 30, false), [&](std::span<const token_t> chunk) {
+        EXPECT_EQ(chunk.size(), 1u);
+        streamed.insert(streamed.end(), chunk.begin(), chunk.end());
+        return streamed.size() < 6;
+      });
   EXPECT_EQ(streamed, result.tokens);
   EXPECT_EQ(result.tokens.size(), 6u);
   EXPECT_EQ(result.finish_reason, FinishReason::callback);
@@ -496,7 +498,8 @@ TEST(StatisticsTest, RightAtPositionsZeroAndOneThenWrong) {
 
 TEST(StatisticsTest, CountersMatchTheRoundStructureForEveryKBudgetAndDraft) {
   for (bool greedy : {true, false}) {
-    for (std::size_t right : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{3}, kAlwaysRight}) {
+    for (std::size_t right :
+         {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{3}, kAlwaysRight}) {
       for (std::size_t k = 1; k <= 8; ++k) {
         for (std::size_t budget = 1; budget <= 25; ++budget) {
           RoundTracker tracker;
@@ -506,9 +509,9 @@ TEST(StatisticsTest, CountersMatchTheRoundStructureForEveryKBudgetAndDraft) {
           const auto result = decoder.generate(kPrompt, make_config(k, budget, greedy));
           const specdec::DecodeStats& s = result.stats;
           const ExpectedStats e = simulate(k, budget, right);
-          const std::string label = "greedy=" + std::to_string(greedy) + " right=" +
-                                    std::to_string(right == kAlwaysRight ? 99 : right) + " K=" +
-                                    std::to_string(k) + " budget=" + std::to_string(budget);
+          const std::string label = "greedy=" + std::to_string(greedy) +
+                                    " right=" + std::to_string(right == kAlwaysRight ? 99 : right) +
+                                    " K=" + std::to_string(k) + " budget=" + std::to_string(budget);
           ASSERT_EQ(result.tokens, scripted_continuation(kPrompt.size(), budget)) << label;
           EXPECT_EQ(s.rounds, e.rounds) << label;
           EXPECT_EQ(s.drafted, e.drafted) << label;
@@ -523,9 +526,9 @@ TEST(StatisticsTest, CountersMatchTheRoundStructureForEveryKBudgetAndDraft) {
                            static_cast<double>(e.emitted) / static_cast<double>(e.rounds))
               << label;
           const std::size_t trials = e.accepted + e.rejecting_rounds;
-          EXPECT_DOUBLE_EQ(s.alpha_hat(), trials == 0 ? 0.0
-                                                      : static_cast<double>(e.accepted) /
-                                                            static_cast<double>(trials))
+          EXPECT_DOUBLE_EQ(
+              s.alpha_hat(),
+              trials == 0 ? 0.0 : static_cast<double>(e.accepted) / static_cast<double>(trials))
               << label;
         }
       }
@@ -625,7 +628,7 @@ TEST(SeedTest, SameSeedSameTokensDifferentSeedDifferentTokens) {
     specdec::GenerationConfig config = make_config(3, 64, false);
     config.seed = seed * 1000003 + 17;
     const auto first = decoder.generate(prompt, config);
-    const auto again = decoder.generate(prompt, config);        // same decoder, reused buffers
+    const auto again = decoder.generate(prompt, config);            // same decoder, reused buffers
     const auto elsewhere = other_decoder.generate(prompt, config);  // a fresh decoder
     EXPECT_EQ(first.tokens, again.tokens) << "seed " << config.seed;
     EXPECT_EQ(first.logprobs, again.logprobs) << "seed " << config.seed;

@@ -88,7 +88,9 @@ TEST(ChiSquareMachineryTest, DetectsABiasedSamplerAndAcceptsAFairOne) {
     ++fair_counts[static_cast<std::size_t>(rng.uniform01() * 6.0)];
     const double u = rng.uniform01();
     constexpr double kLoaded = 1.0 / 6.0 + 0.01;  // face 0; faces 1-5 share the rest evenly
-    ++loaded_counts[u < kLoaded ? 0 : 1 + static_cast<std::size_t>((u - kLoaded) / (1.0 - kLoaded) * 5.0)];
+    ++loaded_counts[u < kLoaded
+                        ? 0
+                        : 1 + static_cast<std::size_t>((u - kLoaded) / (1.0 - kLoaded) * 5.0)];
   }
   EXPECT_GT(chi_square_test(fair_counts, fair).p_value, kMinPValue);
   EXPECT_LT(chi_square_test(loaded_counts, fair).p_value, kMinPValue);
@@ -152,13 +154,13 @@ TEST(ChiSquareMachineryTest, SamplesToDetectIsEnoughForTheHardestDeviation) {
     for (std::size_t i = 0; i < n; ++i) {
       const double u = rng.uniform01();
       constexpr double kHigh = 1.0 / 6.0 + 0.01 / 3.0;
-      const std::size_t face = u < 3 * kHigh ? static_cast<std::size_t>(u / kHigh)
-                                             : 3 + static_cast<std::size_t>((u - 3 * kHigh) /
-                                                                            ((1.0 - 3 * kHigh) / 3));
+      const std::size_t face =
+          u < 3 * kHigh ? static_cast<std::size_t>(u / kHigh)
+                        : 3 + static_cast<std::size_t>((u - 3 * kHigh) / ((1.0 - 3 * kHigh) / 3));
       ++counts[std::min<std::size_t>(face, 5)];
     }
-    EXPECT_LT(chi_square_test(counts, fair).p_value, kMinPValue) << "seed " << seed << ", " << n
-                                                                 << " rolls";
+    EXPECT_LT(chi_square_test(counts, fair).p_value, kMinPValue)
+        << "seed " << seed << ", " << n << " rolls";
   }
   EXPECT_THROW((void)samples_to_detect(0.0, 6), std::invalid_argument);
 }
@@ -187,7 +189,8 @@ std::size_t context_index(std::span<const token_t> context) {
     throw std::runtime_error("test model: runaway context; the decoder is not terminating");
   }
   const auto last = static_cast<std::size_t>(context.back());
-  const auto before = context.size() >= 2 ? static_cast<std::size_t>(context[context.size() - 2]) : 0;
+  const auto before =
+      context.size() >= 2 ? static_cast<std::size_t>(context[context.size() - 2]) : 0;
   return before * kVocab + last;
 }
 
@@ -203,9 +206,12 @@ enum class DraftQuality { well_matched, poor, identical };
 
 const char* name_of(DraftQuality quality) {
   switch (quality) {
-    case DraftQuality::well_matched: return "well-matched";
-    case DraftQuality::poor: return "poor";
-    case DraftQuality::identical: return "identical";
+    case DraftQuality::well_matched:
+      return "well-matched";
+    case DraftQuality::poor:
+      return "poor";
+    case DraftQuality::identical:
+      return "identical";
   }
   return "?";
 }
@@ -261,7 +267,8 @@ struct DoubleTableTarget {
   std::vector<double> operator()(std::span<const token_t> context, std::size_t n) const {
     std::vector<double> rows;
     for (std::size_t i = 0; i < n; ++i) {
-      const float* row = table->data() + context_index(context.first(context.size() - n + 1 + i)) * kVocab;
+      const float* row =
+          table->data() + context_index(context.first(context.size() - n + 1 + i)) * kVocab;
       rows.insert(rows.end(), row, row + kVocab);
     }
     return rows;
@@ -275,7 +282,8 @@ std::size_t cell_of(std::span<const token_t> tokens);
 // p(x) for one row, in double, straight from the documented semantics: temperature, then top-k
 // (ties with the k-th logit kept), then top-p on the renormalised top-k distribution (smallest
 // high-probability set of mass >= top_p, never splitting a tie), then min-p (p >= min_p p_max).
-std::vector<double> reference_probabilities(std::span<const float> row, const SamplingParams& params) {
+std::vector<double> reference_probabilities(std::span<const float> row,
+                                            const SamplingParams& params) {
   const std::size_t vocab = row.size();
   std::vector<double> logits(row.begin(), row.end());
   const double temperature = params.temperature;
@@ -297,7 +305,8 @@ std::vector<double> reference_probabilities(std::span<const float> row, const Sa
         total += weight(v);
       }
     }
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return logits[a] > logits[b]; });
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return logits[a] > logits[b]; });
     double cumulative = 0;
     double boundary = logits[order.back()];
     for (std::size_t v : order) {
@@ -388,7 +397,8 @@ TEST(DistributionTest, ReferenceFiltersAgreeWithLibraryKernels) {
   const LogitTable target = target_table();
   for (const DraftQuality quality :
        {DraftQuality::well_matched, DraftQuality::poor, DraftQuality::identical}) {
-    const LogitTable table = quality == DraftQuality::identical ? target : draft_table(target, quality);
+    const LogitTable table =
+        quality == DraftQuality::identical ? target : draft_table(target, quality);
     for (const Mode& mode : sampling_modes()) {
       if (mode.params.logits_processor) continue;  // filters only (the processor needs a context)
       for (std::size_t c = 0; c < kContexts; ++c) {
@@ -397,7 +407,8 @@ TEST(DistributionTest, ReferenceFiltersAgreeWithLibraryKernels) {
         const std::vector<double> row_double(row.begin(), row.end());
         std::vector<double> scratch_d;
         std::vector<float> scratch_f;
-        const auto dist_d = specdec::process_logits(std::span<const double>(row_double), mode.params, scratch_d);
+        const auto dist_d =
+            specdec::process_logits(std::span<const double>(row_double), mode.params, scratch_d);
         const auto dist_f = specdec::process_logits(row, mode.params, scratch_f);
         for (std::size_t v = 0; v < kVocab; ++v) {
           const auto token = static_cast<token_t>(v);
@@ -444,11 +455,13 @@ struct SampleSummary {
 };
 
 std::size_t cell_of(std::span<const token_t> tokens) {
-  return (static_cast<std::size_t>(tokens[0]) * kVocab + static_cast<std::size_t>(tokens[1])) * kVocab +
+  return (static_cast<std::size_t>(tokens[0]) * kVocab + static_cast<std::size_t>(tokens[1])) *
+             kVocab +
          static_cast<std::size_t>(tokens[2]);
 }
 
-specdec::GenerationConfig three_token_config(const SamplingParams& params, std::size_t draft_length) {
+specdec::GenerationConfig three_token_config(const SamplingParams& params,
+                                             std::size_t draft_length) {
   specdec::GenerationConfig config;
   config.draft_length = draft_length;
   config.max_new_tokens = kEmitted;
@@ -488,9 +501,12 @@ struct Band {
 
 Band intended_alpha(DraftQuality quality) {
   switch (quality) {
-    case DraftQuality::well_matched: return {0.7, 0.9};
-    case DraftQuality::poor: return {0.2, 0.4};
-    case DraftQuality::identical: return {1.0, 1.0};
+    case DraftQuality::well_matched:
+      return {0.7, 0.9};
+    case DraftQuality::poor:
+      return {0.2, 0.4};
+    case DraftQuality::identical:
+      return {1.0, 1.0};
   }
   return {0, 1};
 }
@@ -507,19 +523,23 @@ TEST_P(DistributionTest, FirstThreeTokensFollowTheTarget) {
     // K = 2 covers one full three-token round (bonus included); K = 5 is cut to K_eff = 2 by
     // the budget; alternate so both paths are sampled.
     const std::size_t draft_length = m % 2 == 0 ? 2 : 5;
-    const std::uint64_t seed_base = mix(0x5eed0000 + 16 * static_cast<std::uint64_t>(quality) + m) & ~0xfffffULL;
-    const SampleSummary summary = sample_decoder(target, draft, mode.params, draft_length, seed_base, kRuns);
+    const std::uint64_t seed_base =
+        mix(0x5eed0000 + 16 * static_cast<std::uint64_t>(quality) + m) & ~0xfffffULL;
+    const SampleSummary summary =
+        sample_decoder(target, draft, mode.params, draft_length, seed_base, kRuns);
     const std::vector<double> law = target_three_token_law(target, mode.params);
     const GoodnessOfFit fit = chi_square_test(summary.counts, law);
     const double alpha = summary.alpha_hat();
-    std::printf("[ stats ] %-12s %-10s K=%zu alpha_hat=%.4f (%zu rejecting rounds) chi2=%.1f "
-                "cells=%zu p=%.4g (G-test p=%.4g) (%.2fs)\n",
-                name_of(quality), mode.name.c_str(), draft_length, alpha, summary.rejecting_rounds,
-                fit.statistic, fit.cells, fit.p_value,
-                specdec::testing::g_test(summary.counts, law).p_value, summary.seconds);
+    std::printf(
+        "[ stats ] %-12s %-10s K=%zu alpha_hat=%.4f (%zu rejecting rounds) chi2=%.1f "
+        "cells=%zu p=%.4g (G-test p=%.4g) (%.2fs)\n",
+        name_of(quality), mode.name.c_str(), draft_length, alpha, summary.rejecting_rounds,
+        fit.statistic, fit.cells, fit.p_value,
+        specdec::testing::g_test(summary.counts, law).p_value, summary.seconds);
     const std::string label = std::string(name_of(quality)) + " " + mode.name;
     EXPECT_EQ(fit.impossible, 0u) << label << ": emitted a sequence the target cannot produce";
-    EXPECT_GT(fit.p_value, kMinPValue) << label << ": chi2 = " << fit.statistic << " over " << fit.cells << " cells";
+    EXPECT_GT(fit.p_value, kMinPValue)
+        << label << ": chi2 = " << fit.statistic << " over " << fit.cells << " cells";
     const Band band = intended_alpha(quality);
     if (quality == DraftQuality::identical) {
       // p == q: every draft is accepted (a rejection could only come from float rounding of
@@ -537,9 +557,12 @@ INSTANTIATE_TEST_SUITE_P(DraftQualities, DistributionTest,
                                            DraftQuality::identical),
                          [](const ::testing::TestParamInfo<DraftQuality>& info) {
                            switch (info.param) {
-                             case DraftQuality::well_matched: return std::string("WellMatched");
-                             case DraftQuality::poor: return std::string("Poor");
-                             case DraftQuality::identical: return std::string("Identical");
+                             case DraftQuality::well_matched:
+                               return std::string("WellMatched");
+                             case DraftQuality::poor:
+                               return std::string("Poor");
+                             case DraftQuality::identical:
+                               return std::string("Identical");
                            }
                            return std::string("Unknown");
                          });
@@ -551,7 +574,8 @@ INSTANTIATE_TEST_SUITE_P(DraftQualities, DistributionTest,
 // final coin). It must reproduce SpeculativeDecoder exactly.
 class KernelLoop {
  public:
-  KernelLoop(const LogitTable& draft, const LogitTable& target) : draft_{&draft}, target_{&target} {}
+  KernelLoop(const LogitTable& draft, const LogitTable& target)
+      : draft_{&draft}, target_{&target} {}
 
   std::vector<token_t> generate(const specdec::GenerationConfig& config) {
     const SamplingParams& params = config.sampling;
@@ -562,7 +586,8 @@ class KernelLoop {
     weights_.assign(draft_length * kVocab, 0.0f);
     normalizers_.assign(draft_length, 0.0f);
     while (emitted.size() < config.max_new_tokens) {
-      const std::size_t round_length = std::min(draft_length, config.max_new_tokens - emitted.size() - 1);
+      const std::size_t round_length =
+          std::min(draft_length, config.max_new_tokens - emitted.size() - 1);
       const std::size_t committed = context.size();
       std::vector<token_t> drafted;
       for (std::size_t k = 0; k < round_length; ++k) {
@@ -571,7 +596,8 @@ class KernelLoop {
             specdec::apply_logits_processor(params, context, draft_(context), processed_);
         const auto q = specdec::process_logits(draft_logits, params, filter_scratch_, weights);
         normalizers_[k] = q.normalizer;
-        drafted.push_back(specdec::sample_from_weights(std::span<const float>(weights), q.normalizer, rng.uniform01()));
+        drafted.push_back(specdec::sample_from_weights(std::span<const float>(weights),
+                                                       q.normalizer, rng.uniform01()));
         context.push_back(drafted.back());
       }
       const std::span<const float> rows = target_(context, round_length + 1);
@@ -594,13 +620,17 @@ class KernelLoop {
         const token_t x = drafted[accepted];
         const std::span<const float> q_weights(weights_.data() + accepted * kVocab, kVocab);
         const float q_x = q_weights[static_cast<std::size_t>(x)] / normalizers_[accepted];
-        if (coins[accepted] < static_cast<double>(specdec::acceptance_probability(p.probability(x), q_x))) continue;
+        if (coins[accepted] <
+            static_cast<double>(specdec::acceptance_probability(p.probability(x), q_x)))
+          continue;
         next = specdec::sample_residual(p, q_weights, normalizers_[accepted], final_coin, scratch);
         break;
       }
-      if (accepted == round_length) next = specdec::sample(p_row(round_length), final_coin, scratch);
+      if (accepted == round_length)
+        next = specdec::sample(p_row(round_length), final_coin, scratch);
       context.resize(committed + accepted);
-      emitted.insert(emitted.end(), drafted.begin(), drafted.begin() + static_cast<std::ptrdiff_t>(accepted));
+      emitted.insert(emitted.end(), drafted.begin(),
+                     drafted.begin() + static_cast<std::ptrdiff_t>(accepted));
       emitted.push_back(next);
       context.push_back(next);
     }
@@ -641,7 +671,6 @@ TEST(DistributionPowerTest, KernelLoopReproducesTheDecoder) {
 
 // ---- power check: StrategyDecoder with the restated verifier, with bugs injected --------------
 // (RestatedTokenVerifier and its mutants: tests/restated_token_verifier.hpp)
-
 
 // The power-check case: well-matched draft, T = 1, K = 2, three tokens.
 constexpr std::size_t kPowerDraftLength = 2;
@@ -690,11 +719,12 @@ double mutant_p_value(Mutation mutation, const char* label) {
   const std::vector<double> law = target_three_token_law(target, params);
   const GoodnessOfFit fit = chi_square_test(summary.counts, law);
   const double tv = total_variation(exact_three_token_law(mutation), law);
-  std::printf("[ power ] %-16s exact TV=%.3g chi2=%.1f cells=%zu p=%.3g (G-test p=%.3g) "
-              "impossible=%llu\n",
-              label, tv, fit.statistic, fit.cells, fit.p_value,
-              specdec::testing::g_test(summary.counts, law).p_value,
-              static_cast<unsigned long long>(fit.impossible));
+  std::printf(
+      "[ power ] %-16s exact TV=%.3g chi2=%.1f cells=%zu p=%.3g (G-test p=%.3g) "
+      "impossible=%llu\n",
+      label, tv, fit.statistic, fit.cells, fit.p_value,
+      specdec::testing::g_test(summary.counts, law).p_value,
+      static_cast<unsigned long long>(fit.impossible));
   return fit.impossible > 0 ? 0.0 : fit.p_value;
 }
 

@@ -69,7 +69,6 @@ double total_mass(const Law& law) {
 
 // The verification rule restated and its two mutants: tests/restated_token_verifier.hpp.
 
-
 // ---- cases -----------------------------------------------------------------------------------
 
 struct ModeCase {
@@ -159,9 +158,9 @@ void expect_exact_under_budget(const ScriptedPair& pair, const VerifierT& verifi
                                Worst& worst) {
   auto draft = pair.draft();
   const specdec::ModelProposer proposer(draft);
-  const Law got = specdec::testing::speculative_law(proposer, StaticDraftLength{}, verifier,
-                                                    pair.target(), pair.params, kPrompt, length,
-                                                    draft_length);
+  const Law got =
+      specdec::testing::speculative_law(proposer, StaticDraftLength{}, verifier, pair.target(),
+                                        pair.params, kPrompt, length, draft_length);
   const double tv = specdec::testing::total_variation(got, expected);
   const double error = specdec::testing::max_abs_difference(got, expected);
   worst.add(std::max(tv, error));
@@ -186,9 +185,9 @@ void expect_exact_unlimited(const ScriptedPair& pair, const VerifierT& verifier,
          specdec::testing::target_law(pair.target(), pair.params, kPrompt, emitted)) {
       Sequence context = kPrompt;
       context.insert(context.end(), prefix.begin(), prefix.end());
-      const auto cert = specdec::testing::certify_round(proposer, StaticDraftLength{}, verifier,
-                                                        pair.target(), pair.params, context,
-                                                        draft_length);
+      const auto cert =
+          specdec::testing::certify_round(proposer, StaticDraftLength{}, verifier, pair.target(),
+                                          pair.params, context, draft_length);
       worst.add(cert.total_variation);
       EXPECT_LT(cert.total_variation, kExactnessBound)
           << "unlimited: round from a context of " << context.size() << " tokens";
@@ -260,8 +259,7 @@ TEST(ExactnessTest, DisjointSupportsAndSharpDistributions) {
                 kExactnessBound);
     }
   }
-  std::printf("[ exact ] disjoint supports: %zu laws, worst error %.3g\n", worst.laws,
-              worst.error);
+  std::printf("[ exact ] disjoint supports: %zu laws, worst error %.3g\n", worst.laws, worst.error);
 }
 
 // verify_stochastic (the pure function of verify.hpp) and TokenVerifier are one rule: given the
@@ -344,13 +342,12 @@ MutantErrors worst_errors_over_cases(Mutation mutation) {
                                                           length, draft_length);
         worst.speculative = std::max(
             worst.speculative,
-            specdec::testing::max_abs_difference(got, specdec::testing::target_law(pair.target(), pair.params,
-                                                                 kPrompt, length)));
-        worst.round = std::max(
-            worst.round, specdec::testing::certify_round(proposer, StaticDraftLength{}, verifier,
-                                                         pair.target(), pair.params, kPrompt,
-                                                         draft_length)
-                             .total_variation);
+            specdec::testing::max_abs_difference(
+                got, specdec::testing::target_law(pair.target(), pair.params, kPrompt, length)));
+        worst.round = std::max(worst.round, specdec::testing::certify_round(
+                                                proposer, StaticDraftLength{}, verifier,
+                                                pair.target(), pair.params, kPrompt, draft_length)
+                                                .total_variation);
       }
     }
   }
@@ -364,8 +361,8 @@ double one_case_error(Mutation mutation) {
   const specdec::ModelProposer proposer(draft);
   return specdec::testing::max_abs_difference(
       specdec::testing::speculative_law(proposer, StaticDraftLength{},
-                                        RestatedTokenVerifier{mutation}, pair.target(),
-                                        pair.params, kPrompt, 2, 1),
+                                        RestatedTokenVerifier{mutation}, pair.target(), pair.params,
+                                        kPrompt, 2, 1),
       specdec::testing::target_law(pair.target(), pair.params, kPrompt, 2));
 }
 
@@ -404,10 +401,10 @@ TEST(ExactnessPowerTest, HarnessRejectsAVerdictBeyondTheProposal) {
   const ScriptedPair pair = make_pair(model_cases()[0], sampling_modes()[0].params);
   auto draft = pair.draft();
   const specdec::ModelProposer proposer(draft);
-  EXPECT_THROW((void)specdec::testing::speculative_law(proposer, StaticDraftLength{},
-                                                       AcceptsOneTooMany{}, pair.target(),
-                                                       pair.params, kPrompt, 3, 2),
-               std::logic_error);
+  EXPECT_THROW(
+      (void)specdec::testing::speculative_law(proposer, StaticDraftLength{}, AcceptsOneTooMany{},
+                                              pair.target(), pair.params, kPrompt, 3, 2),
+      std::logic_error);
 }
 
 // ---- greedy: a point mass on the target's argmax path ---------------------------------------
@@ -446,8 +443,8 @@ TEST(ExactnessTest, GreedyIsAPointMassOnTheTargetArgmaxPath) {
           for (std::size_t length = 1; length <= 6; ++length) {
             const Law expected{{greedy_target(pair.target_model, prompt, length), 1.0}};
             const Law got = specdec::testing::speculative_law(
-                proposer, StaticDraftLength{}, TokenVerifier{}, pair.target(), pair.params,
-                prompt, length, draft_length);
+                proposer, StaticDraftLength{}, TokenVerifier{}, pair.target(), pair.params, prompt,
+                length, draft_length);
             EXPECT_EQ(got, expected)
                 << "prompt " << a << "," << b << " K=" << draft_length << " L=" << length;
             EXPECT_EQ(specdec::testing::target_law(pair.target(), pair.params, prompt, length),

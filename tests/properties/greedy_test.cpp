@@ -72,15 +72,22 @@ Row target_row(std::span<const token_t> context) {
   const std::size_t third = (other + 1 + (h >> 30) % (kVocab - 2)) % kVocab;
   switch ((h >> 8) % 10) {
     case 0:
-    case 1: row[other] = std::nextafter(top, -std::numeric_limits<float>::infinity()); break;
+    case 1:
+      row[other] = std::nextafter(top, -std::numeric_limits<float>::infinity());
+      break;
     case 2:
-    case 3: row[other] = top; break;
+    case 3:
+      row[other] = top;
+      break;
     case 4:
       row[other] = top;
       if (third != best) row[third] = top;
       break;
-    case 5: row.fill(0.25f); break;
-    default: break;
+    case 5:
+      row.fill(0.25f);
+      break;
+    default:
+      break;
   }
   return row;
 }
@@ -111,7 +118,8 @@ Row draft_row(std::span<const token_t> context) {
       if (runner != best) row[runner] = std::nextafter(top, inf);
       break;
     }
-    default: break;
+    default:
+      break;
   }
   return row;
 }
@@ -253,11 +261,12 @@ void run_equivalence(bool with_processor, Coverage& coverage) {
 }
 
 void expect_meaningful(const Coverage& coverage, const char* label) {
-  std::printf("[ greedy ] %s: %zu generations, %zu tokens, %zu exact ties, %zu near ties on the "
-              "path, acceptance %.3f, %zu rejecting rounds\n",
-              label, coverage.generations, coverage.tokens, coverage.exact_ties, coverage.near_ties,
-              static_cast<double>(coverage.accepted) / static_cast<double>(coverage.drafted),
-              coverage.rejecting_rounds);
+  std::printf(
+      "[ greedy ] %s: %zu generations, %zu tokens, %zu exact ties, %zu near ties on the "
+      "path, acceptance %.3f, %zu rejecting rounds\n",
+      label, coverage.generations, coverage.tokens, coverage.exact_ties, coverage.near_ties,
+      static_cast<double>(coverage.accepted) / static_cast<double>(coverage.drafted),
+      coverage.rejecting_rounds);
   // The draft must really be imperfect and the tie cases must really be on the decoded path.
   EXPECT_GT(coverage.rejecting_rounds, 1000u) << label;
   EXPECT_GT(coverage.accepted, 1000u) << label;
@@ -334,7 +343,8 @@ TEST(GreedyTest, FiltersAndSeedDoNotChangeGreedyOutput) {
     filtered.sampling.top_p = 0.05f;
     filtered.sampling.min_p = 0.9f;
     filtered.seed = 12345 + static_cast<std::uint64_t>(p);
-    EXPECT_EQ(speculative.generate(prompt, plain).tokens, speculative.generate(prompt, filtered).tokens)
+    EXPECT_EQ(speculative.generate(prompt, plain).tokens,
+              speculative.generate(prompt, filtered).tokens)
         << "prompt " << p;
   }
 }

@@ -60,7 +60,8 @@ class CachedModel {
     }
     for (std::size_t r = 0; r < n; ++r) {  // row r follows position size - n + r
       const State s = states_[context.size() - n + r];
-      for (std::size_t v = 0; v < kVocab; ++v) rows_[r * kVocab + v] = logit(s.first, s.second, v, salt_);
+      for (std::size_t v = 0; v < kVocab; ++v)
+        rows_[r * kVocab + v] = logit(s.first, s.second, v, salt_);
     }
     return {rows_.data(), n * kVocab};
   }

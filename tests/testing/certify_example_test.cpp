@@ -21,10 +21,11 @@ struct BigramLookup {  // deterministic, so every drafted token is a point mass
   specdec::Proposal<double> propose(specdec::DraftRequest& request, Coins&) {
     tokens.clear();
     auto& context = request.context;
-    while (tokens.size() < request.limit && request.draft_more({tokens.size(), request.limit, {}})) {
+    while (tokens.size() < request.limit &&
+           request.draft_more({tokens.size(), request.limit, {}})) {
       std::size_t i = context.size() - 1;  // find the last earlier occurrence of context.back()
       while (i > 0 && context[i - 1] != context.back()) --i;
-      if (i == 0) break;                   // no match: propose nothing more
+      if (i == 0) break;  // no match: propose nothing more
       tokens.push_back(context[i]);
       context.push_back(context[i]);
     }
@@ -37,12 +38,14 @@ TEST(CertifyExample, BigramLookupIsExact) {
   specdec::testing::ScriptedPair pair;  // context-dependent toy target, V = 5
   for (float temperature : {0.0f, 0.7f, 1.0f}) {
     pair.params.temperature = temperature;
-    for (const specdec::testing::Sequence& context : {specdec::testing::Sequence{1, 2, 1},
-                                                      specdec::testing::Sequence{3, 0, 3, 0}}) {
-      const auto token = specdec::testing::certify_round(BigramLookup{}, specdec::StaticDraftLength{},
-          specdec::TokenVerifier{}, pair.target(), pair.params, context, /*draft_length=*/3);
-      const auto block = specdec::testing::certify_round(BigramLookup{}, specdec::StaticDraftLength{},
-          specdec::BlockVerifier{}, pair.target(), pair.params, context, 3);
+    for (const specdec::testing::Sequence& context :
+         {specdec::testing::Sequence{1, 2, 1}, specdec::testing::Sequence{3, 0, 3, 0}}) {
+      const auto token = specdec::testing::certify_round(
+          BigramLookup{}, specdec::StaticDraftLength{}, specdec::TokenVerifier{}, pair.target(),
+          pair.params, context, /*draft_length=*/3);
+      const auto block = specdec::testing::certify_round(
+          BigramLookup{}, specdec::StaticDraftLength{}, specdec::BlockVerifier{}, pair.target(),
+          pair.params, context, 3);
       EXPECT_LT(token.total_variation, 1e-9);
       EXPECT_LT(block.total_variation, 1e-9);
     }
@@ -53,8 +56,9 @@ TEST(CertifyExample, ReadmeSnippet) {
   specdec::testing::ScriptedPair pair;  // context-dependent toy target, V = 5
   pair.params.temperature = 0.7f;
   const auto cert = specdec::testing::certify_round(BigramLookup{}, specdec::StaticDraftLength{},
-      specdec::BlockVerifier{}, pair.target(), pair.params, /*context=*/{1, 2, 1}, /*K=*/3);
-  EXPECT_LT(cert.total_variation, 1e-9);   // a proposer that misreported q would fail here
+                                                    specdec::BlockVerifier{}, pair.target(),
+                                                    pair.params, /*context=*/{1, 2, 1}, /*K=*/3);
+  EXPECT_LT(cert.total_variation, 1e-9);  // a proposer that misreported q would fail here
 }
 // --- README example ends ---
 

@@ -42,11 +42,16 @@ enum class Filter { none, top_k, top_p, min_p, processor };
 
 const char* name_of(Filter filter) {
   switch (filter) {
-    case Filter::none: return "none";
-    case Filter::top_k: return "top_k";
-    case Filter::top_p: return "top_p";
-    case Filter::min_p: return "min_p";
-    case Filter::processor: return "processor";
+    case Filter::none:
+      return "none";
+    case Filter::top_k:
+      return "top_k";
+    case Filter::top_p:
+      return "top_p";
+    case Filter::min_p:
+      return "min_p";
+    case Filter::processor:
+      return "processor";
   }
   return "?";
 }
@@ -55,10 +60,17 @@ SamplingParams params_for(float temperature, Filter filter) {
   SamplingParams params;
   params.temperature = temperature;
   switch (filter) {
-    case Filter::none: break;
-    case Filter::top_k: params.top_k = 3; break;
-    case Filter::top_p: params.top_p = 0.8f; break;
-    case Filter::min_p: params.min_p = 0.2f; break;
+    case Filter::none:
+      break;
+    case Filter::top_k:
+      params.top_k = 3;
+      break;
+    case Filter::top_p:
+      params.top_p = 0.8f;
+      break;
+    case Filter::min_p:
+      params.min_p = 0.2f;
+      break;
     case Filter::processor:
       // Context dependent: penalise the last token, ban (last + 2) mod V after odd lengths.
       params.logits_processor = [](std::span<const token_t> context, std::span<float> logits) {
@@ -100,7 +112,8 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (std::size_t k = 1; k <= 4; ++k) {
     for (float t : {0.7f, 1.0f}) {
-      for (Filter f : {Filter::none, Filter::top_k, Filter::top_p, Filter::min_p, Filter::processor}) {
+      for (Filter f :
+           {Filter::none, Filter::top_k, Filter::top_p, Filter::min_p, Filter::processor}) {
         cases.push_back({k, t, f, 3 + k});
       }
     }
@@ -123,8 +136,9 @@ struct ArgmaxProposer {
   template <class Coins>
   specdec::Proposal<double> propose(specdec::DraftRequest& request, Coins& /*coins*/) {
     std::size_t n = 0;
-    while (n < request.limit &&
-           request.draft_more({n, request.limit, std::span<const double>(probabilities.data(), n)})) {
+    while (
+        n < request.limit &&
+        request.draft_more({n, request.limit, std::span<const double>(probabilities.data(), n)})) {
       const std::vector<double> row = draft(std::span<const token_t>(request.context));
       tokens[n] = specdec::argmax(std::span<const double>(row));
       request.context.push_back(tokens[n]);
@@ -140,11 +154,11 @@ struct ArgmaxProposer {
 // ---- mutants of block verification (restated from the paper, one bug each) --------------------
 
 enum class Mutation {
-  none,              // the rule itself, restated here
-  early_exit,        // stop at the first coin that fails instead of taking the LAST success
-  residual_ignores_w,// residual max(0, p - q) instead of max(0, w p - q)
-  scalar_residual,   // the seed's bug: max(0, p(y) - q(x)) with the drafted token's q(x)
-  wrong_bonus_row,   // bonus from row n - 1 instead of row n
+  none,                // the rule itself, restated here
+  early_exit,          // stop at the first coin that fails instead of taking the LAST success
+  residual_ignores_w,  // residual max(0, p - q) instead of max(0, w p - q)
+  scalar_residual,     // the seed's bug: max(0, p(y) - q(x)) with the drafted token's q(x)
+  wrong_bonus_row,     // bonus from row n - 1 instead of row n
 };
 
 template <class Scalar>
@@ -196,14 +210,17 @@ struct MutantBlockVerifier {
     }
     if (tau == n) {
       const std::size_t row = mutation == Mutation::wrong_bonus_row && n > 0 ? n - 1 : n;
-      return {n, coins.draw(specdec::DistributionLaw<Scalar>{target.distribution(row),
-                                                             target.scratch()}),
-              true};
+      return {
+          n,
+          coins.draw(specdec::DistributionLaw<Scalar>{target.distribution(row), target.scratch()}),
+          true};
     }
     const auto& p = target.distribution(tau);
     if (mutation == Mutation::scalar_residual) {
       const token_t x = proposal.tokens[tau];
-      return {tau, coins.draw(ScalarResidualLaw<Scalar>{p, static_cast<double>(proposal.q(tau, x))}), false};
+      return {tau,
+              coins.draw(ScalarResidualLaw<Scalar>{p, static_cast<double>(proposal.q(tau, x))}),
+              false};
     }
     const double scale = mutation == Mutation::residual_ignores_w ? 1.0 : w_tau;
     return {tau,
@@ -223,7 +240,8 @@ specdec::testing::RoundCertificate certify(const Case& c, const VerifierT& verif
                                          pair.params, kContext, c.draft_length);
 }
 
-// ---- exactness and acceptance --------------------------------------------------------------------
+// ---- exactness and acceptance
+// --------------------------------------------------------------------
 
 TEST(BlockVerifierTest, ExactByEnumerationAndNeverAcceptsFewerThanTokenLevel) {
   std::size_t strictly_better = 0;
@@ -272,17 +290,17 @@ TEST(BlockVerifierTest, ReducesToTokenLevelForPointMassDrafts) {
     SCOPED_TRACE(describe(c));
     const ScriptedPair pair = pair_for(c);
     const ArgmaxProposer<ScriptedPair::Draft<double>> proposer{pair.draft()};
-    const auto block = specdec::testing::round_law(proposer, StaticDraftLength{}, BlockVerifier{},
-                                                   pair.target(), pair.params, kContext,
-                                                   c.draft_length);
-    const auto token = specdec::testing::round_law(proposer, StaticDraftLength{}, TokenVerifier{},
-                                                   pair.target(), pair.params, kContext,
-                                                   c.draft_length);
+    const auto block =
+        specdec::testing::round_law(proposer, StaticDraftLength{}, BlockVerifier{}, pair.target(),
+                                    pair.params, kContext, c.draft_length);
+    const auto token =
+        specdec::testing::round_law(proposer, StaticDraftLength{}, TokenVerifier{}, pair.target(),
+                                    pair.params, kContext, c.draft_length);
     EXPECT_LT(specdec::testing::total_variation(block.chunks, token.chunks), 1e-12);
     EXPECT_NEAR(block.expected_accepted, token.expected_accepted, 1e-12);
-    const auto cert = specdec::testing::certify_round(proposer, StaticDraftLength{},
-                                                      BlockVerifier{}, pair.target(), pair.params,
-                                                      kContext, c.draft_length);
+    const auto cert =
+        specdec::testing::certify_round(proposer, StaticDraftLength{}, BlockVerifier{},
+                                        pair.target(), pair.params, kContext, c.draft_length);
     EXPECT_LT(cert.total_variation, kExact);
   }
 }
@@ -295,9 +313,9 @@ TEST(BlockVerifierTest, DecoderLawOfFirstTokensUnderTheBudgetRule) {
     const ScriptedPair pair = pair_for(c);
     auto draft = pair.draft();
     const specdec::ModelProposer proposer(draft);
-    const auto law = specdec::testing::speculative_law(proposer, StaticDraftLength{},
-                                                       BlockVerifier{}, pair.target(), pair.params,
-                                                       kContext, 3, c.draft_length);
+    const auto law =
+        specdec::testing::speculative_law(proposer, StaticDraftLength{}, BlockVerifier{},
+                                          pair.target(), pair.params, kContext, 3, c.draft_length);
     const auto target = specdec::testing::target_law(pair.target(), pair.params, kContext, 3);
     EXPECT_LT(specdec::testing::total_variation(law, target), kExact);
   }
@@ -390,8 +408,7 @@ TEST(BlockVerifierStatisticalTest, FullDecoderFollowsTheTarget) {
 TEST(BlockVerifierStatisticalTest, EarlyExitMutantFailsTheSameTest) {
   FloatModels models = float_models(0.8f, Filter::none);
   specdec::StrategyDecoder decoder(models.target, specdec::ModelProposer(models.draft),
-                                   StaticDraftLength{},
-                                   MutantBlockVerifier{Mutation::early_exit});
+                                   StaticDraftLength{}, MutantBlockVerifier{Mutation::early_exit});
   specdec::GenerationConfig config;
   config.draft_length = 3;
   config.sampling = models.pair.params;
@@ -415,7 +432,8 @@ TEST(BlockVerifierTest, GreedyIsArgmaxMatchingWhateverTheVerifier) {
   EXPECT_EQ(got.logprobs, expected.logprobs);
 }
 
-// ---- the harness polices the coin contract -------------------------------------------------------
+// ---- the harness polices the coin contract
+// -------------------------------------------------------
 
 struct ReadsACoinTwice {
   template <class Scalar, class Coins>
@@ -423,8 +441,8 @@ struct ReadsACoinTwice {
                                specdec::TargetRows<Scalar>& target, Coins& coins) const {
     (void)coins.accept(0, 0.5);
     (void)coins.accept(0, 0.7);
-    return {0, coins.draw(specdec::DistributionLaw<Scalar>{target.distribution(0),
-                                                           target.scratch()}),
+    return {0,
+            coins.draw(specdec::DistributionLaw<Scalar>{target.distribution(0), target.scratch()}),
             proposal.size() == 0};
   }
 };
@@ -453,9 +471,9 @@ TEST(CertificationHarnessTest, BranchProbabilitiesSumToOne) {
 // rejecting block-verification round at K = 4096 took seconds).
 
 TEST(BlockVerifierRunningWeights, BitIdenticalToTheDirectRecurrenceAndLinearInN) {
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{64},
-                              std::size_t{65}, std::size_t{1000}, std::size_t{4096},
-                              std::size_t{5000}}) {
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{64}, std::size_t{65},
+        std::size_t{1000}, std::size_t{4096}, std::size_t{5000}}) {
     std::vector<double> ratios(n);
     for (std::size_t j = 0; j < n; ++j) {  // clipping (ratio > 1), zeros and small ratios
       ratios[j] = j % 7 == 0 ? 3.0 : j % 97 == 96 ? 0.0 : 0.5 + 0.1 * static_cast<double>(j % 5);

@@ -19,8 +19,7 @@ inline constexpr std::string_view kErrorPrefix = "specdec: ";
 
 /// \brief `message` without its leading kErrorPrefix (unchanged if it has none): for a program
 /// that puts its own name, or a flag, in front of a library message.
-[[nodiscard]] constexpr std::string_view message_without_prefix(
-    std::string_view message) noexcept {
+[[nodiscard]] constexpr std::string_view message_without_prefix(std::string_view message) noexcept {
   if (message.starts_with(kErrorPrefix)) message.remove_prefix(kErrorPrefix.size());
   return message;
 }

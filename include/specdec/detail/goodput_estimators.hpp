@@ -233,8 +233,8 @@ class AcceptanceCalibration {
   }
 
   std::array<Counts, kBins> bins_{};
-  Counts pair_{};  // not decayed, like bins_: the pair's overall rate
-  Counts recent_{};  // every verdict, decayed per verdict; carried over: optimistic()
+  Counts pair_{};           // not decayed, like bins_: the pair's overall rate
+  Counts recent_{};         // every verdict, decayed per verdict; carried over: optimistic()
   Counts easy_{}, hard_{};  // verdicts by the regime held responsible (decayed)
   Counts easy_share_{};     // "accepted" = positions held easy (decayed)
   double belief_ = kPriorMean;
@@ -385,8 +385,8 @@ class MeasuredCosts {
   static constexpr double kWarmupSamples = 4;
   static constexpr double kPriorRowCost = 0.05;
   static constexpr std::size_t kFirstSamples = 3;  // = kTrustedWeight: trusted from the median
-  std::vector<double> mean_, weight_;  // [n]: target-call seconds for n rows
-  std::vector<double> first_;          // (n, kFirstSamples): a row count's first samples
+  std::vector<double> mean_, weight_;              // [n]: target-call seconds for n rows
+  std::vector<double> first_;  // (n, kFirstSamples): a row count's first samples
   double draft_token_ = 0;
   double draft_samples_ = 0;
 };

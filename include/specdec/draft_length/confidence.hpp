@@ -7,8 +7,8 @@
 #include <cstddef>
 
 #include "specdec/detail/error.hpp"
-#include "specdec/draft_length/options.hpp"
 #include "specdec/detail/exact_float.hpp"
+#include "specdec/draft_length/options.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/strategies.hpp"
 

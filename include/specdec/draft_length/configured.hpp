@@ -7,13 +7,13 @@
 #include <optional>
 #include <type_traits>
 
-#include "specdec/draft_length/confidence.hpp"
 #include "specdec/detail/error.hpp"
-#include "specdec/draft_length/options.hpp"
+#include "specdec/draft_length/confidence.hpp"
 #include "specdec/draft_length/goodput.hpp"
-#include "specdec/proposal.hpp"
+#include "specdec/draft_length/options.hpp"
 #include "specdec/draft_length/schedule.hpp"
 #include "specdec/draft_length/static.hpp"
+#include "specdec/proposal.hpp"
 #include "specdec/strategies.hpp"
 
 namespace specdec {
@@ -52,10 +52,14 @@ class ConfiguredDraftLength {
 
   [[nodiscard]] bool draft_more(const DraftState& state) {
     switch (kind_) {
-      case DraftLengthKind::schedule: return schedule_.draft_more(state);
-      case DraftLengthKind::confidence: return confidence_.draft_more(state);
-      case DraftLengthKind::goodput: return goodput_.draft_more(state);
-      case DraftLengthKind::fixed: break;
+      case DraftLengthKind::schedule:
+        return schedule_.draft_more(state);
+      case DraftLengthKind::confidence:
+        return confidence_.draft_more(state);
+      case DraftLengthKind::goodput:
+        return goodput_.draft_more(state);
+      case DraftLengthKind::fixed:
+        break;
     }
     return true;
   }

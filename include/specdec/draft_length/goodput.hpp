@@ -44,10 +44,10 @@
 #include <vector>
 
 #include "specdec/detail/error.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/goodput_estimators.hpp"
 #include "specdec/draft_length/options.hpp"
 #include "specdec/generation.hpp"
-#include "specdec/detail/exact_float.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/strategies.hpp"
 
@@ -60,7 +60,7 @@ struct GoodputEstimates {
   /// Acceptance probability of each token not drafted yet, in drafting order: [k] is that of
   /// token j + 1 + k given the ones before it (at least max_length - j entries).
   std::span<const double> acceptance;
-  double draft_token_cost = 0;  ///< t_d
+  double draft_token_cost = 0;          ///< t_d
   std::span<const double> verify_cost;  ///< [n - 1] = T_v(n), n = 1 .. at least max_length + 1
   /// Costs of a round that are neither a draft token nor a target row (0: none):
   double switch_cost = 0;     ///< added when the round's m + 1 rows differ from last_rows
@@ -114,7 +114,6 @@ struct GoodputEstimates {
   return best;
 }
 
-
 /// \brief The goodput-optimal draft-length policy (see the file comment).
 ///
 /// At every generate() the evidence about the text starts over (the text changes); how the
@@ -141,7 +140,9 @@ class GoodputDraftLength {
     reserve(cap_);
     measured_.resize(cap_ + 1);  // here, not in a round: rounds allocate nothing
     SamplingKey sampling;  // unknown for a config without SamplingParams: nothing carries over
-    if constexpr (requires { { config.sampling } -> std::convertible_to<const SamplingParams&>; }) {
+    if constexpr (requires {
+                    { config.sampling } -> std::convertible_to<const SamplingParams&>;
+                  }) {
       sampling = SamplingKey::of(config.sampling);
     }
     if (options_.keep_calibration && sampling.same_as(last_sampling_)) {
@@ -151,7 +152,10 @@ class GoodputDraftLength {
     }
     last_sampling_ = sampling;
     whole_rounds_ = false;
-    if constexpr (requires { config.verifier == VerifierKind::block; config.sampling.greedy(); }) {
+    if constexpr (requires {
+                    config.verifier == VerifierKind::block;
+                    config.sampling.greedy();
+                  }) {
       whole_rounds_ = config.verifier == VerifierKind::block && !config.sampling.greedy();
     }
     plain_streak_ = 0;
@@ -171,7 +175,7 @@ class GoodputDraftLength {
     const std::size_t max_length = std::min({state.limit, cap_, round_cap_});
     if (j >= max_length) return false;
     if (verify_cost_.size() < max_length + 1) reserve(max_length);  // used without begin()
-    if (whole_rounds_ && j > 0) return j < round_plan_;  // see whole_rounds_
+    if (whole_rounds_ && j > 0) return j < round_plan_;             // see whole_rounds_
     const GoodputEstimates estimates = estimates_for(state);
     std::size_t planned = best_draft_length(estimates, max_length);
     if (j == 0 && planned == 0 && plain_streak_ >= probe_due_) {
@@ -215,10 +219,9 @@ class GoodputDraftLength {
       // round it misses costs most of a round's gain), while a draft that stays useless costs
       // a few probes per generate() before the waits double.
       failed_probes_ = probing_ ? failed_probes_ + 1 : 0;
-      const std::size_t doublings =
-          std::min<std::size_t>(kMaxProbeDoublings, failed_probes_ > kProbesBeforeBackoff
-                                                        ? failed_probes_ - kProbesBeforeBackoff
-                                                        : 0);
+      const std::size_t doublings = std::min<std::size_t>(
+          kMaxProbeDoublings,
+          failed_probes_ > kProbesBeforeBackoff ? failed_probes_ - kProbesBeforeBackoff : 0);
       probe_wait_ = options_.probe_interval << doublings;
       probe_due_ = probe_wait_;
       plain_streak_ = 0;
@@ -297,8 +300,12 @@ class GoodputDraftLength {
     float temperature = 0, top_p = 0, min_p = 0;
     int top_k = 0;
     static SamplingKey of(const SamplingParams& sampling) {
-      return {true, static_cast<bool>(sampling.logits_processor), sampling.temperature,
-              sampling.top_p, sampling.min_p, sampling.top_k};
+      return {true,
+              static_cast<bool>(sampling.logits_processor),
+              sampling.temperature,
+              sampling.top_p,
+              sampling.min_p,
+              sampling.top_k};
     }
     [[nodiscard]] bool same_as(const SamplingKey& other) const noexcept {
       return known && other.known && !processed && !other.processed &&
@@ -348,11 +355,10 @@ class GoodputDraftLength {
       correction_ = 1.0 + (correction_ - 1.0) * kCorrectionFading;
       refresh_costs();
     } else {
-      const double predicted =
-          options_.fixed_verify_cost(report.drafted + 1) +
-          options_.draft_token_cost * static_cast<double>(report.drafted);
-      const double per_unit = (report.target_seconds + std::max(report.draft_seconds, 0.0)) /
-                              predicted;
+      const double predicted = options_.fixed_verify_cost(report.drafted + 1) +
+                               options_.draft_token_cost * static_cast<double>(report.drafted);
+      const double per_unit =
+          (report.target_seconds + std::max(report.draft_seconds, 0.0)) / predicted;
       drafting_per_unit_ = Costs::smoothed(drafting_per_unit_, per_unit, drafting_samples_);
       drafting_samples_ = std::min(drafting_samples_ + 1.0, kMaxCorrectionSamples);
     }
@@ -371,9 +377,8 @@ class GoodputDraftLength {
       const bool fixed = options_.fixed_costs();
       draft_token_cost_ = fixed ? options_.draft_token_cost * correction_ : 0.05;
       for (std::size_t n = 1; n <= verify_cost_.size(); ++n) {
-        verify_cost_[n - 1] =
-            fixed ? options_.fixed_verify_cost(n) * (n == 1 ? 1.0 : correction_)
-                  : 1.0 + 0.05 * static_cast<double>(n - 1);
+        verify_cost_[n - 1] = fixed ? options_.fixed_verify_cost(n) * (n == 1 ? 1.0 : correction_)
+                                    : 1.0 + 0.05 * static_cast<double>(n - 1);
       }
       return;
     }
@@ -395,8 +400,8 @@ class GoodputDraftLength {
   std::size_t probe_wait_ = options_.probe_interval;  // reset by begin() too
   std::size_t probe_due_ = options_.probe_interval;   // plain_streak_ at which to probe
   bool probing_ = false;
-  bool predicted_ = false;  // draft_more ran since the last observe
-  bool first_round_ = true;  // the next observe() is of a generate()'s first round
+  bool predicted_ = false;     // draft_more ran since the last observe
+  bool first_round_ = true;    // the next observe() is of a generate()'s first round
   std::size_t last_rows_ = 0;  // the previous round's target rows (0: none this generation)
   // correct_costs: carried over between generate() calls (they describe the hardware)
   static constexpr double kCorrectionSamples = 4, kMaxCorrectionSamples = 16;
@@ -419,7 +424,8 @@ class GoodputDraftLength {
   static constexpr std::size_t kProbesBeforeBackoff = 4, kMaxProbeDoublings = 4;
   std::size_t failed_probes_ = 0;  // probes since drafting last resumed
   std::size_t rounds_since_exploring_ = 0;
-  std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or less in an exploring round
+  std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or
+                                                                     // less in an exploring round
   RoundPrediction last_prediction_{};
 };
 

@@ -127,8 +127,7 @@ struct GoodputOptions {
            detail::exactly_equal(verify_row_cost, other.verify_row_cost) &&
            std::ranges::equal(verify_costs, other.verify_costs, detail::exactly_equal<double>) &&
            detail::exactly_equal(switch_cost, other.switch_cost) &&
-           correct_costs == other.correct_costs &&
-           keep_calibration == other.keep_calibration;
+           correct_costs == other.correct_costs && keep_calibration == other.keep_calibration;
   }
 
   [[nodiscard]] bool fixed_costs() const noexcept {
@@ -141,8 +140,8 @@ struct GoodputOptions {
     if (verify_costs.empty()) return 1.0 + verify_row_cost * rows;
     const std::size_t size = verify_costs.size();
     if (n <= size) return verify_costs[n - 1];
-    const double step = size >= 2 ? std::max(0.0, verify_costs[size - 1] - verify_costs[size - 2])
-                                  : 0.0;
+    const double step =
+        size >= 2 ? std::max(0.0, verify_costs[size - 1] - verify_costs[size - 2]) : 0.0;
     return verify_costs[size - 1] + step * static_cast<double>(n - size);
   }
 
@@ -162,8 +161,10 @@ struct GoodputOptions {
     if (!verify_costs.empty()) {
       if (!(draft_token_cost >= 0) || std::isinf(draft_token_cost) || verify_row_cost >= 0) {
         detail::throw_invalid_argument(
-            "goodput verify_costs given (", verify_costs.size(), " row counts) with "
-            "draft_token_cost = ", draft_token_cost, ", verify_row_cost = ", verify_row_cost,
+            "goodput verify_costs given (", verify_costs.size(),
+            " row counts) with "
+            "draft_token_cost = ",
+            draft_token_cost, ", verify_row_cost = ", verify_row_cost,
             "; expected a finite draft_token_cost >= 0 in the same unit and verify_row_cost < 0 "
             "(the table replaces the line)");
       }
@@ -176,9 +177,8 @@ struct GoodputOptions {
       return;
     }
     const bool draft_fixed = draft_token_cost >= 0, row_fixed = verify_row_cost >= 0;
-    if (draft_fixed != row_fixed || std::isnan(draft_token_cost) ||
-        std::isnan(verify_row_cost) || std::isinf(draft_token_cost) ||
-        std::isinf(verify_row_cost)) {
+    if (draft_fixed != row_fixed || std::isnan(draft_token_cost) || std::isnan(verify_row_cost) ||
+        std::isinf(draft_token_cost) || std::isinf(verify_row_cost)) {
       detail::throw_invalid_argument(
           "goodput draft_token_cost = ", draft_token_cost, ", verify_row_cost = ", verify_row_cost,
           "; expected both finite and >= 0 (a fixed cost model) or both < 0 (measure online)");

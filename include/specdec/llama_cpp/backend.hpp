@@ -67,7 +67,8 @@ class CpuThreadPool {
     if (cpu == nullptr) return;
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
     using New = ggml_threadpool* (*)(ggml_threadpool_params*);
-    const auto create = reinterpret_cast<New>(ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_new"));
+    const auto create =
+        reinterpret_cast<New>(ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_new"));
     free_ = reinterpret_cast<Free>(ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_free"));
     if (create == nullptr || free_ == nullptr) return;
     ggml_threadpool_params params = ggml_threadpool_params_default(threads);

@@ -191,8 +191,8 @@ class ContextModel {
     tree_batch_.n_tokens = 0;
     add_to_tree_batch(committed[c - 1], static_cast<llama_pos>(c - 1), 0, leaves, true);
     for (std::size_t i = 0; i < tokens.size(); ++i) {
-      add_to_tree_batch(tokens[i], static_cast<llama_pos>(c + tree_depth_[i]),
-                        leaf_begin_[i], leaf_end_[i], false);
+      add_to_tree_batch(tokens[i], static_cast<llama_pos>(c + tree_depth_[i]), leaf_begin_[i],
+                        leaf_end_[i], false);
     }
     const std::int32_t status = llama_decode(context_, tree_batch_);
     if (status != 0) {
@@ -258,8 +258,8 @@ class ContextModel {
   void check_tokens(std::span<const token_t> context, std::size_t from) const {
     for (std::size_t i = from; i < context.size(); ++i) {
       if (context[i] < 0 || static_cast<std::size_t>(context[i]) >= vocab_size_) {
-        detail::throw_invalid_argument(who(), " got token ", context[i], " at position ",
-                                       i, "; expected a token id in [0, ", vocab_size_, ")");
+        detail::throw_invalid_argument(who(), " got token ", context[i], " at position ", i,
+                                       "; expected a token id in [0, ", vocab_size_, ")");
       }
     }
   }
@@ -281,9 +281,11 @@ class ContextModel {
       detail::throw_invalid_argument(who(), " score_tree: ", message_without_prefix(error.what()));
     }
     if (nodes + 1 > n_batch_) {
-      detail::throw_invalid_argument(who(), " score_tree: a tree of ", nodes,
-                                     " nodes needs ", nodes + 1, " tokens in one llama_decode; "
-                                     "expected at most n_batch = ", n_batch_);
+      detail::throw_invalid_argument(who(), " score_tree: a tree of ", nodes, " nodes needs ",
+                                     nodes + 1,
+                                     " tokens in one llama_decode; "
+                                     "expected at most n_batch = ",
+                                     n_batch_);
     }
     if (committed.size() + nodes > n_ctx_) {
       detail::throw_invalid_argument(who(), " score_tree: ", committed.size(),
@@ -292,15 +294,13 @@ class ContextModel {
     }
     for (std::size_t i = 0; i < nodes; ++i) {
       if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= vocab_size_) {
-        detail::throw_invalid_argument(who(), " score_tree: node ", i, " has token ",
-                                       tokens[i], "; expected a token id in [0, ", vocab_size_,
-                                       ")");
+        detail::throw_invalid_argument(who(), " score_tree: node ", i, " has token ", tokens[i],
+                                       "; expected a token id in [0, ", vocab_size_, ")");
       }
     }
     if (committed.size() + height > n_ctx_) {
-      detail::throw_invalid_argument(who(), " score_tree: a path of ", height,
-                                     " nodes after ", committed.size(),
-                                     " tokens exceeds n_ctx = ", n_ctx_);
+      detail::throw_invalid_argument(who(), " score_tree: a path of ", height, " nodes after ",
+                                     committed.size(), " tokens exceeds n_ctx = ", n_ctx_);
     }
     children_.build(parents, nodes);
     // Depth-first: a node's leaves are contiguous in this numbering.
@@ -338,8 +338,8 @@ class ContextModel {
       }
     }
     if (leaves + 1 > n_seq_max_) {
-      detail::throw_invalid_argument(who(), " score_tree: a tree with ", leaves,
-                                     " leaves needs ", leaves + 1,
+      detail::throw_invalid_argument(who(), " score_tree: a tree with ", leaves, " leaves needs ",
+                                     leaves + 1,
                                      " sequences; this context holds n_seq_max = ", n_seq_max_,
                                      " (create it with ContextOptions::n_seq_max >= ", leaves + 1,
                                      "; a TreeProposer's draft needs it as much as the target)");
@@ -431,9 +431,9 @@ class ContextModel {
     for (std::size_t i = std::max(begin, first_output); i < end; ++i) {
       // llama_get_logits_ith takes the token's index in the batch.
       const float* logits = llama_get_logits_ith(context_, static_cast<std::int32_t>(i - begin));
-      std::copy_n(logits, vocab_size_,
-                  straddled_rows_.begin() +
-                      static_cast<std::ptrdiff_t>((i - first_output) * vocab_size_));
+      std::copy_n(
+          logits, vocab_size_,
+          straddled_rows_.begin() + static_cast<std::ptrdiff_t>((i - first_output) * vocab_size_));
     }
   }
 
@@ -444,23 +444,23 @@ class ContextModel {
   std::size_t n_ctx_ = 0;
   std::size_t n_batch_ = 0;
   std::size_t n_seq_max_ = 1;
-  llama_batch batch_{};                 // (n_batch) tokens of one llama_decode
-  llama_batch tree_batch_{};            // (n_batch, n_seq_max) a tree's llama_decode, on demand
+  llama_batch batch_{};       // (n_batch) tokens of one llama_decode
+  llama_batch tree_batch_{};  // (n_batch, n_seq_max) a tree's llama_decode, on demand
   // The last tree scored (nodes), until the next call tells which path survived:
   bool tree_pending_ = false;
   std::size_t tree_leaves_ = 0;
-  std::vector<token_t> tree_tokens_;         // (nodes)
-  std::vector<std::int32_t> tree_parents_;   // (nodes)
-  std::vector<std::size_t> tree_depth_;      // (nodes) tree_depths: 0 = a child of the root
-  ChildLinks children_;                      // (nodes) the tree's child links
-  std::vector<std::size_t> leaf_begin_;      // (nodes) the leaves below a node, depth-first
-  std::vector<std::size_t> leaf_end_;        // (nodes)
+  std::vector<token_t> tree_tokens_;                 // (nodes)
+  std::vector<std::int32_t> tree_parents_;           // (nodes)
+  std::vector<std::size_t> tree_depth_;              // (nodes) tree_depths: 0 = a child of the root
+  ChildLinks children_;                              // (nodes) the tree's child links
+  std::vector<std::size_t> leaf_begin_;              // (nodes) the leaves below a node, depth-first
+  std::vector<std::size_t> leaf_end_;                // (nodes)
   std::vector<std::int32_t> dfs_stack_, dfs_order_;  // (nodes) scratch
-  std::vector<std::uint8_t> reaches_;        // (nodes) scratch: deepest_followed_node
-  std::vector<std::int32_t> path_;           // (height) scratch: the kept path as node ids
-  std::vector<token_t> cached_;         // (n_ctx) tokens held by the KV cache, sequence 0
-  std::vector<float> straddled_rows_;   // (n, V) rows copied when they span two decodes
-  std::string name_;                    // how errors name this model (name())
+  std::vector<std::uint8_t> reaches_;                // (nodes) scratch: deepest_followed_node
+  std::vector<std::int32_t> path_;                   // (height) scratch: the kept path as node ids
+  std::vector<token_t> cached_;        // (n_ctx) tokens held by the KV cache, sequence 0
+  std::vector<float> straddled_rows_;  // (n, V) rows copied when they span two decodes
+  std::string name_;                   // how errors name this model (name())
 };
 
 }  // namespace specdec::llama_cpp

@@ -36,23 +36,23 @@ inline constexpr std::uint32_t kMaxSequences = 256;
 /// `name` (ContextOptions::name, may be empty) and `path` say which model in the message.
 inline void check_context_params(const llama_context_params& params, const std::string& name,
                                  const std::filesystem::path& path) {
-  const std::string model = name.empty() ? "'" + path.string() + "'"
-                                         : "the " + name + " model ('" + path.string() + "')";
+  const std::string model =
+      name.empty() ? "'" + path.string() + "'" : "the " + name + " model ('" + path.string() + "')";
   const std::uint32_t n_seq_max = std::max<std::uint32_t>(1, params.n_seq_max);
   if (n_seq_max > kMaxSequences) {
-    throw_invalid_argument("cannot create a llama.cpp context for ", model, ": n_seq_max = ",
-                           n_seq_max, "; expected at most ", kMaxSequences,
+    throw_invalid_argument("cannot create a llama.cpp context for ", model,
+                           ": n_seq_max = ", n_seq_max, "; expected at most ", kMaxSequences,
                            " sequences (llama.cpp's limit; a tree needs one per leaf plus one)");
   }
   // n_ctx = 0 is the training context, which llama.cpp then reads itself.
   const std::uint32_t rows =
       params.n_ctx == 0 ? params.n_batch : std::min(params.n_ctx, params.n_batch);
   if (n_seq_max > rows) {
-    throw_invalid_argument("cannot create a llama.cpp context for ", model, ": n_seq_max = ",
-                           n_seq_max, " sequences need as many output rows, and this context ",
-                           "has ", rows, " = min(n_ctx = ", params.n_ctx, ", n_batch = ",
-                           params.n_batch, "); expected n_seq_max <= ", rows,
-                           ", or n_ctx and n_batch >= ", n_seq_max);
+    throw_invalid_argument(
+        "cannot create a llama.cpp context for ", model, ": n_seq_max = ", n_seq_max,
+        " sequences need as many output rows, and this context ", "has ", rows,
+        " = min(n_ctx = ", params.n_ctx, ", n_batch = ", params.n_batch,
+        "); expected n_seq_max <= ", rows, ", or n_ctx and n_batch >= ", n_seq_max);
   }
 }
 
@@ -87,24 +87,25 @@ class LoadedModel : public ContextModel {
         llama_model_load_from_file(path.string().c_str(), model_params));
     if (!model) {
       const std::string reason = detail::take_last_error();
-      detail::throw_invalid_argument("cannot load GGUF model '", path.string(), "': ",
-                                     reason.empty() ? "llama.cpp rejected it" : reason,
+      detail::throw_invalid_argument("cannot load GGUF model '", path.string(),
+                                     "': ", reason.empty() ? "llama.cpp rejected it" : reason,
                                      "; expected a GGUF file of an architecture this llama.cpp "
                                      "supports");
     }
     llama_context_params params = llama_context_default_params();
     // 0 = the training context: llama.cpp's own 0 means 512, past the learned positions of a
     // model trained on fewer (GPT-2-style position embeddings have no row for them).
-    params.n_ctx = context_options.n_ctx != 0
-                       ? context_options.n_ctx
-                       : static_cast<std::uint32_t>(std::max(0, llama_model_n_ctx_train(model.get())));
+    params.n_ctx =
+        context_options.n_ctx != 0
+            ? context_options.n_ctx
+            : static_cast<std::uint32_t>(std::max(0, llama_model_n_ctx_train(model.get())));
     if (context_options.n_batch != 0) params.n_batch = context_options.n_batch;
     if (context_options.n_ubatch != 0) params.n_ubatch = context_options.n_ubatch;
     params.n_ubatch = std::min(params.n_ubatch, params.n_batch);
     params.n_threads = context_options.threads;
     params.n_threads_batch =
         context_options.threads_batch > 0 ? context_options.threads_batch : context_options.threads;
-    params.flash_attn_type = context_options.flash_attention < 0  ? LLAMA_FLASH_ATTN_TYPE_AUTO
+    params.flash_attn_type = context_options.flash_attention < 0    ? LLAMA_FLASH_ATTN_TYPE_AUTO
                              : context_options.flash_attention == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED
                                                                     : LLAMA_FLASH_ATTN_TYPE_ENABLED;
     params.type_k = context_options.kv_type;
@@ -136,8 +137,7 @@ class LoadedModel : public ContextModel {
     }
     LoadedModel loaded(std::move(model), std::move(context), std::move(pool),
                        std::move(pool_batch));
-    loaded.set_name(context_options.name.empty() ? path.filename().string()
-                                                 : context_options.name);
+    loaded.set_name(context_options.name.empty() ? path.filename().string() : context_options.name);
     return loaded;
   }
 

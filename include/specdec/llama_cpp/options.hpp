@@ -13,8 +13,8 @@ namespace specdec::llama_cpp {
 
 /// \brief How a llama_context is created (LoadedModel) and driven (ContextModel).
 struct ContextOptions {
-  std::uint32_t n_ctx = 0;    ///< context length in tokens; 0 = the model's training context
-  std::uint32_t n_batch = 0;  ///< most tokens per llama_decode; 0 = llama.cpp's default
+  std::uint32_t n_ctx = 0;     ///< context length in tokens; 0 = the model's training context
+  std::uint32_t n_batch = 0;   ///< most tokens per llama_decode; 0 = llama.cpp's default
   std::uint32_t n_ubatch = 0;  ///< most tokens per micro-batch inside it; 0 = llama.cpp's default
   /// Threads for one-token calls and for batches (prompt, verification). A draft and a target
   /// usually want different counts. On a busy host prefer 1: llama.cpp's threads meet at a

@@ -73,8 +73,8 @@ namespace detail {
                                    "(host:port)");
   }
   using AddServer = ggml_backend_reg_t (*)(const char*);
-  const auto add_server =
-      reinterpret_cast<AddServer>(ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server"));
+  const auto add_server = reinterpret_cast<AddServer>(
+      ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server"));
   if (add_server == nullptr) {
     detail::throw_invalid_argument("RPC endpoint '", endpoint,
                                    "': this llama.cpp's RPC backend has no "

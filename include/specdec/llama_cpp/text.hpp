@@ -21,26 +21,26 @@ namespace specdec::llama_cpp {
 
 /// \brief Text to token ids with the model's tokenizer. `add_special`: add BOS/EOS as the
 /// model's metadata asks; `parse_special`: treat special-token text (e.g. "<|eot|>") as such.
-[[nodiscard]] inline std::vector<token_t> tokenize(const llama_vocab* vocab,
-                                                   std::string_view text, bool add_special = true,
+[[nodiscard]] inline std::vector<token_t> tokenize(const llama_vocab* vocab, std::string_view text,
+                                                   bool add_special = true,
                                                    bool parse_special = false) {
   if (text.size() > static_cast<std::size_t>(INT32_MAX) / 2) {
-    detail::throw_invalid_argument("tokenize: text of ", text.size(),
-                                   " bytes; expected at most ", INT32_MAX / 2);
+    detail::throw_invalid_argument("tokenize: text of ", text.size(), " bytes; expected at most ",
+                                   INT32_MAX / 2);
   }
   std::vector<llama_token> tokens(text.size() + 2);
   const auto text_length = static_cast<std::int32_t>(text.size());
-  std::int32_t count = llama_tokenize(vocab, text.data(), text_length, tokens.data(),
-                                      static_cast<std::int32_t>(tokens.size()), add_special,
-                                      parse_special);
+  std::int32_t count =
+      llama_tokenize(vocab, text.data(), text_length, tokens.data(),
+                     static_cast<std::int32_t>(tokens.size()), add_special, parse_special);
   if (count < 0) {  // -count tokens are needed
     tokens.resize(static_cast<std::size_t>(-count));
     count = llama_tokenize(vocab, text.data(), text_length, tokens.data(), -count, add_special,
                            parse_special);
   }
   if (count < 0) {
-    detail::throw_invalid_argument("tokenize: llama_tokenize failed (", count,
-                                   ") on a text of ", text.size(), " bytes");
+    detail::throw_invalid_argument("tokenize: llama_tokenize failed (", count, ") on a text of ",
+                                   text.size(), " bytes");
   }
   tokens.resize(static_cast<std::size_t>(count));
   return {tokens.begin(), tokens.end()};
@@ -75,9 +75,12 @@ class TextDecoder {
       const auto byte = static_cast<unsigned char>(bytes[n - back]);
       if ((byte & 0xC0) == 0x80) continue;  // continuation byte: keep looking
       std::size_t length = 1;
-      if ((byte & 0xE0) == 0xC0) length = 2;
-      else if ((byte & 0xF0) == 0xE0) length = 3;
-      else if ((byte & 0xF8) == 0xF0) length = 4;
+      if ((byte & 0xE0) == 0xC0)
+        length = 2;
+      else if ((byte & 0xF0) == 0xE0)
+        length = 3;
+      else if ((byte & 0xF8) == 0xF0)
+        length = 4;
       return back >= length ? n : n - back;  // complete, or hold the partial character
     }
     return n;  // only continuation bytes (invalid UTF-8): pass them through

@@ -41,9 +41,9 @@ inline void check_compatible(const llama_model* draft, const llama_model* target
       llama_vocab_bos(d) != llama_vocab_bos(t) ||
       llama_vocab_get_add_eos(d) != llama_vocab_get_add_eos(t) ||
       llama_vocab_eos(d) != llama_vocab_eos(t)) {
-    detail::throw_domain_error("draft and target differ in BOS/EOS (draft bos ",
-                               llama_vocab_bos(d), " add ", llama_vocab_get_add_bos(d), ", eos ",
-                               llama_vocab_eos(d), "; target bos ", llama_vocab_bos(t), " add ",
+    detail::throw_domain_error("draft and target differ in BOS/EOS (draft bos ", llama_vocab_bos(d),
+                               " add ", llama_vocab_get_add_bos(d), ", eos ", llama_vocab_eos(d),
+                               "; target bos ", llama_vocab_bos(t), " add ",
                                llama_vocab_get_add_bos(t), ", eos ", llama_vocab_eos(t),
                                "); expected the same special tokens");
   }
@@ -51,8 +51,8 @@ inline void check_compatible(const llama_model* draft, const llama_model* target
     const char* dt = llama_vocab_get_text(d, i);
     const char* tt = llama_vocab_get_text(t, i);
     if (std::strcmp(dt, tt) != 0) {
-      detail::throw_domain_error("draft and target vocabularies differ at token ", i,
-                                 ": draft '", dt, "', target '", tt,
+      detail::throw_domain_error("draft and target vocabularies differ at token ", i, ": draft '",
+                                 dt, "', target '", tt,
                                  "'; expected the same text for every token id");
     }
   }

@@ -53,7 +53,7 @@ namespace specdec {
 
 /// \brief A pair's measured call costs, in seconds.
 struct CallCosts {
-  double draft_token_seconds = 0;     ///< one draft call (one row after the context)
+  double draft_token_seconds = 0;      ///< one draft call (one row after the context)
   std::vector<double> verify_seconds;  ///< [n - 1]: one target call computing n rows
   /// The extra time of a target call whose row count differs from the previous call's (the
   /// median over n of the quartiles' difference; >= 0)
@@ -71,9 +71,10 @@ struct CallCosts {
   /// probe interval, calibration) are kept.
   [[nodiscard]] GoodputOptions goodput_options(GoodputOptions base = {}) const {
     if (verify_seconds.empty() || !(verify_seconds.front() > 0)) {
-      detail::throw_invalid_argument("CallCosts::goodput_options: no measured target call "
-                                     "(verify_seconds is empty or zero); expected the result of "
-                                     "measure_call_costs()");
+      detail::throw_invalid_argument(
+          "CallCosts::goodput_options: no measured target call "
+          "(verify_seconds is empty or zero); expected the result of "
+          "measure_call_costs()");
     }
     base.draft_token_cost = draft_token_seconds / verify_seconds.front();
     base.verify_row_cost = -1;
@@ -113,8 +114,8 @@ namespace detail {
 /// through.
 template <DraftModel Draft, TargetModel Target>
 [[nodiscard]] CallCosts measure_call_costs(Draft& draft, Target& target,
-                                           std::span<const token_t> context,
-                                           std::size_t max_rows, std::size_t repeats = 9) {
+                                           std::span<const token_t> context, std::size_t max_rows,
+                                           std::size_t repeats = 9) {
   if (context.empty() || max_rows == 0 || max_rows > context.size() || repeats == 0) {
     detail::throw_invalid_argument(
         "measure_call_costs: context of ", context.size(), " tokens, max_rows = ", max_rows,

@@ -46,9 +46,9 @@
 #include <utility>
 #include <vector>
 
-#include "specdec/generation.hpp"
 #include "specdec/detail/error.hpp"
 #include "specdec/enum_names.hpp"
+#include "specdec/generation.hpp"
 #include "specdec/stats.hpp"
 #include "specdec/types.hpp"
 
@@ -233,9 +233,9 @@ struct SpeedupRow {
   }
   /// \brief Drafted tokens per round of the speculative runs (plain steps count as 0).
   [[nodiscard]] double mean_drafted_length() const noexcept {
-    return speculative.rounds == 0 ? 0.0
-                                   : static_cast<double>(speculative.drafted) /
-                                         static_cast<double>(speculative.rounds);
+    return speculative.rounds == 0
+               ? 0.0
+               : static_cast<double>(speculative.drafted) / static_cast<double>(speculative.rounds);
   }
   /// \brief What predicted() uses: K for a fixed draft length; for an adaptive policy (any
   /// other DraftLengthKind) what the policy itself expected when it recorded predictions and

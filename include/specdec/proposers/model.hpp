@@ -48,7 +48,8 @@ template <class Row>
 /// \brief Drafts x_k ~ q_k from a draft model, k = 0, 1, ... while the policy agrees and the
 /// round's limit allows: q_k is the processed draft row (same logits processor, temperature and
 /// filters as the target's), x_k its inverse-CDF sample; greedy (T = 0) drafts the argmax and
-/// reports a point mass (and, for a policy that reads it, the argmax's softmax probability). The model is held by reference (not owned; it must outlive this).
+/// reports a point mass (and, for a policy that reads it, the argmax's softmax probability). The
+/// model is held by reference (not owned; it must outlive this).
 template <class Draft>
 class ModelProposer {
   using Row = detail::draft_result_t<Draft>;
@@ -77,8 +78,8 @@ class ModelProposer {
     const bool wants_confidence = greedy && request.reads_token_probabilities();
     std::size_t drafted = 0;
     while (drafted < limit &&
-           request.draft_more(DraftState{drafted, limit,
-                                         std::span<const double>(probabilities_.data(), drafted)})) {
+           request.draft_more(DraftState{
+               drafted, limit, std::span<const double>(probabilities_.data(), drafted)})) {
       const std::span<const token_t> context(request.context.data(), request.committed + drafted);
       auto&& row = detail::timed_call(request.stats.draft_seconds,
                                       [&]() -> decltype(auto) { return (*draft_)(context); });
@@ -107,8 +108,8 @@ class ModelProposer {
                 process_logits(logits, params, filter_scratch_, weights, block_sums);
             normalizers_[drafted] = q.normalizer;
             const token_t drawn = coins.draw(WeightsLaw<Scalar>{weights, block_sums});
-            probabilities_[drafted] = static_cast<double>(
-                weights[static_cast<std::size_t>(drawn)] / q.normalizer);
+            probabilities_[drafted] =
+                static_cast<double>(weights[static_cast<std::size_t>(drawn)] / q.normalizer);
             return drawn;
           },
           "draft model logits for position ", position, " (context length ", position, ")");
@@ -150,14 +151,14 @@ class ModelProposer {
   using Aligned = std::vector<Scalar, Eigen::aligned_allocator<Scalar>>;
   Draft* draft_;
   std::size_t stride_ = 0;
-  Aligned weights_;                     // (K, S) q_k weights; row stride S = V rounded up to 16
-  std::vector<Scalar> normalizers_;     // (K) sums of those rows
-  std::vector<Scalar> block_sums_;      // (B) block sums of the row being sampled
-  std::vector<token_t> tokens_;         // (K)
-  std::vector<double> probabilities_;   // (K) q_k(x_k), for the policy
+  Aligned weights_;                       // (K, S) q_k weights; row stride S = V rounded up to 16
+  std::vector<Scalar> normalizers_;       // (K) sums of those rows
+  std::vector<Scalar> block_sums_;        // (B) block sums of the row being sampled
+  std::vector<token_t> tokens_;           // (K)
+  std::vector<double> probabilities_;     // (K) q_k(x_k), for the policy
   std::vector<std::uint8_t> point_mass_;  // (K) all 1 for greedy drafts
-  Aligned processed_;                   // (V) draft row after the logits processor
-  std::vector<Scalar> filter_scratch_;  // top-k / top-p selection (grown on use)
+  Aligned processed_;                     // (V) draft row after the logits processor
+  std::vector<Scalar> filter_scratch_;    // top-k / top-p selection (grown on use)
 };
 
 }  // namespace specdec

@@ -17,9 +17,9 @@
 #include <span>
 #include <vector>
 
-#include "specdec/generation.hpp"
 #include "specdec/detail/error.hpp"
 #include "specdec/detail/ngram_index.hpp"
+#include "specdec/generation.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/strategies.hpp"
 #include "specdec/target_rows.hpp"

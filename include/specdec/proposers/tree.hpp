@@ -39,8 +39,8 @@
 #include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/model_traits.hpp"
 #include "specdec/detail/timer.hpp"
-#include "specdec/proposers/model.hpp"
 #include "specdec/proposal.hpp"
+#include "specdec/proposers/model.hpp"
 #include "specdec/sampling.hpp"
 #include "specdec/sampling/laws.hpp"
 #include "specdec/strategies.hpp"
@@ -59,8 +59,8 @@ struct TreeOptions {
   /// `siblings` that is not a SiblingMode.
   void validate() const {
     shape.validate();
-    if (siblings != SiblingMode::with_replacement &&
-        siblings != SiblingMode::without_replacement && siblings != SiblingMode::top_k) {
+    if (siblings != SiblingMode::with_replacement && siblings != SiblingMode::without_replacement &&
+        siblings != SiblingMode::top_k) {
       detail::throw_invalid_argument(
           "tree siblings = ", static_cast<std::underlying_type_t<SiblingMode>>(siblings),
           "; expected a SiblingMode: with_replacement (0), without_replacement (1) or top_k (2)");
@@ -445,22 +445,22 @@ class TreeProposer {
   std::size_t stride_ = 0;
   std::size_t blocks_ = 0;
   std::size_t sized_limit_ = 0;
-  std::vector<token_t> tokens_;             // (N) node tokens
-  std::vector<std::int32_t> parents_;       // (N) node parents, -1 = root
-  std::vector<double> probabilities_;       // (N) draft probability of the node's token
-  std::vector<double> path_probability_;    // (N) product along the path root -> node
-  std::vector<std::uint8_t> point_mass_;    // (N)
-  std::vector<std::size_t> depth_;          // (N) 0 = child of the root
+  std::vector<token_t> tokens_;              // (N) node tokens
+  std::vector<std::int32_t> parents_;        // (N) node parents, -1 = root
+  std::vector<double> probabilities_;        // (N) draft probability of the node's token
+  std::vector<double> path_probability_;     // (N) product along the path root -> node
+  std::vector<std::uint8_t> point_mass_;     // (N)
+  std::vector<std::size_t> depth_;           // (N) 0 = child of the root
   std::vector<std::uint32_t> max_children_;  // (N + 1) the shape's bound, [0] the root's
-  Aligned q_weights_;                       // (N, S) node i's q row (sampled modes)
-  std::vector<Scalar> q_normalizers_;       // (N)
-  Aligned rows_;                            // (N + 1, S) expanded nodes' draft rows
-  std::vector<Scalar> row_block_sums_;      // (N + 1, B) their block sums
-  std::vector<Expansion> expansions_;       // (N + 1)
-  std::vector<std::int32_t> expansion_of_;  // (N + 1) [node + 1] -> expansion, -1 none
-  Aligned processed_;                       // (V) draft row after the logits processor
-  std::vector<Scalar> filter_scratch_;      // top-k / top-p selection
-  std::vector<Candidate> heap_;             // best-first candidates (dynamic shapes)
+  Aligned q_weights_;                        // (N, S) node i's q row (sampled modes)
+  std::vector<Scalar> q_normalizers_;        // (N)
+  Aligned rows_;                             // (N + 1, S) expanded nodes' draft rows
+  std::vector<Scalar> row_block_sums_;       // (N + 1, B) their block sums
+  std::vector<Expansion> expansions_;        // (N + 1)
+  std::vector<std::int32_t> expansion_of_;   // (N + 1) [node + 1] -> expansion, -1 none
+  Aligned processed_;                        // (V) draft row after the logits processor
+  std::vector<Scalar> filter_scratch_;       // top-k / top-p selection
+  std::vector<Candidate> heap_;              // best-first candidates (dynamic shapes)
 };
 
 }  // namespace specdec

@@ -409,5 +409,4 @@ template <class Scalar>
       .threshold;
 }
 
-
 }  // namespace specdec

@@ -72,7 +72,9 @@ struct DistributionLaw {
   std::span<Scalar> scratch;  ///< V values of scratch space for sample()
 
   [[nodiscard]] std::size_t vocab_size() const noexcept { return distribution.vocab_size(); }
-  [[nodiscard]] token_t sample(double coin) const { return specdec::sample(distribution, coin, scratch); }
+  [[nodiscard]] token_t sample(double coin) const {
+    return specdec::sample(distribution, coin, scratch);
+  }
   [[nodiscard]] double mass(token_t token) const noexcept {
     return static_cast<double>(distribution.probability(token));
   }
@@ -98,9 +100,9 @@ struct ResidualLaw {
   }
   [[nodiscard]] double mass(token_t token) const {
     if (residual_is_zero()) return static_cast<double>(p.probability(token));
-    return std::max(0.0, static_cast<double>(scale * p.probability(token)) -
-                             static_cast<double>(q_weights[static_cast<std::size_t>(token)] /
-                                                 q_normalizer));
+    return std::max(
+        0.0, static_cast<double>(scale * p.probability(token)) -
+                 static_cast<double>(q_weights[static_cast<std::size_t>(token)] / q_normalizer));
   }
 
  private:

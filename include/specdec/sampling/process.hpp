@@ -61,17 +61,16 @@ template <class Scalar>
     return check_normalizer(dist, params);
   }
   dist.max_logit = scan_max(logits).value;  // throws on NaN / +inf / all -inf
-  const FilterResult<Scalar> filtered =
-      apply_filters(logits, dist.max_logit, dist.inv_temperature, params, std::span<Scalar>(),
-                    filter_scratch);
+  const FilterResult<Scalar> filtered = apply_filters(logits, dist.max_logit, dist.inv_temperature,
+                                                      params, std::span<Scalar>(), filter_scratch);
   dist.threshold = filtered.threshold;
   if (filtered.kept_mass_known) {
     dist.normalizer = static_cast<Scalar>(filtered.kept_mass);  // top-p summed it already
   } else if (filtered.weights_stored) {
     // min-p cut deeper than top-p: sum the stored weights above it (no exp).
-    dist.normalizer = static_cast<Scalar>(mask_weights(
-        logits, dist.threshold, std::span<Scalar>(filter_scratch.data(), logits.size()),
-        std::span<Scalar>()));
+    dist.normalizer = static_cast<Scalar>(
+        mask_weights(logits, dist.threshold,
+                     std::span<Scalar>(filter_scratch.data(), logits.size()), std::span<Scalar>()));
   } else {
     dist.normalizer =
         static_cast<Scalar>(exp_sum(logits, dist.max_logit, dist.inv_temperature, dist.threshold));
@@ -273,8 +272,7 @@ template <class Scalar>
       // References only grow: few exps.
       if (!detail::exactly_equal(dist.block_references[b], reference)) {
         reference = dist.block_references[b];
-        factor =
-            std::exp(detail::reference_shift(reference, dist.max_logit, dist.inv_temperature));
+        factor = std::exp(detail::reference_shift(reference, dist.max_logit, dist.inv_temperature));
       }
       sums[b] = static_cast<Scalar>(static_cast<double>(dist.block_sums[b]) * factor);
       total += static_cast<double>(sums[b]);

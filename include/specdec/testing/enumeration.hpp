@@ -4,8 +4,8 @@
 /// law of the library's own round (round.hpp) and of whole generations, in double precision.
 
 #include <algorithm>
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
@@ -220,7 +220,7 @@ struct RoundOutcome {
 
 /// \brief The exact law of one speculative round.
 struct RoundLaw {
-  Law chunks;                    ///< emitted tokens of the round -> probability
+  Law chunks;  ///< emitted tokens of the round -> probability
   /// RoundOutcome -> probability: the round as a policy's observe() would be told of it
   std::map<RoundOutcome, double> outcomes;
   double expected_accepted = 0;  ///< E[accepted drafted tokens]
@@ -262,9 +262,9 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
       const std::size_t n = proposal.size();
       rows = proposal.is_chain()
                  ? target(scored, n + 1)
-                 : tree_rows(target, Sequence(scored.begin(), scored.begin() +
-                                                                 static_cast<std::ptrdiff_t>(
-                                                                     committed)),
+                 : tree_rows(target,
+                             Sequence(scored.begin(),
+                                      scored.begin() + static_cast<std::ptrdiff_t>(committed)),
                              proposal);
       return LogitsRows<double>(std::span<const double>(rows), rows.size() / (n + 1));
     };
@@ -272,10 +272,10 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
       coins.begin_verification(n);
       return coins;
     };
-    const RoundResult round =
-        run_round(run_proposer, run_policy, run_verifier, coins,
-                  RoundState{tokens, limit, params, false, vocab_size, stats}, score,
-                  verification_coins, [] {}, buffers, chunk, no_logprobs);
+    const RoundResult round = run_round(
+        run_proposer, run_policy, run_verifier, coins,
+        RoundState{tokens, limit, params, false, vocab_size, stats}, score, verification_coins,
+        [] {}, buffers, chunk, no_logprobs);
     const double probability = coins.probability();
     law.chunks[chunk] += probability;
     law.outcomes[RoundOutcome{chunk, std::vector<double>(round.token_probabilities.begin(),
@@ -306,8 +306,8 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
                                              const VerifierT& verifier, TargetFn&& target,
                                              const SamplingParams& params, const Sequence& context,
                                              std::size_t draft_length) {
-  const RoundLaw round = round_law(proposer, policy, verifier, target, params, context,
-                                   draft_length);
+  const RoundLaw round =
+      round_law(proposer, policy, verifier, target, params, context, draft_length);
   const std::size_t length = draft_length + 1;
   Law continued;
   for (const auto& [chunk, probability] : round.chunks) {
@@ -383,8 +383,8 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
       std::map<Sequence, double> next;
       for (const auto& [emitted, mass] : frontier) {
         const std::size_t limit = round_limit(length - emitted.size());
-        const RoundLaw round = round_law(proposer, policy, verifier, target, params,
-                                         context_after(emitted), limit);
+        const RoundLaw round =
+            round_law(proposer, policy, verifier, target, params, context_after(emitted), limit);
         for (const auto& [chunk, probability] : round.chunks) {
           Sequence longer = emitted;
           longer.insert(longer.end(), chunk.begin(), chunk.end());
@@ -408,8 +408,8 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
             return;
           }
           const std::size_t limit = round_limit(length - emitted.size());
-          const RoundLaw round = round_law(proposer, state, verifier, target, params,
-                                           context_after(emitted), limit);
+          const RoundLaw round =
+              round_law(proposer, state, verifier, target, params, context_after(emitted), limit);
           for (const auto& [outcome, probability] : round.outcomes) {
             const Sequence& chunk = outcome.chunk;
             PolicyT next_state = state;

@@ -97,7 +97,8 @@ struct ScriptedPair {
 
   [[nodiscard]] std::vector<double> draft_logits(std::span<const token_t> context) const {
     std::vector<double> row = target_model.logits(context);
-    if (specdec::detail::exactly_equal(noise, 0.0)) return row;  // identical (0 * -inf would be NaN)
+    if (specdec::detail::exactly_equal(noise, 0.0))
+      return row;  // identical (0 * -inf would be NaN)
     const std::vector<double> extra = perturbation.logits(context);
     for (std::size_t v = 0; v < row.size(); ++v) {
       row[v] = static_cast<double>(static_cast<float>(row[v] + noise * extra[v]));
@@ -109,7 +110,8 @@ struct ScriptedPair {
                                                 std::size_t n) const {
     std::vector<double> rows;
     for (std::size_t i = 0; i < n; ++i) {
-      const std::vector<double> row = target_model.logits(context.first(context.size() - n + 1 + i));
+      const std::vector<double> row =
+          target_model.logits(context.first(context.size() - n + 1 + i));
       rows.insert(rows.end(), row.begin(), row.end());
     }
     return rows;

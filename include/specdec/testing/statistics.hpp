@@ -130,9 +130,9 @@ inline GoodnessOfFit goodness_of_fit(std::span<const std::uint64_t> observed,
     if (pool.expected >= 5 || cells.empty()) {
       cells.push_back(pool);
     } else {
-      auto smallest = std::min_element(cells.begin(), cells.end(), [](const Cell& a, const Cell& b) {
-        return a.expected < b.expected;
-      });
+      auto smallest =
+          std::min_element(cells.begin(), cells.end(),
+                           [](const Cell& a, const Cell& b) { return a.expected < b.expected; });
       smallest->observed += pool.observed;
       smallest->expected += pool.expected;
     }

@@ -145,11 +145,11 @@ struct BlockVerifier {
       return {tau, coins.draw(ExcludingLaw<Scalar>{p, proposal.tokens[tau], target.scratch()}),
               false};
     }
-    return {tau,
-            coins.draw(ResidualLaw<Scalar>{p, proposal.q_weights.row(tau),
-                                           proposal.q_normalizers[tau], static_cast<Scalar>(w_tau),
-                                           target.scratch()}),
-            false};
+    return {
+        tau,
+        coins.draw(ResidualLaw<Scalar>{p, proposal.q_weights.row(tau), proposal.q_normalizers[tau],
+                                       static_cast<Scalar>(w_tau), target.scratch()}),
+        false};
   }
 };
 

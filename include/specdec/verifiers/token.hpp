@@ -35,11 +35,11 @@ struct TokenVerifier {
       if (proposal.is_point_mass(j)) {
         return {j, coins.draw(ExcludingLaw<Scalar>{p, x, target.scratch()}), false};
       }
-      return {j,
-              coins.draw(ResidualLaw<Scalar>{p, proposal.q_weights.row(j),
-                                             proposal.q_normalizers[j], Scalar(1),
-                                             target.scratch()}),
-              false};
+      return {
+          j,
+          coins.draw(ResidualLaw<Scalar>{p, proposal.q_weights.row(j), proposal.q_normalizers[j],
+                                         Scalar(1), target.scratch()}),
+          false};
     }
     return {n, coins.draw(DistributionLaw<Scalar>{target.distribution(n), target.scratch()}), true};
   }

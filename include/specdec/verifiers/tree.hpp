@@ -122,8 +122,8 @@ class RunningResidual {
 
  private:
   void store_p() {
-    total_ = detail::store_weights(p_->logits, p_->max_logit, p_->inv_temperature, p_->threshold,
-                                   r_);
+    total_ =
+        detail::store_weights(p_->logits, p_->max_logit, p_->inv_temperature, p_->threshold, r_);
     stored_ = true;
   }
 
@@ -419,8 +419,8 @@ class TraversalVerifier {
                                  Scalar b) {
     double left = 0;
     detail::for_each_block(stored.size(), [&](std::size_t offset, std::size_t length) {
-      left += static_cast<double>(
-          detail::clamped_difference_block(stored.data() + offset, a, q.data() + offset, b, length));
+      left += static_cast<double>(detail::clamped_difference_block(stored.data() + offset, a,
+                                                                   q.data() + offset, b, length));
     });
     return left;
   }

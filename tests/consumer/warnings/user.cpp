@@ -183,7 +183,6 @@ int main() {
     }
   }
   std::printf("consumer warnings test: OK (%zu greedy tokens in %zu rounds, %zu sampled)\n",
-              greedy.tokens.size(), static_cast<std::size_t>(greedy.stats.rounds),
-              sampled_tokens);
+              greedy.tokens.size(), static_cast<std::size_t>(greedy.stats.rounds), sampled_tokens);
   return 0;
 }

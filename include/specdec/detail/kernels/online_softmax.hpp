@@ -234,11 +234,10 @@ template <class Scalar>
       break;
     }
     row_max = std::max(row_max, scan.max);
-    if (scan.max > reference &&
-        (is_minus_infinity(reference) ||
-         (static_cast<double>(scan.max) - static_cast<double>(reference)) *
-                 static_cast<double>(inv_temperature) >
-             kMaxWeightExponent)) {
+    if (scan.max > reference && (is_minus_infinity(reference) ||
+                                 (static_cast<double>(scan.max) - static_cast<double>(reference)) *
+                                         static_cast<double>(inv_temperature) >
+                                     kMaxWeightExponent)) {
       reference = scan.max;
     }
     const std::size_t block = offset / kBlockSize;

@@ -83,10 +83,9 @@ SPECDEC_KERNEL Scalar clamped_difference_block(Scalar* stored, Scalar a, const S
     const Packet a_v = ei::pset1<Packet>(a);
     const Packet b_v = ei::pset1<Packet>(b);
     auto update = [&](std::size_t at) {
-      const Packet r = ei::pmax(
-          ei::psub(ei::pmul(ei::ploadu<Packet>(stored + at), a_v),
-                   ei::pmul(ei::ploadu<Packet>(q + at), b_v)),
-          zero_v);
+      const Packet r = ei::pmax(ei::psub(ei::pmul(ei::ploadu<Packet>(stored + at), a_v),
+                                         ei::pmul(ei::ploadu<Packet>(q + at), b_v)),
+                                zero_v);
       ei::pstoreu(stored + at, r);
       return r;
     };

@@ -25,10 +25,14 @@ template <class... Parts>
 /// What llama_decode's return code means (llama.h).
 [[nodiscard]] inline std::string_view decode_status_meaning(std::int32_t status) noexcept {
   switch (status) {
-    case 1: return "no KV cache slot for the batch: the context is full";
-    case 2: return "aborted by the abort callback";
-    case -1: return "invalid input batch";
-    default: return status < -1 ? "fatal error inside llama.cpp" : "unknown status";
+    case 1:
+      return "no KV cache slot for the batch: the context is full";
+    case 2:
+      return "aborted by the abort callback";
+    case -1:
+      return "invalid input batch";
+    default:
+      return status < -1 ? "fatal error inside llama.cpp" : "unknown status";
   }
 }
 
