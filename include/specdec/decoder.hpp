@@ -156,6 +156,9 @@ class StrategyDecoder {
     context.assign(prompt.begin(), prompt.end());
     detail::ensure_size(acceptance_coins_, usable_draft_length);
     buffers_.prepare(usable_draft_length, context.capacity());
+    if constexpr (requires { verifier_.reserve_nodes(usable_draft_length); }) {
+      verifier_.reserve_nodes(usable_draft_length);
+    }
     std::size_t vocab_size = 0;   // learned from the first model call of this generate()
     bool prompt_checked = false;  // against vocab_size, once it is known
     const auto check_prompt_once = [&] {

@@ -24,6 +24,10 @@
 ///                    place of config.draft_length (TreeProposer: its shape's node count);
 ///                    requires 1..GenerationConfig::kMaxDraftLength (else invalid_argument).
 ///                    [config.draft_length]
+///   Verifier       void reserve_nodes(std::size_t nodes)
+///                    called after begin() with the most tokens (tree nodes) a round of this
+///                    generation can draft: size buffers so that no round allocates, whatever
+///                    its size (TreeVerifier, TraversalVerifier). [nothing]
 ///   Policy         bool reads_token_probabilities() const
 ///                    whether draft_more() reads DraftState::token_probabilities; false spares a
 ///                    greedy model proposer the softmax of each draft row. [true]

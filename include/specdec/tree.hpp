@@ -445,6 +445,12 @@ inline std::int32_t deepest_followed_node(std::span<const token_t> tokens,
 /// O(n) into buffers whose sizes only grow.
 class ChildLinks {
  public:
+  /// \brief Room for trees of up to `n` nodes: build() allocates nothing for them.
+  void reserve(std::size_t n) {
+    if (first_child_.size() < n + 1) first_child_.resize(n + 1);
+    if (last_child_.size() < n + 1) last_child_.resize(n + 1);
+    if (next_sibling_.size() < n) next_sibling_.resize(n);
+  }
   /// \brief The links of a valid tree (empty parents: a chain of n nodes).
   void build(std::span<const std::int32_t> parents, std::size_t n) {
     if (first_child_.size() < n + 1) first_child_.resize(n + 1);

@@ -689,7 +689,9 @@ TEST(NgramRound, AllocatesNothingAfterTheFirstRound) {
 template <class TreeVerifierT>
 AllocationWindows run_tree(std::size_t vocab, Mode mode, const specdec::TreeOptions& options) {
   PreallocatedDraft draft(vocab);
-  constexpr std::size_t kNodes = 10;
+  // A tree is drafted whole (TreeProposer::round_limit() = its node count): room for every
+  // node's row and the root's.
+  const std::size_t kNodes = options.shape.nodes();
   PreallocatedTreeTarget target(vocab, kNodes + 1);
   specdec::StrategyDecoder decoder(target, specdec::TreeProposer(draft, options),
                                    specdec::StaticDraftLength{}, TreeVerifierT{});

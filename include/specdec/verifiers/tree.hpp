@@ -158,6 +158,10 @@ template <class Scalar>
 /// once); the final coin draws the next token.
 class TreeVerifier {
  public:
+  /// \brief Called by the decoder at the start of a generation with the most nodes a round can
+  /// draft (optional hook, strategies.hpp): rounds then allocate nothing, whatever their size.
+  void reserve_nodes(std::size_t nodes) { links_.reserve(nodes); }
+
   template <class Scalar, class Coins>
   VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target, Coins& coins) {
     links_.build(proposal);
@@ -263,15 +267,21 @@ class TreeVerifier {
 /// (after one exp pass). Debts live in a buffer of (depth + 1) V values that only grows.
 class TraversalVerifier {
  public:
+  /// \brief As TreeVerifier::reserve_nodes; the debts, which need V, are sized by the first
+  /// round for this many nodes.
+  void reserve_nodes(std::size_t nodes) {
+    links_.reserve(nodes);
+    reserved_nodes_ = nodes;
+  }
+
   template <class Scalar, class Coins>
   VerifyResult verify(const Proposal<Scalar>& proposal, TargetRows<Scalar>& target, Coins& coins) {
     links_.build(proposal);
     check_declared_children(proposal);
     const std::size_t vocab_size = target.vocab_size();
     auto& debts = debts_for<Scalar>();
-    if (debts.size() < (proposal.size() + 1) * vocab_size) {
-      debts.resize((proposal.size() + 1) * vocab_size);
-    }
+    const std::size_t nodes = std::max(proposal.size(), reserved_nodes_);
+    if (debts.size() < (nodes + 1) * vocab_size) debts.resize((nodes + 1) * vocab_size);
     VerifyResult result;
     (void)visit(proposal, target, coins, -1, 1.0, 0, debts, result);
     return result;
@@ -439,6 +449,7 @@ class TraversalVerifier {
   }
 
   ChildLinks links_;
+  std::size_t reserved_nodes_ = 0;    // reserve_nodes(): the largest round the debts are sized for
   std::vector<float> float_debts_;    // (depth + 1, V) the debts along the current path
   std::vector<double> double_debts_;  // the same for exact (double) rounds
 };
