@@ -143,10 +143,7 @@ class StrategyDecoder {
     DecodeStats& stats = result.stats;
     // A proposer that states its round's size (a tree's nodes) is drafted whole.
     const std::size_t usable_draft_length = detail::usable_draft_length(config, proposer_);
-    stats.drafted_at.assign(usable_draft_length, 0);
-    stats.accepted_at.assign(usable_draft_length, 0);
-    stats.drafted_at_rank.assign(usable_draft_length, 0);
-    stats.accepted_at_rank.assign(usable_draft_length, 0);
+    prepare_round_statistics(stats, usable_draft_length);
 
     Rng rng(config.seed);
     DraftCoins draft_coins(rng);

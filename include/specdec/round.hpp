@@ -29,6 +29,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -171,6 +172,15 @@ struct RoundBuffers {
   }
 };
 
+/// \brief Sizes the per-position statistics of DecodeStats for rounds of at most
+/// `max_draft_length` drafted tokens (zeroed): done once per generation, before the first round.
+inline void prepare_round_statistics(DecodeStats& stats, std::size_t max_draft_length) {
+  stats.drafted_at.assign(max_draft_length, 0);
+  stats.accepted_at.assign(max_draft_length, 0);
+  stats.drafted_at_rank.assign(max_draft_length, 0);
+  stats.accepted_at_rank.assign(max_draft_length, 0);
+}
+
 /// \brief What one round works on; references into the caller's generation state.
 struct RoundState {
   /// The committed tokens (prompt + emitted) on entry; on return, committed + the chunk.
@@ -220,6 +230,13 @@ RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
   DecodeStats& stats = state.stats;
   const std::size_t committed = context.size();
   const std::size_t limit = state.limit;
+  if (limit > buffers.max_draft || state.stats.drafted_at.size() < limit) {
+    // The caller's sizing, not the user's input: prepare() and prepare_round_statistics() for
+    // the generation's longest round keep every round free of allocation.
+    throw std::logic_error(
+        "specdec: run_round with a limit beyond RoundBuffers::prepare() or "
+        "the statistics' size");
+  }
   const double draft_seconds_before = stats.draft_seconds;
   const double target_seconds_before = stats.target_seconds;
 
@@ -287,9 +304,6 @@ RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
   }
 
   // ---- commit: statistics, the policy told, the chunk ------------------------------------
-  detail::ensure_size(buffers.path, n);
-  detail::ensure_size(buffers.sibling_rank, n);
-  detail::ensure_size(buffers.tree_scratch, 2 * n + 1);
   std::span<const std::int32_t> path;
   if (tree) {
     path = detail::accepted_path(proposal, verdict, buffers.path);
@@ -301,10 +315,6 @@ RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
   }
   const std::size_t depth =
       tree ? detail::sibling_ranks(proposal, buffers.sibling_rank, buffers.tree_scratch) : n;
-  for (auto* counts :
-       {&stats.drafted_at, &stats.accepted_at, &stats.drafted_at_rank, &stats.accepted_at_rank}) {
-    if (counts->size() < n) counts->resize(n, 0);  // sized by the caller; never in a decoder
-  }
   ++stats.rounds;
   stats.drafted += n;
   stats.accepted += verdict.accepted;
@@ -315,7 +325,6 @@ RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
   for (const std::int32_t node : path) {
     ++stats.accepted_at_rank[tree ? buffers.sibling_rank[static_cast<std::size_t>(node)] : 0];
   }
-  if (buffers.certain_tokens.size() < n) buffers.certain_tokens.assign(n, 1.0);
   const std::span<const double> token_probabilities =
       proposal.token_probabilities.size() == n
           ? proposal.token_probabilities

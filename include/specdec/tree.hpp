@@ -378,13 +378,6 @@ inline std::size_t tree_depths(std::span<const std::int32_t> parents,
   return height;
 }
 
-/// \brief Node `node`'s parent: -1 for a child of the root (the committed context); node - 1
-/// for a chain (empty parents). Requires node < proposal.size().
-template <class Scalar>
-[[nodiscard]] std::int32_t parent_of(const Proposal<Scalar>& proposal, std::size_t node) noexcept {
-  return proposal.parents.empty() ? static_cast<std::int32_t>(node) - 1 : proposal.parents[node];
-}
-
 namespace detail {
 
 // ============================================================================================
@@ -398,6 +391,13 @@ namespace detail {
 }
 
 }  // namespace detail
+
+/// \brief Node `node`'s parent: -1 for a child of the root (the committed context); node - 1
+/// for a chain (empty parents). Requires node < proposal.size().
+template <class Scalar>
+[[nodiscard]] std::int32_t parent_of(const Proposal<Scalar>& proposal, std::size_t node) noexcept {
+  return detail::parent_in(proposal.parents, node);
+}
 
 /// \brief The path root -> `node` (node indices, the node last) written to the front of `path`
 /// (its size only grows); \returns its length, depth(node) + 1 (0 for node = -1, the root).
@@ -453,9 +453,7 @@ class ChildLinks {
   }
   /// \brief The links of a valid tree (empty parents: a chain of n nodes).
   void build(std::span<const std::int32_t> parents, std::size_t n) {
-    if (first_child_.size() < n + 1) first_child_.resize(n + 1);
-    if (last_child_.size() < n + 1) last_child_.resize(n + 1);
-    if (next_sibling_.size() < n) next_sibling_.resize(n);
+    reserve(n);
     std::fill_n(first_child_.begin(), n + 1, -1);
     std::fill_n(last_child_.begin(), n + 1, -1);
     for (std::size_t i = 0; i < n; ++i) {

@@ -255,6 +255,7 @@ template <class ProposerT, class PolicyT, class VerifierT, class TargetFn>
     tokens.reserve(context.size() + limit + 1);
     std::size_t vocab_size = 0;
     DecodeStats stats;
+    prepare_round_statistics(stats, limit);
     buffers.prepare(limit, tokens.capacity());
     chunk.clear();
     const auto score = [&](std::span<const token_t> scored, std::size_t committed,
