@@ -28,6 +28,8 @@ def main():
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--temps", default="0,1")
     parser.add_argument("--fixed", type=int, default=8)
+    parser.add_argument("--default-flags", default="",
+                        help="extra demo flags of the default setting (e.g. '--draft-costs online')")
     parser.add_argument("--out", help="write every run's summary here (JSON)")
     args = parser.parse_args()
 
@@ -36,7 +38,7 @@ def main():
     records = []
     for index, line in enumerate(lines, start=args.first):
         for temp in args.temps.split(","):
-            settings = [("default", []), (f"K={args.fixed}", ["-k", str(args.fixed)])]
+            settings = [("default", args.default_flags.split()), (f"K={args.fixed}", ["-k", str(args.fixed)])]
             if index % 2:
                 settings.reverse()  # alternate the order by prompt
             for name, extra in settings:

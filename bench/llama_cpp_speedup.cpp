@@ -13,7 +13,9 @@
 // (specdec's AutoregressiveDecoder over the adapter), K1..K16 (SpeculativeDecoder, fixed K),
 // block4 etc. (block verification), goodput (K <= 16 chosen per round, costs measured online),
 // goodput-block, goodput-measured / goodput-measured-block (the same policy with the pair's call
-// costs measured once before the first prompt: measure_call_costs), ngram (prompt lookup),
+// costs measured once before the first prompt: measure_call_costs), each with -correct
+// (GoodputOptions::correct_costs on) and/or -noguard (plain_guard off) appended for A/B runs;
+// every goodput setting has a decoder of its own. ngram (prompt lookup),
 // ngram-draft (lookup, else the draft model). Every setting except llama and
 // plain is paired with a plain run of the same prompt, the order alternating by prompt; the KV
 // caches are reset before every run, so each run pays for its own prompt.
@@ -27,6 +29,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -221,9 +225,10 @@ int main(int argc, char** argv) try {
 
   specdec::AutoregressiveDecoder plain(target);
   specdec::SpeculativeDecoder speculative(draft, target);
-  // Its own decoder: a policy restarts when its options change, and "goodput" keeps what it
-  // measured online from prompt to prompt.
-  specdec::SpeculativeDecoder measured_speculative(draft, target);
+  // Every goodput setting gets a decoder of its own (below): a policy keeps what it learnt
+  // (calibration, measured costs, the plain guard) from one generate() to the next.
+  using Speculative = decltype(speculative);
+  std::map<std::string, std::unique_ptr<Speculative>> goodput_decoders;
   specdec::NgramDecoder lookup(target, {.min_ngram = 4, .max_ngram = 12});
   specdec::NgramThenModelDecoder lookup_then_draft(draft, target,
                                                    {.min_ngram = 4, .max_ngram = 12});
@@ -271,8 +276,10 @@ int main(int argc, char** argv) try {
         const auto run_speculative = [&]() -> specdec::GenerationResult {
           if (setting == "ngram") return lookup.generate(prompt, config);
           if (setting == "ngram-draft") return lookup_then_draft.generate(prompt, config);
-          if (setting.starts_with("goodput-measured")) {
-            return measured_speculative.generate(prompt, config);
+          if (setting.starts_with("goodput")) {  // a decoder of its own: nothing learnt carries
+            auto& decoder = goodput_decoders[setting];  // over from another setting
+            if (!decoder) decoder = std::make_unique<Speculative>(draft, target);
+            return decoder->generate(prompt, config);
           }
           return speculative.generate(prompt, config);
         };
@@ -295,12 +302,23 @@ int main(int argc, char** argv) try {
         } else if (setting.starts_with("goodput")) {
           config.draft_length = 16;
           config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
-          if (setting.ends_with("-block")) config.verifier = specdec::VerifierKind::block;
-          if (setting.starts_with("goodput-measured")) {
-            config.draft_length_policy.goodput = measured_costs;
-          } else if (setting != "goodput" && setting != "goodput-block") {
-            throw std::invalid_argument("unknown setting '" + setting + "'");
+          // goodput[-measured|-never][-block][-correct|-nocorrect][-noguard]
+          std::string_view rest = std::string_view(setting).substr(7);
+          const auto take = [&](std::string_view part) {
+            if (!rest.starts_with(part)) return false;
+            rest.remove_prefix(part.size());
+            return true;
+          };
+          if (take("-measured")) config.draft_length_policy.goodput = measured_costs;
+          if (take("-never")) {  // a cost model under which drafting never pays: plain rounds
+            config.draft_length_policy.goodput.draft_token_cost = 1e3;
+            config.draft_length_policy.goodput.verify_row_cost = 1e3;
           }
+          if (take("-block")) config.verifier = specdec::VerifierKind::block;
+          if (take("-correct")) config.draft_length_policy.goodput.correct_costs = true;
+          if (take("-nocorrect")) config.draft_length_policy.goodput.correct_costs = false;
+          if (take("-noguard")) config.draft_length_policy.goodput.plain_guard = false;
+          if (!rest.empty()) throw std::invalid_argument("unknown setting '" + setting + "'");
         } else if (setting == "ngram" || setting == "ngram-draft") {
           config.draft_length = 8;
         } else {

@@ -53,6 +53,12 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
                          goodput (the length that maximises expected tokens/s, from measured
                          acceptance and costs; plain steps when drafting cannot pay)
                          (default goodput; fixed when -k K is given)
+  --draft-costs measure|online
+                         how goodput learns the pair's costs: time both models before
+                         decoding (a draft call, target calls of 1..K+1 rows; ~0.5 s, outside
+                         both timings) or from the rounds' timings as it decodes (default
+                         measure: a 200-token generation is over before online costs have
+                         seen the curve's step past 9 rows)
   --temperature T        >= 0; 0 = greedy (default 0)
   --top-k N              keep the N most likely tokens; 0 = off (default 0)
   --top-p P              nucleus sampling, in (0, 1]; 1 = off (default 1)
@@ -114,6 +120,7 @@ struct Options {
   // --proposer, --tree, --tree-budget, --siblings
   DecoderChoice decoder{.proposer = Proposer::model, .tree = std::nullopt, .ngrams = kByteNgrams};
   std::size_t target_threads = 1, draft_threads = 1;
+  bool measure_costs = true;  // --draft-costs
 };
 
 /// --threads / --threads-draft: 1 .. GptModel::kMaxThreads.
@@ -158,6 +165,13 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--prompt") options.prompt = value();
     else if (flag == "--max-new-tokens") config.max_new_tokens = size_value();
     else if (flag == "-k" || flag == "--draft-length") set_draft_length(value());
+    else if (flag == "--draft-costs") {
+      const std::string_view how = value();
+      if (how != "measure" && how != "online") {
+        throw UsageError("--draft-costs expects measure or online, got '" + std::string(how) + "'");
+      }
+      options.measure_costs = how == "measure";
+    }
     else if (flag == "--draft-policy") {
       policy_given = true;
       config.draft_length_policy.kind = parse_flag<specdec::DraftLengthKind>(flag, value());
@@ -239,6 +253,7 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
   const specdec::DecodeStats& stats = fast.stats;
   std::printf(
       "{\n  \"prompt\": %s,\n  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n"
+      "  \"draft_costs\": \"%s\",\n"
       "  \"proposer\": \"%s\",\n  \"verifier\": \"%s\",\n"
       "  \"threads\": {\"target\": %zu, \"draft\": %zu},\n  \"max_new_tokens\": %zu,\n"
       "  \"seed\": %llu,\n  \"sampling\": {\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, "
@@ -246,9 +261,9 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
       "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, \"alpha_hat\": "
       "%.6g, \"tokens_per_round\": %.6g, \"cost_ratio\": %.6g, \"predicted_speedup\": %.6g}",
       json_string(options.prompt).c_str(), config.draft_length,
-      name_of(config.draft_length_policy.kind), name_of(options.decoder.proposer),
-      name_of(config.verifier), options.target_threads, options.draft_threads,
-      config.max_new_tokens, static_cast<unsigned long long>(config.seed),
+      name_of(config.draft_length_policy.kind), options.measure_costs ? "measure" : "online",
+      name_of(options.decoder.proposer), name_of(config.verifier), options.target_threads,
+      options.draft_threads, config.max_new_tokens, static_cast<unsigned long long>(config.seed),
       static_cast<double>(s.temperature), s.top_k, static_cast<double>(s.top_p),
       static_cast<double>(s.min_p), json_string(to_text(fast.tokens)).c_str(), stats.emitted,
       stats.total_seconds, tokens_per_second(stats), stats.rounds, stats.acceptance_rate(),
@@ -409,6 +424,24 @@ int run(Options& options) {
   // Warm-up, kept out of both timings: a model's first call may pay page faults and cold caches.
   target.target(prompt, 1);
   target.reset();
+
+  // goodput with measured costs: the pair timed on the prompt (repeated to cover the longest
+  // verification call), before decoding and outside both timings, as specdec-llama does.
+  if (config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
+      options.measure_costs && options.decoder.proposer != Proposer::ngram &&
+      !options.decoder.tree) {
+    const std::size_t rows = config.usable_draft_length() + 1;
+    std::vector<token_t> context;
+    while (context.size() < std::max<std::size_t>(4 * rows, 256)) {  // rounds walk its 2nd half
+      context.insert(context.end(), prompt.begin(), prompt.end());
+    }
+    context.resize(std::min(context.size(), max_context - 1));
+    config.draft_length_policy.goodput =
+        specdec::measure_call_costs(draft, target, context, rows, 7)
+            .goodput_options(config.draft_length_policy.goodput);
+    target.reset();
+    draft.reset();
+  }
 
   // The speculative run, with the decoder the flags chose (the decoder types differ).
   const auto speculate = [&](auto& decoder) {

@@ -564,7 +564,11 @@ TEST(GoodputDraftLengthTest, MeasuredCostsFollowTheRoundTimings) {
   GoodputDraftLength policy;  // measured costs
   policy.begin(config_with(8));
   EXPECT_FALSE(policy.prediction().has_value());
-  // Draft 1 ms per token; target 10 ms + 1 ms per row beyond the first; rounds of 2..6 tokens.
+  // Draft 1 ms per token; target 10 ms + 1 ms per row beyond the first; rounds of 2..6 tokens,
+  // after the prompt's round and one plain step (until a plain step is timed, the plain guard
+  // keeps the rounds plain: GoodputOptions::plain_guard).
+  policy.observe(RoundReport{0, 0, 8, 0, 50e-3, {}});
+  policy.observe(RoundReport{0, 0, 8, 0, 10e-3, {}});
   for (int round = 0; round < 40; ++round) {
     const std::size_t n = 2 + static_cast<std::size_t>(round % 5);
     const std::vector<double> probabilities(n, 0.8);
@@ -645,7 +649,11 @@ TEST(GoodputDraftLengthTest, SettlesBelowAStepInTheVerificationCost) {
     // Within 2 % of K = 5 with exact timings; a call in 23 taking 4 times as long costs ~1 % more.
     EXPECT_GT(rounds.speedup(), (delayed == 0 ? 0.98 : 0.97) * best_static);
     const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 8, {}});
-    EXPECT_NEAR(estimates.verify_cost[5] / estimates.verify_cost[0], 1.20, 0.02);
+    // T(1) rests on the few plain steps the policy takes (the plain guard times one first);
+    // a delayed call among them moves it more than the drafting rounds' counts.
+    EXPECT_NEAR(estimates.verify_cost[5] / estimates.verify_cost[0], 1.20,
+                delayed == 0 ? 0.02 : 0.06)
+        << ::testing::PrintToString(rounds.histogram);
   }
 }
 

@@ -391,6 +391,113 @@ class MeasuredCosts {
   double draft_samples_ = 0;
 };
 
+/// GoodputOptions::plain_guard: what drafting rounds, as timed, deliver against plain steps.
+///
+/// The cost model predicts; this measures. Per drafting round it keeps the tokens the round
+/// emitted and its seconds in units of a plain step (the moving average of the plain rounds
+/// that followed a plain round: the steady state plain decoding runs in). A plain round right
+/// after a drafting round pays what the drafting left behind (llama.cpp rebuilds the one-row
+/// graph), so its time above a plain step is charged to drafting. Drafting is worth its
+/// rounds while, over the recent ones (two at least), they emit at least one token per plain
+/// step of time, whatever the model said. (On the shipped pair's Q8_0 weights a one-token
+/// probe after plain steps took ~2 plain steps more than it emitted, where the measured costs
+/// said 0.6: the draft's catch-up call and a graph rebuilt per call shape in both models.)
+///
+/// Once drafting loses, the rounds are plain except for trials, each judged on its own (the
+/// stretch of bad rounds before it says little about the text now; judged together with it,
+/// one won trial rarely outweighed it), a won trial reopening drafting. Trying again is a bet
+/// with a known price, so losses are kept on a ledger: the plain steps' worth of time drafting
+/// rounds lost, net of what they gained (never below 0). A trial is allowed only while the
+/// ledger stays within kAllowance plain steps plus kShare of the time decoded so far: a draft
+/// that never pays then costs about that share of plain decoding's speed, and a draft that
+/// pays drains the ledger itself.
+class DraftingGuard {
+ public:
+  /// A new generate(): its first round reads the prompt and is not observed; what the previous
+  /// one's last round left behind is not this one's.
+  void start_generation() noexcept { after_drafting_ = false; }
+
+  /// A round after the generation's first (whose calls also read the prompt).
+  void observe(std::size_t drafted, std::size_t emitted, double seconds) noexcept {
+    if (!(seconds > 0)) return;
+    if (drafted == 0) {
+      if (after_drafting_) {
+        if (plain_samples_ > 0) charge(0.0, std::max(1.0, seconds / plain_seconds_) - 1.0);
+      } else {
+        plain_seconds_ = MeasuredCosts::smoothed(plain_seconds_, seconds, plain_samples_);
+        plain_samples_ = std::min(plain_samples_ + 1.0, kMaxPlainSamples);
+      }
+      elapsed_units_ += 1.0;
+      after_drafting_ = false;
+      return;
+    }
+    after_drafting_ = true;
+    if (!(plain_samples_ > 0))
+      return;  // drafted before any plain step (a forced plain
+               // step was refused by the caller): not judged
+    // A round preempted for a scheduler slice says nothing about drafting: no legitimate round
+    // of m drafted tokens costs more than 2 (m + 1) plain steps.
+    const double units = std::min(seconds / plain_seconds_, 2.0 * static_cast<double>(drafted + 1));
+    const auto tokens = static_cast<double>(emitted);
+    elapsed_units_ += units;
+    if (losing_) {  // a trial, judged on its own
+      lost_units_ = std::max(0.0, lost_units_ + units - tokens);
+      if (tokens >= units) {
+        losing_ = false;
+        draft_tokens_ = tokens;
+        draft_units_ = units;
+        judged_rounds_ = 1;
+      }
+      return;
+    }
+    draft_tokens_ *= kForgetting;
+    draft_units_ *= kForgetting;
+    ++judged_rounds_;
+    charge(tokens, units);
+    // Before two rounds are judged, one that lost kBigLoss plain steps is verdict enough: a
+    // long plan on a curve where every row doubles the call loses that much at once. Later
+    // only the recent rounds together decide (one call preempted for a scheduler slice must
+    // not stop a draft that pays).
+    const double slack = judged_rounds_ >= kRoundsToJudge ? 0.0 : kBigLoss;
+    losing_ = draft_tokens_ + slack < draft_units_;
+  }
+
+  /// The recent drafting rounds (two judged at least) emitted fewer tokens per plain step of
+  /// time than plain steps do, and no trial since has won.
+  [[nodiscard]] bool drafting_loses() const noexcept { return losing_; }
+  /// Whether the ledger affords another drafting round while drafting loses.
+  [[nodiscard]] bool affords_trial() const noexcept {
+    return lost_units_ <= kAllowance + kShare * elapsed_units_;
+  }
+  /// No plain step has been timed yet, so no drafting round could be judged: the rounds
+  /// should be plain until one is (the first two rounds of the policy's life, the first being
+  /// the prompt's; a few plain steps against judging every drafting round from the start).
+  [[nodiscard]] bool needs_plain_steps() const noexcept { return !(plain_samples_ > 0); }
+  /// Tokens per plain step of time of the recent drafting rounds (0: none judged).
+  [[nodiscard]] double efficiency() const noexcept {
+    return draft_units_ > 0 ? draft_tokens_ / draft_units_ : 0.0;
+  }
+  /// Plain steps' worth of time drafting has lost, net of its gains.
+  [[nodiscard]] double lost_units() const noexcept { return lost_units_; }
+
+ private:
+  void charge(double tokens, double units) noexcept {
+    draft_tokens_ += tokens;
+    draft_units_ += units;
+    lost_units_ = std::max(0.0, lost_units_ + units - tokens);
+  }
+
+  static constexpr std::size_t kRoundsToJudge = 2;
+  static constexpr double kMaxPlainSamples = 16, kForgetting = 0.9;
+  static constexpr double kAllowance = 1, kShare = 0.005, kBigLoss = 3;
+  double plain_seconds_ = 0, plain_samples_ = 0;
+  double draft_tokens_ = 0, draft_units_ = 0;  // recent drafting rounds, decayed
+  double lost_units_ = 0, elapsed_units_ = 0;
+  std::size_t judged_rounds_ = 0;
+  bool after_drafting_ = false;
+  bool losing_ = false;
+};
+
 }  // namespace detail
 
 }  // namespace specdec

@@ -22,7 +22,9 @@
 /// plain decoding). With fixed costs a plan that changes the target's row count is charged the
 /// measured switch cost, and one that resumes drafting after plain steps one more draft call
 /// (the draft catches up), both spread over a few rounds. With sampled block verification the
-/// round's length is planned at its first decision (see whole_rounds_).
+/// round's length is planned at its first decision (see whole_rounds_). Whenever timings
+/// decide anyway, drafting rounds are also judged by what they delivered: while they emit fewer
+/// tokens per second than plain steps, the rounds are plain (GoodputOptions::plain_guard).
 /// With measured costs, now and then (after 8 drafting rounds, then 16, ... up to every 128th) a
 /// round stops at half its planned length, so that T_v is measured below the lengths the policy
 /// settles on, not only extrapolated there.
@@ -166,6 +168,8 @@ class GoodputDraftLength {
     predicted_ = false;
     round_cap_ = cap_;
     first_round_ = true;
+    guard_.start_generation();
+    guard_trial_ = false;
     last_rows_ = 0;  // the first round reads the prompt: a shape of its own
     refresh_costs();
   }
@@ -197,6 +201,10 @@ class GoodputDraftLength {
       explore_interval_ = std::min(2 * explore_interval_, kMaxExploreInterval);
       planned = (planned + 1) / 2;
       round_cap_ = planned;
+    }
+    if (j == 0 && planned > 0 && guarding() && !guard_allows()) {
+      planned = 0;
+      probing_ = false;
     }
     if (j == 0) round_plan_ = planned;
     last_prediction_ = RoundPrediction{expected_round_tokens(estimates, planned),
@@ -231,6 +239,15 @@ class GoodputDraftLength {
     round_cap_ = cap_;
     // The first round's calls also read the prompt (a KV-cached model's prefill): their times
     // say nothing about a round's cost.
+    if (guarding() && !first_round_) {
+      guard_.observe(report.drafted, report.accepted + 1,
+                     std::max(report.draft_seconds, 0.0) + report.target_seconds);
+      if (guard_trial_) {  // did the trial reopen drafting?
+        guard_wait_ =
+            guard_.drafting_loses() ? std::min(2 * guard_wait_, kMaxGuardWait) : kFirstGuardWait;
+      }
+    }
+    guard_trial_ = false;
     if (!options_.fixed_costs() && !first_round_) {
       measured_.observe(report.drafted, report.draft_seconds, report.target_seconds);
       refresh_costs();
@@ -330,6 +347,23 @@ class GoodputDraftLength {
     return best_draft_length(optimistic, max_length) > 0;
   }
 
+  /// GoodputOptions::plain_guard, when timings decide anyway.
+  [[nodiscard]] bool guarding() const noexcept {
+    return options_.plain_guard &&
+           (!options_.fixed_costs() || options_.measured_costs || options_.correct_costs);
+  }
+
+  /// Whether a round planned to draft (the model's plan or a probe) may: not while drafting
+  /// rounds have run with no plain step to judge them by, nor while they lose to plain steps,
+  /// except for a trial after guard_wait_ plain rounds that the guard's ledger affords.
+  [[nodiscard]] bool guard_allows() noexcept {
+    if (guard_.needs_plain_steps()) return false;
+    if (!guard_.drafting_loses()) return true;
+    if (plain_streak_ < guard_wait_ || !guard_.affords_trial()) return false;
+    guard_trial_ = true;
+    return true;
+  }
+
   void reserve(std::size_t max_length) {
     if (survival_.size() < max_length) survival_.resize(max_length);
     if (acceptance_.size() < max_length) acceptance_.resize(max_length);
@@ -427,6 +461,11 @@ class GoodputDraftLength {
   std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or
                                                                      // less in an exploring round
   RoundPrediction last_prediction_{};
+  // plain_guard: carried over between generate() calls (it describes the pair on this host)
+  detail::DraftingGuard guard_{};
+  static constexpr std::size_t kFirstGuardWait = 8, kMaxGuardWait = 256;
+  std::size_t guard_wait_ = kFirstGuardWait;  // plain rounds before a trial while drafting loses
+  bool guard_trial_ = false;                  // this round is such a trial
 };
 
 }  // namespace specdec

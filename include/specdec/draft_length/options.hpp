@@ -117,6 +117,22 @@ struct GoodputOptions {
   /// fixed costs the same seed then gives the same tokens for the same sequence of generate()
   /// calls on a decoder; false makes every call a function of its own arguments.
   bool keep_calibration = true;
+  /// The fixed costs were measured on this machine (CallCosts::goodput_options sets it), not
+  /// given: timings may then steer the policy (plain_guard), as they do with costs learnt
+  /// online, so sampled output is not reproducible seed for seed.
+  bool measured_costs = false;
+  /// Whenever timings may steer the policy (costs learnt online, measured_costs, correct_costs):
+  /// judge the drafting rounds by what they delivered, not by what the cost model predicted.
+  /// The policy keeps, over its recent drafting rounds, the tokens they emitted per plain step
+  /// of time (a plain round's measured seconds); when that falls below 1 (two rounds or
+  /// more), it runs plain steps and tries again (its plan or a probe) only after 8 plain
+  /// rounds, then 16, ... up to 256 while the trials keep losing, and only while what drafting
+  /// lost, net of what it gained, stays within 1 plain step plus 0.5 % of the time decoded; a
+  /// trial that wins reopens drafting. The model still chooses the draft lengths;
+  /// this only stops drafting that does not pay as run (the cost model's errors near
+  /// break-even: call costs measured before decoding against those inside it, the draft's
+  /// catch-up, a graph rebuilt per call shape, acceptance that block verification changes).
+  bool plain_guard = true;
 
   /// Field by field, exactly (not `= default`, which would compare the doubles with == and make
   /// users' -Wfloat-equal builds warn).
@@ -127,7 +143,8 @@ struct GoodputOptions {
            detail::exactly_equal(verify_row_cost, other.verify_row_cost) &&
            std::ranges::equal(verify_costs, other.verify_costs, detail::exactly_equal<double>) &&
            detail::exactly_equal(switch_cost, other.switch_cost) &&
-           correct_costs == other.correct_costs && keep_calibration == other.keep_calibration;
+           correct_costs == other.correct_costs && keep_calibration == other.keep_calibration &&
+           measured_costs == other.measured_costs && plain_guard == other.plain_guard;
   }
 
   [[nodiscard]] bool fixed_costs() const noexcept {

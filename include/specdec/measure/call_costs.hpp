@@ -66,9 +66,10 @@ struct CallCosts {
     return ratios;
   }
 
-  /// \brief `base` with this fixed cost model (in units of a one-row target call), corrected by
-  /// what decoding shows (GoodputOptions::correct_costs); base's other fields (forgetting,
-  /// probe interval, calibration) are kept.
+  /// \brief `base` with this fixed cost model (in units of a one-row target call), marked as
+  /// measured (GoodputOptions::measured_costs: drafting rounds are judged by what they deliver,
+  /// plain_guard); base's other fields (forgetting, probe interval, calibration,
+  /// correct_costs) are kept.
   [[nodiscard]] GoodputOptions goodput_options(GoodputOptions base = {}) const {
     if (verify_seconds.empty() || !(verify_seconds.front() > 0)) {
       detail::throw_invalid_argument(
@@ -80,7 +81,7 @@ struct CallCosts {
     base.verify_row_cost = -1;
     base.verify_costs = verify_ratios();
     base.switch_cost = switch_seconds / verify_seconds.front();
-    base.correct_costs = true;
+    base.measured_costs = true;  // judged by what decoding delivers: plain_guard
     base.validate();
     return base;
   }
