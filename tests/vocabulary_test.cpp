@@ -202,6 +202,17 @@ TEST(VocabularyVerdict, WhatMakesAPairNeedIntersection) {
       << text.report().reason;
   EXPECT_EQ(text.report().shared, 39u);
 
+  // Every id from 5 on agrees, but a token moved below: not the identity on shared ids.
+  std::vector<std::string> moved = tokens;
+  moved[1] = "tok2";
+  moved[2] = "tok1";
+  const VocabularyMap swapped({.tokens = moved}, {.tokens = tokens});
+  EXPECT_EQ(swapped.verdict(), VocabularyVerdict::needs_intersection);
+  EXPECT_NE(swapped.report().reason.find("shared tokens sit at different ids (draft 1 \"tok2\" "
+                                         "is target 2 \"tok2\")"),
+            std::string::npos)
+      << swapped.report().reason;
+
   const VocabularyMap type({.tokens = tokens, .type = "spm"}, {.tokens = tokens, .type = "bpe"});
   EXPECT_EQ(type.verdict(), VocabularyVerdict::needs_intersection);
   EXPECT_NE(type.report().reason.find("tokenizer types differ"), std::string::npos);

@@ -86,8 +86,9 @@ enum class VocabularyVerdict {
   identical,
   /// near-identical (llama.cpp's rule for a draft it accepts): the same type and BOS/EOS
   /// handling, sizes within kMaxPaddingDifference, the same text for every shared id from
-  /// kFirstComparedId on (padding or a few added tokens). The map is the identity on the ids
-  /// whose text agrees; MappedDraft masks the rest.
+  /// kFirstComparedId on (padding or a few added tokens), and, stricter than llama.cpp, every
+  /// shared token at the same id on both sides: the map is the identity on the shared ids, and
+  /// MappedDraft only masks the ids one side lacks.
   compatible,
   /// partially overlapping: drafting needs token-level intersection (MappedDraft)
   needs_intersection,
@@ -443,7 +444,11 @@ class VocabularyMap {
       const token_t t = found->second;
       draft_to_target_[d] = t;
       sources_[static_cast<std::size_t>(t)] = static_cast<token_t>(d);
-      identity_ = identity_ && t == static_cast<token_t>(d);
+      if (identity_ && t != static_cast<token_t>(d)) {
+        identity_ = false;
+        first_moved_ = detail::concat("draft ", d, " \"", draft.tokens[d], "\" is target ", t,
+                                      " \"", target.tokens[static_cast<std::size_t>(t)], "\"");
+      }
       ++report.shared;
       if (draft_special[d]) ++report.shared_special;
     }
@@ -517,6 +522,10 @@ class VocabularyMap {
               kMaxPaddingDifference);
       return;
     }
+    if (!identity_) {
+      because("shared tokens sit at different ids (", first_moved_, ")");
+      return;
+    }
     for (std::size_t id = kFirstComparedId; id < smaller; ++id) {
       if (draft.tokens[id] != target.tokens[id]) {
         because("token ", id, " differs (draft \"", draft.tokens[id], "\", target \"",
@@ -551,6 +560,7 @@ class VocabularyMap {
   std::vector<token_t> sources_;          // (V_target) the draft id whose logit it receives, or -1
   std::vector<std::string> target_text_;  // (V_target) raw text, for error messages
   bool identity_ = true;
+  std::string first_moved_;  // the first shared token at different ids, for the verdict's reason
   VocabularyReport report_;
 };
 
