@@ -28,8 +28,9 @@
 /// with the previous call's context is translated again (the context guarantee of model.hpp:
 /// consecutive contexts share a prefix, so a KV-cached draft sees its own prefix extended). The
 /// draft's row is read in place (a view, no copy) and written once into the adapter's row of
-/// V_target logits: one pass over the target vocabulary. Buffers grow to the longest context
-/// and are reused: nothing is allocated once they have.
+/// V_target logits: one pass over the target vocabulary. The row is allocated at construction;
+/// the context buffers grow to the longest context and are reused (reserve() sizes them up
+/// front, so that no call allocates).
 ///
 /// Ownership: the draft and the map are held by reference and must outlive the adapter. The
 /// returned row is the adapter's buffer, valid until its next call (model.hpp's rule for views).
@@ -103,6 +104,15 @@ class MappedDraft {
       row_[t] = d >= 0 ? draft_row[static_cast<std::size_t>(d)] : masked;
     }
     return row_;
+  }
+
+  /// \brief Sizes the context buffers for contexts of up to `context_tokens` target tokens
+  /// (translated one to one; a ContextTranslation that appends more may still grow them), so
+  /// that no call allocates. Without it they grow by doubling as contexts lengthen.
+  void reserve(std::size_t context_tokens) {
+    target_context_.reserve(context_tokens);
+    offsets_.reserve(context_tokens + 1);
+    draft_context_.reserve(context_tokens);
   }
 
   /// \brief The draft-id context of the last call (as the draft saw it).
