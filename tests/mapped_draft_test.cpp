@@ -384,6 +384,22 @@ TEST(MappedDraftDecoder, BadInputIsAClearErrorAndTheNextDecodeIsClean) {
   }
   EXPECT_EQ(decoder.generate(Sequence{0, 1}, config).tokens, fresh_result(Sequence{0, 1}));
 
+  // A drafted token the draft lacks: a processor lifts the target's "d" in both rows, so the
+  // draft proposes it (and the target emits it) and the next draft call meets it.
+  specdec::GenerationConfig lifting = config;
+  lifting.sampling.logits_processor = [](std::span<const token_t>, std::span<float> logits) {
+    logits[3] = 1.0f;
+    logits[4] = -std::numeric_limits<float>::infinity();
+  };
+  try {
+    (void)decoder.generate(Sequence{0, 1}, lifting);
+    FAIL() << "a drafted token without a draft counterpart went unnoticed";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("context token 3 (\"d\")"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(decoder.generate(Sequence{0, 1}, config).tokens, fresh_result(Sequence{0, 1}));
+
   // A draft returning rows of the wrong size.
   draft.returned_size = kDraftVocab + 1;
   EXPECT_THROW((void)decoder.generate(Sequence{0, 1}, config), std::domain_error);

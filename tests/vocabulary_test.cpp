@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "specdec/enum_names.hpp"
 #include "specdec/vocabulary.hpp"
 
 namespace {
@@ -281,19 +280,6 @@ TEST(VocabularyReport, PrintsVerdictOverlapAndExamples) {
   EXPECT_NE(text.find("unmapped target tokens, first 2: 2 \"b\" 6 \"hello\""), std::string::npos)
       << text;
   EXPECT_NE(text.find("draft special 2 \"</s>\""), std::string::npos) << text;
-}
-
-TEST(VocabularyEnums, NamesRoundTrip) {
-  for (const auto verdict : {VocabularyVerdict::identical, VocabularyVerdict::compatible,
-                             VocabularyVerdict::needs_intersection, VocabularyVerdict::disjoint}) {
-    EXPECT_EQ(specdec::parse<VocabularyVerdict>(specdec::to_string(verdict)), verdict);
-  }
-  for (const auto encoding : {TokenEncoding::automatic, TokenEncoding::byte_level,
-                              TokenEncoding::sentencepiece, TokenEncoding::plain}) {
-    EXPECT_EQ(specdec::parse<TokenEncoding>(specdec::to_string(encoding)), encoding);
-  }
-  EXPECT_EQ(specdec::parse<SpecialTokens>("exclude"), SpecialTokens::exclude);
-  EXPECT_EQ(specdec::to_string(VocabularyVerdict::needs_intersection), "intersection");
 }
 
 }  // namespace
