@@ -84,6 +84,27 @@ TEST(EnumNames, PredictionBasis) {
       "K", "specdec: prediction basis \"K\"; expected draft_length, mean_drafted_length or policy");
 }
 
+TEST(EnumNames, VocabularyVerdict) {
+  expect_round_trips<specdec::VocabularyVerdict>(
+      {"identical", "compatible", "intersection", "disjoint"});
+  expect_rejected<specdec::VocabularyVerdict>(
+      "padded",
+      "specdec: vocabulary verdict \"padded\"; expected identical, compatible, intersection or "
+      "disjoint");
+}
+
+TEST(EnumNames, TokenEncoding) {
+  expect_round_trips<specdec::TokenEncoding>({"auto", "byte-level", "sentencepiece", "plain"});
+  expect_rejected<specdec::TokenEncoding>(
+      "bpe", "specdec: token encoding \"bpe\"; expected auto, byte-level, sentencepiece or plain");
+}
+
+TEST(EnumNames, SpecialTokens) {
+  expect_round_trips<specdec::SpecialTokens>({"match", "exclude"});
+  expect_rejected<specdec::SpecialTokens>(
+      "keep", "specdec: special tokens \"keep\"; expected match or exclude");
+}
+
 TEST(EnumNames, TestingBudget) {
   expect_round_trips<specdec::testing::Budget>({"exact", "unlimited"});
   expect_rejected<specdec::testing::Budget>("",

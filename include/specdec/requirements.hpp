@@ -58,6 +58,16 @@ struct DraftModelRequirements {
                 "std::vector<float>, Eigen::VectorXf, ...)");
 };
 
+/// The draft MappedDraft (mapped_draft.hpp) wraps: a draft model, or an exact test's draft
+/// returning a contiguous range of doubles.
+template <class Draft>
+struct MappedDraftRequirements {
+  static_assert(std::invocable<Draft&, std::span<const token_t>>,
+                "specdec: MappedDraft's draft must be callable as draft(std::span<const "
+                "specdec::token_t> context) (draft ids) and return one row of V_draft logits");
+  static constexpr bool satisfied = std::invocable<Draft&, std::span<const token_t>>;
+};
+
 /// The strategy concepts of strategies.hpp (TreeTargetRequirements, for score_tree, is in
 /// tree.hpp next to the tree contract).
 template <class Proposer, class Policy, class Verifier>

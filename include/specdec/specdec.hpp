@@ -11,6 +11,7 @@
 #include "specdec/decoder.hpp"
 #include "specdec/draft_length.hpp"
 #include "specdec/generation.hpp"
+#include "specdec/mapped_draft.hpp"
 #include "specdec/measure.hpp"
 #include "specdec/model.hpp"
 #include "specdec/ngram_decoder.hpp"
@@ -27,3 +28,4 @@
 #include "specdec/types.hpp"
 #include "specdec/verifiers.hpp"
 #include "specdec/verify.hpp"
+#include "specdec/vocabulary.hpp"

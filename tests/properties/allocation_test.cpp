@@ -728,6 +728,45 @@ TEST(TreeRound, AllocatesNothingAfterTheFirstRound) {
   }
 }
 
+// A draft of another vocabulary (MappedDraft): 43 draft tokens, 40 of them the target's (every
+// target token but multiples of 5, which a ContextTranslation writes as the draft's "x0"). With
+// reserve() for the longest context, the adapter allocates nothing either.
+TEST(MappedDraftRound, AllocatesNothingAfterTheFirstRound) {
+  SKIP_IF_NOT_COUNTING();
+  constexpr std::size_t kVocab = 50;
+  std::vector<std::string> target_tokens;
+  std::vector<std::string> draft_tokens{"x0", "x1", "x2"};
+  for (std::size_t i = 0; i < kVocab; ++i) {
+    target_tokens.emplace_back(1, 't');  // not "t" + ...: a GCC 12 -O3 -Wrestrict false positive
+    target_tokens.back() += std::to_string(i);
+    if (i % 5 != 0) draft_tokens.push_back(target_tokens.back());
+  }
+  const specdec::VocabularyMap map({.tokens = draft_tokens}, {.tokens = target_tokens});
+  for (const Mode mode :
+       {Mode::sampling, Mode::greedy, Mode::all_filters, Mode::logits_processor}) {
+    for (const auto verifier : {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
+      SCOPED_TRACE(std::string(mode_name(mode)) +
+                   (verifier == specdec::VerifierKind::block ? " block" : ""));
+      PreallocatedDraft draft(draft_tokens.size());
+      specdec::MappedDraft mapped(draft, map, [](token_t, std::vector<token_t>& out) {
+        out.push_back(0);  // reserved: no allocation
+      });
+      SpanTarget target(kVocab, 5);
+      specdec::SpeculativeDecoder decoder(mapped, target);
+      specdec::GenerationConfig config = config_for(mode, 4, 42);
+      config.verifier = verifier;
+      const std::vector<token_t> prompt = {1, 2, 3, 5};
+      mapped.reserve(prompt.size() + config.max_new_tokens + config.draft_length);
+      AllocationWindows windows(Inject::nothing);
+      const specdec::GenerationResult result = decoder.generate(
+          prompt, config,
+          [&windows](std::span<const token_t> chunk) { return windows.on_chunk(chunk); });
+      EXPECT_EQ(result.tokens.size(), config.max_new_tokens);
+      EXPECT_TRUE(all_windows_equal(windows, 0));
+    }
+  }
+}
+
 TEST(AutoregressiveStep, AllocatesNothingAfterTheFirstStep) {
   SKIP_IF_NOT_COUNTING();
   for (const Mode mode : {Mode::sampling, Mode::greedy, Mode::top_k, Mode::top_p, Mode::min_p,
