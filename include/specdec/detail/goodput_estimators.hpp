@@ -415,14 +415,27 @@ class DraftingGuard {
  public:
   /// A new generate(): its first round reads the prompt and is not observed; what the previous
   /// one's last round left behind is not this one's.
-  void start_generation() noexcept { after_drafting_ = false; }
+  void start_generation() noexcept {
+    // The prompt's round changed the call shape as a drafting round does (llama.cpp rebuilds
+    // its graph for one row after the prompt's): the next plain step is no steady sample.
+    after_drafting_ = true;
+    last_round_drafted_ = false;
+    draft_warm_ = false;
+  }
 
   /// A round after the generation's first (whose calls also read the prompt).
   void observe(std::size_t drafted, std::size_t emitted, double seconds) noexcept {
     if (!(seconds > 0)) return;
     if (drafted == 0) {
       if (after_drafting_) {
-        if (plain_samples_ > 0) charge(0.0, std::max(1.0, seconds / plain_seconds_) - 1.0);
+        if (plain_samples_ > 0 && last_round_drafted_) {
+          charge(0.0, std::max(1.0, seconds / plain_seconds_) - 1.0);
+        }
+      } else if (plain_samples_ < kFirstPlainSamples) {
+        // The lowest of the first samples: a slow one (a cold cache, a scheduler slice) would
+        // price every drafting round cheap until enough plain steps outweighed it.
+        plain_seconds_ = plain_samples_ > 0 ? std::min(plain_seconds_, seconds) : seconds;
+        plain_samples_ += 1.0;
       } else {
         plain_seconds_ = MeasuredCosts::smoothed(plain_seconds_, seconds, plain_samples_);
         plain_samples_ = std::min(plain_samples_ + 1.0, kMaxPlainSamples);
@@ -432,9 +445,16 @@ class DraftingGuard {
       return;
     }
     after_drafting_ = true;
-    if (!(plain_samples_ > 0))
-      return;  // drafted before any plain step (a forced plain
-               // step was refused by the caller): not judged
+    last_round_drafted_ = true;
+    if (!draft_warm_) {
+      // A generation's first drafting round also reads the prompt into the draft (its prefill,
+      // several plain steps' worth on the shipped pair): the price of drafting at all in this
+      // generation, not of the plan. Judged, it stopped drafting that paid (f16 weights: 61 %
+      // plain rounds at T = 0 where block K = 4 ran at 1.17x).
+      draft_warm_ = true;
+      return;
+    }
+    if (!(plain_samples_ > 0)) return;  // no plain step timed yet (the caller drafted anyway)
     // A round preempted for a scheduler slice says nothing about drafting: no legitimate round
     // of m drafted tokens costs more than 2 (m + 1) plain steps.
     const double units = std::min(seconds / plain_seconds_, 2.0 * static_cast<double>(drafted + 1));
@@ -488,13 +508,15 @@ class DraftingGuard {
   }
 
   static constexpr std::size_t kRoundsToJudge = 2;
-  static constexpr double kMaxPlainSamples = 16, kForgetting = 0.9;
+  static constexpr double kMaxPlainSamples = 16, kFirstPlainSamples = 3, kForgetting = 0.9;
   static constexpr double kAllowance = 1, kShare = 0.005, kBigLoss = 3;
   double plain_seconds_ = 0, plain_samples_ = 0;
   double draft_tokens_ = 0, draft_units_ = 0;  // recent drafting rounds, decayed
   double lost_units_ = 0, elapsed_units_ = 0;
   std::size_t judged_rounds_ = 0;
   bool after_drafting_ = false;
+  bool draft_warm_ = false;          // this generation's first drafting round was seen
+  bool last_round_drafted_ = false;  // (after_drafting_ also follows the prompt's round)
   bool losing_ = false;
 };
 
