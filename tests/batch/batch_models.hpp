@@ -1,0 +1,70 @@
+#pragma once
+// Toy models for the batched decoder's tests: ScriptedPair's draft and target (float), with and
+// without the batched calls. Each batched call returns exactly the rows the per-sequence calls
+// would, back to back, so a sequence's rows never depend on the batch; each counts its calls and
+// can be told to throw.
+
+#include <cstddef>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "specdec/batch.hpp"
+#include "specdec/testing.hpp"
+
+namespace specdec_test {
+
+/// ScriptedPair's target with score_batch.
+struct BatchedScriptedTarget {
+  explicit BatchedScriptedTarget(specdec::testing::ScriptedPair::Target<float> base_)
+      : base(base_) {}
+
+  specdec::testing::ScriptedPair::Target<float> base;
+  std::vector<float> rows;  // the last score_batch's rows (a view the decoder reads in place)
+  std::size_t batch_calls = 0;
+  std::size_t batch_rows = 0;
+  bool throw_on_batch = false;
+
+  std::vector<float> operator()(std::span<const specdec::token_t> context, std::size_t n) const {
+    return base(context, n);
+  }
+  const std::vector<float>& score_batch(std::span<const specdec::ScoreRequest> requests) {
+    if (throw_on_batch) throw std::runtime_error("target engine out of memory");
+    ++batch_calls;
+    rows.clear();
+    for (const specdec::ScoreRequest& request : requests) {
+      const std::vector<float> own = base(request.context, request.rows);
+      rows.insert(rows.end(), own.begin(), own.end());
+      batch_rows += request.rows;
+    }
+    return rows;
+  }
+};
+
+/// ScriptedPair's draft with draft_batch.
+struct BatchedScriptedDraft {
+  explicit BatchedScriptedDraft(specdec::testing::ScriptedPair::Draft<float> base_) : base(base_) {}
+
+  specdec::testing::ScriptedPair::Draft<float> base;
+  std::vector<float> rows;
+  std::size_t batch_calls = 0;
+  std::size_t batch_rows = 0;
+  bool throw_on_batch = false;
+
+  std::vector<float> operator()(std::span<const specdec::token_t> context) const {
+    return base(context);
+  }
+  std::span<const float> draft_batch(std::span<const specdec::DraftStepRequest> requests) {
+    if (throw_on_batch) throw std::runtime_error("draft engine out of memory");
+    ++batch_calls;
+    rows.clear();
+    for (const specdec::DraftStepRequest& request : requests) {
+      const std::vector<float> own = base(request.context);
+      rows.insert(rows.end(), own.begin(), own.end());
+      ++batch_rows;
+    }
+    return rows;
+  }
+};
+
+}  // namespace specdec_test
