@@ -248,15 +248,15 @@ class BatchedDecoder {
   /// One sequence's generation: StrategyDecoder::run's state, kept between steps.
   struct Sequence {
     Sequence(sequence_id id_, std::span<const token_t> prompt_, const GenerationConfig& config_,
-             ChunkCallback on_chunk_, const Proposer& proposer_, const Policy& policy_,
-             const Verifier& verifier_)
+             ChunkCallback on_chunk_, const Proposer& proposer_prototype,
+             const Policy& policy_prototype, const Verifier& verifier_prototype)
         : id(id_),
           config(config_),
           prompt(prompt_.begin(), prompt_.end()),
           on_chunk(std::move(on_chunk_)),
-          proposer(proposer_),
-          policy(policy_),
-          verifier(verifier_),
+          proposer(proposer_prototype),
+          policy(policy_prototype),
+          verifier(verifier_prototype),
           rng(config_.seed),
           draft_coins(rng),
           start(std::chrono::steady_clock::now()) {
