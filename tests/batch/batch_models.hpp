@@ -23,6 +23,7 @@ struct BatchedScriptedTarget {
   std::vector<float> rows;  // the last score_batch's rows (a view the decoder reads in place)
   std::size_t batch_calls = 0;
   std::size_t batch_rows = 0;
+  std::size_t broken_promises = 0;  // requests that break ScoreRequest's contract
   bool throw_on_batch = false;
 
   std::vector<float> operator()(std::span<const specdec::token_t> context, std::size_t n) const {
@@ -32,12 +33,27 @@ struct BatchedScriptedTarget {
     if (throw_on_batch) throw std::runtime_error("target engine out of memory");
     ++batch_calls;
     rows.clear();
-    for (const specdec::ScoreRequest& request : requests) {
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const specdec::ScoreRequest& request = requests[i];
+      // The contract's promises: distinct ids, a chain's drafted + 1 rows after the committed.
+      for (std::size_t j = 0; j < i; ++j) broken_promises += requests[j].id == request.id;
+      broken_promises += request.committed == 0 || request.committed > request.context.size() ||
+                         request.rows != request.context.size() - request.committed + 1;
       const std::vector<float> own = base(request.context, request.rows);
       rows.insert(rows.end(), own.begin(), own.end());
       batch_rows += request.rows;
     }
     return rows;
+  }
+};
+
+/// The same target returning an owning result (held by the decoder until its next call).
+struct OwningBatchedScriptedTarget : BatchedScriptedTarget {
+  using BatchedScriptedTarget::BatchedScriptedTarget;
+  std::vector<float> score_batch(std::span<const specdec::ScoreRequest> requests) {
+    std::vector<float> owned = BatchedScriptedTarget::score_batch(requests);
+    rows.assign(rows.size(), -1e30f);  // the decoder must read the returned copy, not this
+    return owned;
   }
 };
 
@@ -49,6 +65,7 @@ struct BatchedScriptedDraft {
   std::vector<float> rows;
   std::size_t batch_calls = 0;
   std::size_t batch_rows = 0;
+  std::size_t broken_promises = 0;  // requests with the id of another in the same call
   bool throw_on_batch = false;
 
   std::vector<float> operator()(std::span<const specdec::token_t> context) const {
@@ -58,7 +75,9 @@ struct BatchedScriptedDraft {
     if (throw_on_batch) throw std::runtime_error("draft engine out of memory");
     ++batch_calls;
     rows.clear();
-    for (const specdec::DraftStepRequest& request : requests) {
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const specdec::DraftStepRequest& request = requests[i];
+      for (std::size_t j = 0; j < i; ++j) broken_promises += requests[j].id == request.id;
       const std::vector<float> own = base(request.context);
       rows.insert(rows.end(), own.begin(), own.end());
       ++batch_rows;

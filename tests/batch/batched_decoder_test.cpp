@@ -289,6 +289,23 @@ TEST(BatchedDecoderCalls, OneTargetCallPerStepAndOneDraftCallPerDraftedPosition)
   EXPECT_EQ(stats.tokens, tokens);
   EXPECT_EQ(stats.sequences_added, 4u);
   EXPECT_EQ(stats.sequences_finished, 4u);
+  EXPECT_EQ(models.target.broken_promises, 0u);
+  EXPECT_EQ(models.draft.broken_promises, 0u);
+}
+
+TEST(BatchedDecoderCalls, AnOwningBatchedResultIsHeldUntilTheNextCall) {
+  const ScriptedPair pair = make_pair();
+  const std::vector<Request> all = requests();
+  BatchedScriptedDraft draft(pair.draft<float>());
+  specdec_test::OwningBatchedScriptedTarget target(pair.target<float>());
+  BatchedDecoder<specdec_test::OwningBatchedScriptedTarget, ModelProposer<BatchedScriptedDraft>>
+      decoder(target, ModelProposer<BatchedScriptedDraft>(draft));
+  for (std::size_t i = 0; i < 3; ++i) decoder.add(i, all[i].prompt, all[i].config);
+  auto finished = by_id(decoder.run());
+  for (std::size_t i = 0; i < 3; ++i) {
+    expect_same_generation(finished.at(i).result, alone(pair, all[i]),
+                           "sequence " + std::to_string(i));
+  }
 }
 
 TEST(BatchedDecoderCalls, WithoutBatchedCallsOneTargetCallPerSequenceRound) {
