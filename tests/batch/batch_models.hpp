@@ -67,6 +67,7 @@ struct BatchedScriptedDraft {
   std::size_t batch_rows = 0;
   std::size_t broken_promises = 0;  // requests with the id of another in the same call
   bool throw_on_batch = false;
+  bool drop_a_logit = false;  // return one logit too few (malformed rows)
 
   std::vector<float> operator()(std::span<const specdec::token_t> context) const {
     return base(context);
@@ -82,6 +83,7 @@ struct BatchedScriptedDraft {
       rows.insert(rows.end(), own.begin(), own.end());
       ++batch_rows;
     }
+    if (drop_a_logit) rows.pop_back();
     return rows;
   }
 };

@@ -485,6 +485,27 @@ TEST(BatchedDecoderFaults, AThrowingBatchedDraftCallDropsTheBatchAndADecodeAfter
   expect_same_generation(finished.at(4).result, alone(pair, all[1]), "sequence 4 again");
 }
 
+TEST(BatchedDecoderFaults, MalformedBatchedDraftRowsDropTheBatchNamingTheCall) {
+  const ScriptedPair pair = make_pair();
+  const std::vector<Request> all = requests();
+  Models<true> models(pair);
+  auto decoder = models.decoder();
+  decoder.add(4, all[1].prompt, all[1].config);
+  decoder.add(5, all[3].prompt, all[3].config);
+  models.draft.drop_a_logit = true;
+  try {
+    (void)decoder.step();
+    ADD_FAILURE() << "expected the batched draft call's error";
+  } catch (const std::runtime_error& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "specdec: the batched draft call for sequences 4, 5 failed; the batch was "
+              "dropped: draft_batch returned 15 logits for 2 rows; expected a positive multiple "
+              "of 2 (n rows of V logits)");
+    EXPECT_THROW(std::rethrow_if_nested(error), std::domain_error);
+  }
+  EXPECT_TRUE(decoder.empty());
+}
+
 /// A target whose rows for one context are malformed (NaN): that sequence's error, not the
 /// batch's.
 struct PoisonedTarget : BatchedScriptedTarget {

@@ -436,7 +436,7 @@ class BatchedDecoder {
                 std::span<const DraftStepRequest>(draft_requests_));
           });
         });
-        rows = detail::as_target_rows(result, in_call_.size());
+        rows = detail::as_target_rows(result, in_call_.size(), "draft_batch");
       } catch (...) {
         fail_batch("draft", in_call_);
       }
@@ -492,7 +492,7 @@ class BatchedDecoder {
             return target_->score_batch(std::span<const ScoreRequest>(score_requests_));
           });
         });
-        rows = detail::as_target_rows(result, total_rows);
+        rows = detail::as_target_rows(result, total_rows, "score_batch");
       } catch (...) {
         fail_batch("target", in_call_);
       }
