@@ -54,11 +54,12 @@ TEST(EnumNames, VerifierKind) {
 }
 
 TEST(EnumNames, FinishReason) {
-  expect_round_trips<specdec::FinishReason>({"length", "stop_token", "callback", "context_limit"});
+  expect_round_trips<specdec::FinishReason>(
+      {"length", "stop_token", "callback", "context_limit", "cancelled"});
   expect_rejected<specdec::FinishReason>(
       "stop",
-      "specdec: finish reason \"stop\"; expected length, stop_token, callback or "
-      "context_limit");
+      "specdec: finish reason \"stop\"; expected length, stop_token, callback, "
+      "context_limit or cancelled");
 }
 
 TEST(EnumNames, DraftLengthKind) {

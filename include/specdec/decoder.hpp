@@ -185,13 +185,8 @@ class StrategyDecoder {
 
     bool finished = config.max_new_tokens == 0;
     while (!finished) {
-      const std::size_t committed = context.size();
-      const std::size_t remaining = config.max_new_tokens - stats.emitted;
-      // Budget: accepted + 1 <= remaining. Context: the target call sees committed + drafted
-      // tokens, at most max_context (committed <= max_context, or generation has ended).
-      std::size_t limit = std::min(usable_draft_length, remaining - 1);
-      if (config.max_context != 0) limit = std::min(limit, config.max_context - committed);
-
+      const std::size_t limit =
+          detail::round_limit(config, usable_draft_length, stats.emitted, context.size());
       const std::size_t chunk_start = result.tokens.size();
       run_round(proposer_, policy_, verifier_, draft_coins,
                 RoundState{context, limit, config.sampling, config.logprobs, vocab_size, stats},
@@ -199,26 +194,7 @@ class StrategyDecoder {
                 result.logprobs);
 
       // ---- emit up to a stop token; budget, context limit, callback ----------------------
-      bool stopped = false;
-      for (std::size_t j = chunk_start; j < result.tokens.size(); ++j) {
-        if (detail::is_stop_token(config.stop_tokens, result.tokens[j])) {
-          result.tokens.resize(j + 1);
-          if (config.logprobs) result.logprobs.resize(j + 1);
-          stopped = true;
-          break;
-        }
-      }
-      stats.emitted = result.tokens.size();
-      if (stopped) {
-        result.finish_reason = FinishReason::stop_token;
-        finished = true;
-      } else if (stats.emitted == config.max_new_tokens) {
-        result.finish_reason = FinishReason::length;
-        finished = true;
-      } else if (detail::context_exhausted(context.size(), config)) {
-        result.finish_reason = FinishReason::context_limit;
-        finished = true;
-      }
+      finished = detail::end_chunk(result, chunk_start, config, context.size());
       const std::span<const token_t> chunk =
           std::span<const token_t>(result.tokens).subspan(chunk_start);
       if (!on_chunk(chunk) && !finished) {

@@ -104,17 +104,19 @@ enum class FinishReason {
   /// the next model call would exceed GenerationConfig::max_context: the prompt plus the
   /// emitted tokens hold max_context + 1 tokens
   context_limit,
+  cancelled,  ///< BatchedDecoder::cancel() ended the sequence (batch/decoder.hpp)
 };
 
 /// \brief FinishReason's names (enum_names.hpp): the enumerators' own.
 template <>
 struct EnumNames<FinishReason> {
   static constexpr std::string_view what = "finish reason";
-  static constexpr std::array<EnumName<FinishReason>, 4> names{
+  static constexpr std::array<EnumName<FinishReason>, 5> names{
       {{FinishReason::length, "length"},
        {FinishReason::stop_token, "stop_token"},
        {FinishReason::callback, "callback"},
-       {FinishReason::context_limit, "context_limit"}}};
+       {FinishReason::context_limit, "context_limit"},
+       {FinishReason::cancelled, "cancelled"}}};
 };
 
 /// \brief The result of one generate() call.
@@ -179,6 +181,48 @@ inline void validate_prompt_length(std::span<const token_t> prompt,
 [[nodiscard]] inline bool context_exhausted(std::size_t committed,
                                             const GenerationConfig& config) noexcept {
   return config.max_context != 0 && committed > config.max_context;
+}
+
+/// The limit of a round that starts with `emitted` tokens emitted and `committed` in the context:
+/// budget (accepted + 1 <= remaining) and context (the target call sees committed + drafted
+/// tokens, at most max_context; committed <= max_context, or generation has ended).
+[[nodiscard]] inline std::size_t round_limit(const GenerationConfig& config,
+                                             std::size_t usable_draft_length, std::size_t emitted,
+                                             std::size_t committed) noexcept {
+  const std::size_t remaining = config.max_new_tokens - emitted;
+  std::size_t limit = std::min(usable_draft_length, remaining - 1);
+  if (config.max_context != 0) limit = std::min(limit, config.max_context - committed);
+  return limit;
+}
+
+/// After a round appended its chunk to result.tokens from `chunk_start` on: the chunk cut after
+/// a stop token, stats.emitted, and whether generation ends (stop token, budget, context limit
+/// given the `committed` length), with its finish_reason. The callback is the caller's.
+[[nodiscard]] inline bool end_chunk(GenerationResult& result, std::size_t chunk_start,
+                                    const GenerationConfig& config, std::size_t committed) {
+  bool stopped = false;
+  for (std::size_t j = chunk_start; j < result.tokens.size(); ++j) {
+    if (is_stop_token(config.stop_tokens, result.tokens[j])) {
+      result.tokens.resize(j + 1);
+      if (config.logprobs) result.logprobs.resize(j + 1);
+      stopped = true;
+      break;
+    }
+  }
+  result.stats.emitted = result.tokens.size();
+  if (stopped) {
+    result.finish_reason = FinishReason::stop_token;
+    return true;
+  }
+  if (result.stats.emitted == config.max_new_tokens) {
+    result.finish_reason = FinishReason::length;
+    return true;
+  }
+  if (context_exhausted(committed, config)) {
+    result.finish_reason = FinishReason::context_limit;
+    return true;
+  }
+  return false;
 }
 
 inline void validate_request(std::span<const token_t> prompt, const GenerationConfig& config) {

@@ -10,6 +10,8 @@
 #include <span>
 #include <type_traits>
 
+#include "specdec/batch/draft.hpp"
+#include "specdec/batch/target.hpp"
 #include "specdec/detail/model_traits.hpp"
 #include "specdec/model.hpp"
 #include "specdec/strategies.hpp"
@@ -66,6 +68,39 @@ struct MappedDraftRequirements {
                 "specdec: MappedDraft's draft must be callable as draft(std::span<const "
                 "specdec::token_t> context) (draft ids) and return one row of V_draft logits");
   static constexpr bool satisfied = std::invocable<Draft&, std::span<const token_t>>;
+};
+
+/// The optional batched calls (batch/target.hpp, batch/draft.hpp), checked for a model that
+/// declares one: a member named score_batch / draft_batch that cannot be called as the
+/// contract says, or returns no rows, is a mistake, not a model without the batched call.
+template <class Model>
+struct BatchedModelRequirements {
+  static constexpr bool check() {
+    if constexpr (requires { &Model::score_batch; }) {
+      static_assert(HasScoreBatch<Model>,
+                    "specdec: BatchedTargetModel::score_batch must be callable as "
+                    "score_batch(std::span<const specdec::ScoreRequest> requests)");
+    }
+    if constexpr (HasScoreBatch<Model>) {
+      static_assert(LogitsRowsLike<std::remove_cvref_t<score_batch_result_t<Model>>>,
+                    "specdec: BatchedTargetModel::score_batch(requests) must return the sum of "
+                    "requests[i].rows rows of V contiguous floats (a range of floats or a "
+                    "RowMajor Eigen matrix), request by request");
+    }
+    if constexpr (requires { &Model::draft_batch; }) {
+      static_assert(HasDraftBatch<Model>,
+                    "specdec: BatchedDraftModel::draft_batch must be callable as "
+                    "draft_batch(std::span<const specdec::DraftStepRequest> requests)");
+    }
+    if constexpr (HasDraftBatch<Model>) {
+      static_assert(LogitsRowsLike<std::remove_cvref_t<draft_batch_result_t<Model>>>,
+                    "specdec: BatchedDraftModel::draft_batch(requests) must return "
+                    "requests.size() rows of V contiguous floats (a range of floats or a "
+                    "RowMajor Eigen matrix), one per request");
+    }
+    return true;
+  }
+  static constexpr bool satisfied = check();
 };
 
 /// The strategy concepts of strategies.hpp (TreeTargetRequirements, for score_tree, is in

@@ -31,6 +31,7 @@
 #include <span>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "specdec/detail/error.hpp"
@@ -202,55 +203,55 @@ struct RoundResult {
   std::span<const double> token_probabilities{};
 };
 
-/// \brief Runs one speculative round (see the file comment).
-///
-/// \param proposer, policy, verifier  the strategies (strategies.hpp), used in place
-/// \param draft_coins        the drafting coins (DraftCoins, or the harness's enumerated ones)
-/// \param score              `score(std::span<const token_t> context, std::size_t committed,
-///                           const Proposal<S>&)` -> LogitsRows<Scalar>: the one target call
-///                           (a chain: context.size() - committed + 1 rows of the whole
-///                           context; a tree: one row per node plus the root's). The rows must
-///                           stay valid until the round returns. It counts its own time.
-/// \param verification_coins `verification_coins(n)` -> the coins of a sampled verification of
-///                           n drafted tokens (not called when greedy)
-/// \param vocabulary_known   `vocabulary_known()`: called after the proposer and after the
-///                           target call once V is known (the decoder checks the prompt there)
-/// \param output, logprobs   the chunk's tokens (and with state.logprobs, their target
-///                           log-probabilities) are appended here
-/// \throws std::invalid_argument for a proposal or verdict that breaks its contract,
-/// std::domain_error for bad model output, anything a strategy or model throws.
-template <class Scalar, class ProposerT, class PolicyT, class VerifierT, class DraftCoinsT,
-          class Score, class VerificationCoinsFn, class VocabularyKnown>
-RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
-                      DraftCoinsT& draft_coins, const RoundState& state, Score&& score,
-                      VerificationCoinsFn&& verification_coins, VocabularyKnown&& vocabulary_known,
-                      RoundBuffers<Scalar>& buffers, std::vector<token_t>& output,
-                      std::vector<float>& logprobs) {
-  std::vector<token_t>& context = state.context;
-  DecodeStats& stats = state.stats;
-  const std::size_t committed = context.size();
-  const std::size_t limit = state.limit;
-  if (limit > buffers.max_draft || state.stats.drafted_at.size() < limit) {
+/// \brief Where a round started: what propose_round hands on to verify_and_commit (the
+/// drafted tokens are then in the context, after the `committed` ones).
+template <class ProposalT>
+struct ProposedRound {
+  ProposalT proposal;         ///< checked; views the proposer's buffers until its next propose()
+  std::size_t committed = 0;  ///< the context's size before the round
+  bool vocab_known = false;   ///< V was known when the proposal was checked
+  double draft_seconds_before = 0;   ///< stats.draft_seconds at the round's start
+  double target_seconds_before = 0;  ///< stats.target_seconds at the round's start
+};
+
+namespace detail {
+
+/// Where a round starts: the committed length and the clocks, read before the proposer runs.
+struct RoundStart {
+  std::size_t committed = 0;
+  double draft_seconds_before = 0;
+  double target_seconds_before = 0;
+};
+
+/// The round's start: its limit against the caller's sizing, the clocks read.
+template <class Scalar>
+[[nodiscard]] RoundStart start_round(const RoundState& state, const RoundBuffers<Scalar>& buffers) {
+  if (state.limit > buffers.max_draft || state.stats.drafted_at.size() < state.limit) {
     // The caller's sizing, not the user's input: prepare() and prepare_round_statistics() for
     // the generation's longest round keep every round free of allocation.
     throw std::logic_error(
         "specdec: run_round with a limit beyond RoundBuffers::prepare() or "
         "the statistics' size");
   }
-  const double draft_seconds_before = stats.draft_seconds;
-  const double target_seconds_before = stats.target_seconds;
+  return {state.context.size(), state.stats.draft_seconds, state.stats.target_seconds};
+}
 
-  // ---- propose: drafted tokens and the exact distributions they were drawn from ----------
-  DraftRequest request(context, limit, state.params, state.vocab_size, stats);
-  request.bind_policy(policy);
-  const auto proposal = proposer.propose(request, draft_coins);
+/// The propose step's end, once the proposer has returned `proposal` for the request made at
+/// `start`: the checks, the policy's prediction, the drafted tokens appended to the context.
+template <class Scalar, class PolicyT, class ProposalT, class VocabularyKnown>
+[[nodiscard]] ProposedRound<ProposalT> finish_proposal(PolicyT& policy, const RoundState& state,
+                                                       const RoundStart& start,
+                                                       ProposalT&& proposal,
+                                                       VocabularyKnown&& vocabulary_known,
+                                                       RoundBuffers<Scalar>& buffers) {
+  std::vector<token_t>& context = state.context;
+  DecodeStats& stats = state.stats;
   if (state.vocab_size != 0) vocabulary_known();
   // Before the target sees it: the limit (so no call exceeds the context or the usable draft
   // length), the spans, the shape and, once a model call has told V, the token ids. Against
   // the round's own limit: request.limit is the proposer's to read, not to raise.
   const bool vocab_known = state.vocab_size != 0;
-  detail::check_proposal(proposal, limit, state.vocab_size);
-  const std::size_t n = proposal.size();
+  check_proposal(proposal, state.limit, state.vocab_size);
   if constexpr (requires { policy.prediction(); }) {
     if (const std::optional<RoundPrediction> expected = policy.prediction()) {
       ++stats.predicted_rounds;
@@ -262,22 +263,59 @@ RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
   // earlier occurrence, or the tokens it appended to request.context): inserting a vector's
   // own elements into it is undefined, so those are copied out first.
   std::span<const token_t> drafted = proposal.tokens;
-  if (detail::views_storage_of(drafted, context)) {
+  if (views_storage_of(drafted, context)) {
     buffers.drafted_copy.assign(drafted.begin(), drafted.end());  // within its capacity
     drafted = buffers.drafted_copy;
   }
-  context.resize(committed);
+  context.resize(start.committed);
   context.insert(context.end(), drafted.begin(), drafted.end());
+  return {std::forward<ProposalT>(proposal), start.committed, vocab_known,
+          start.draft_seconds_before, start.target_seconds_before};
+}
 
-  // ---- target: one call scores every drafted position plus the next --------------------
+}  // namespace detail
+
+/// \brief The round's propose step: the Proposer drafts (asking the policy), the proposal is
+/// checked and its tokens appended to state.context. Then one target call over
+/// `(state.context, result.committed, result.proposal)` and verify_and_commit finish the
+/// round; run_round is the three in order, a batched decoder makes the target call once for
+/// several sequences' proposals.
+template <class Scalar, class ProposerT, class PolicyT, class DraftCoinsT, class VocabularyKnown>
+[[nodiscard]] auto propose_round(ProposerT& proposer, PolicyT& policy, DraftCoinsT& draft_coins,
+                                 const RoundState& state, VocabularyKnown&& vocabulary_known,
+                                 RoundBuffers<Scalar>& buffers) {
+  const detail::RoundStart start = detail::start_round(state, buffers);
+  // ---- propose: drafted tokens and the exact distributions they were drawn from ----------
+  DraftRequest request(state.context, state.limit, state.params, state.vocab_size, state.stats);
+  request.bind_policy(policy);
+  return detail::finish_proposal(policy, state, start, proposer.propose(request, draft_coins),
+                                 vocabulary_known, buffers);
+}
+
+/// \brief The rest of the round once the target has scored `proposed` (see run_round for the
+/// parameters): the rows checked, verification, the statistics, the policy told, the chunk
+/// appended to `output` and to state.context. `rows` must stay valid until it returns.
+template <class Scalar, class PolicyT, class VerifierT, class ProposalT, class VerificationCoinsFn,
+          class VocabularyKnown>
+RoundResult verify_and_commit(PolicyT& policy, VerifierT& verifier, const RoundState& state,
+                              const ProposedRound<ProposalT>& proposed,
+                              const LogitsRows<Scalar>& rows,
+                              VerificationCoinsFn&& verification_coins,
+                              VocabularyKnown&& vocabulary_known, RoundBuffers<Scalar>& buffers,
+                              std::vector<token_t>& output, std::vector<float>& logprobs) {
+  std::vector<token_t>& context = state.context;
+  DecodeStats& stats = state.stats;
+  const ProposalT& proposal = proposed.proposal;
+  const std::size_t committed = proposed.committed;
+  const std::size_t limit = state.limit;
+  const std::size_t n = proposal.size();
   const bool tree = !proposal.is_chain();
-  const LogitsRows<Scalar> rows = score(std::span<const token_t>(context), committed, proposal);
   ++stats.target_calls;
   detail::check_target_vocab(state.vocab_size, rows.vocab_size(), n);
   vocabulary_known();
   // A first round with no model called before the target (a proposer without a model): the
   // token ids against V now.
-  if (!vocab_known) detail::check_proposal(proposal, limit, state.vocab_size);
+  if (!proposed.vocab_known) detail::check_proposal(proposal, limit, state.vocab_size);
   if (!buffers.sized_for_vocab) {
     // For the longest round up front: a policy may draft few tokens for many rounds first.
     buffers.target_rows.reserve(std::max(buffers.max_draft, n) + 1, state.vocab_size,
@@ -329,8 +367,9 @@ RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
       proposal.token_probabilities.size() == n
           ? proposal.token_probabilities
           : std::span<const double>(buffers.certain_tokens.data(), n);
-  policy.observe(RoundReport{n, verdict.accepted, limit, stats.draft_seconds - draft_seconds_before,
-                             stats.target_seconds - target_seconds_before, token_probabilities});
+  policy.observe(
+      RoundReport{n, verdict.accepted, limit, stats.draft_seconds - proposed.draft_seconds_before,
+                  stats.target_seconds - proposed.target_seconds_before, token_probabilities});
 
   for (std::size_t j = 0; j <= verdict.accepted; ++j) {
     const token_t token = j < verdict.accepted ? proposal.tokens[static_cast<std::size_t>(path[j])]
@@ -348,6 +387,40 @@ RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
   }
   context.push_back(verdict.next_token);
   return {n, verdict.accepted, token_probabilities};
+}
+
+/// \brief Runs one speculative round (see the file comment): propose_round, the one target
+/// call `score`, verify_and_commit.
+///
+/// \param proposer, policy, verifier  the strategies (strategies.hpp), used in place
+/// \param draft_coins        the drafting coins (DraftCoins, or the harness's enumerated ones)
+/// \param score              `score(std::span<const token_t> context, std::size_t committed,
+///                           const Proposal<S>&)` -> LogitsRows<Scalar>: the one target call
+///                           (a chain: context.size() - committed + 1 rows of the whole
+///                           context; a tree: one row per node plus the root's). The rows must
+///                           stay valid until the round returns. It counts its own time.
+/// \param verification_coins `verification_coins(n)` -> the coins of a sampled verification of
+///                           n drafted tokens (not called when greedy)
+/// \param vocabulary_known   `vocabulary_known()`: called after the proposer and after the
+///                           target call once V is known (the decoder checks the prompt there)
+/// \param output, logprobs   the chunk's tokens (and with state.logprobs, their target
+///                           log-probabilities) are appended here
+/// \throws std::invalid_argument for a proposal or verdict that breaks its contract,
+/// std::domain_error for bad model output, anything a strategy or model throws.
+template <class Scalar, class ProposerT, class PolicyT, class VerifierT, class DraftCoinsT,
+          class Score, class VerificationCoinsFn, class VocabularyKnown>
+RoundResult run_round(ProposerT& proposer, PolicyT& policy, VerifierT& verifier,
+                      DraftCoinsT& draft_coins, const RoundState& state, Score&& score,
+                      VerificationCoinsFn&& verification_coins, VocabularyKnown&& vocabulary_known,
+                      RoundBuffers<Scalar>& buffers, std::vector<token_t>& output,
+                      std::vector<float>& logprobs) {
+  const auto proposed =
+      propose_round(proposer, policy, draft_coins, state, vocabulary_known, buffers);
+  // ---- target: one call scores every drafted position plus the next --------------------
+  const LogitsRows<Scalar> rows =
+      score(std::span<const token_t>(state.context), proposed.committed, proposed.proposal);
+  return verify_and_commit(policy, verifier, state, proposed, rows, verification_coins,
+                           vocabulary_known, buffers, output, logprobs);
 }
 
 }  // namespace specdec

@@ -6,6 +6,7 @@
 /// proposes K tokens, the target model scores them all in one call, and a rejection-sampling
 /// rule keeps the output distributed exactly as sampling from the target alone.
 
+#include "specdec/batch.hpp"
 #include "specdec/coins.hpp"
 #include "specdec/context_cache.hpp"
 #include "specdec/decoder.hpp"

@@ -14,6 +14,10 @@ namespace specdec {
 /// \brief A token id. Valid ids are 0 .. V-1 where V is the models' vocabulary size.
 using token_t = std::int32_t;
 
+/// \brief Names one sequence of a batch (batch/): unique among the sequences being decoded, so
+/// a model may keep per-sequence state (a KV cache) under it.
+using sequence_id = std::uint64_t;
+
 /// \brief Non-owning, row-major view of `rows()` rows of `vocab_size()` contiguous values.
 ///
 /// The layout is the one llama.cpp uses for its logits buffer: row i starts at

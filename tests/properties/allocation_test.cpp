@@ -780,6 +780,110 @@ TEST(AutoregressiveStep, AllocatesNothingAfterTheFirstStep) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// BatchedDecoder: a step allocates nothing once every sequence has had its first round
+// ---------------------------------------------------------------------------------------------
+
+// The models above with the batched calls, writing every request's rows into one buffer sized
+// at construction.
+class PreallocatedBatchedModels {
+ public:
+  PreallocatedBatchedModels(std::size_t vocab, std::size_t max_rows)
+      : vocab_(vocab),
+        max_rows_(max_rows),
+        rows_(vocab * max_rows),
+        draft_rows_(vocab * max_rows) {}
+
+  std::span<const float> score_batch(std::span<const specdec::ScoreRequest> requests) {
+    std::size_t row = 0;
+    for (const specdec::ScoreRequest& request : requests) {
+      const std::size_t first_prefix = request.context.size() + 1 - request.rows;
+      std::uint64_t hash = prefix_hash(request.context.first(first_prefix));
+      for (std::size_t i = 0; i < request.rows; ++i, ++row) {
+        if (row >= max_rows_) std::abort();  // a test bug; throwing would allocate
+        if (i > 0) hash = extend_hash(hash, request.context[first_prefix + i - 1]);
+        fill_logits(hash, std::span<float>(rows_.data() + row * vocab_, vocab_), false);
+      }
+    }
+    return std::span<const float>(rows_.data(), row * vocab_);
+  }
+  std::span<const float> draft_batch(std::span<const specdec::DraftStepRequest> requests) {
+    if (requests.size() > max_rows_) std::abort();
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      fill_logits(prefix_hash(requests[i].context),
+                  std::span<float>(draft_rows_.data() + i * vocab_, vocab_), true);
+    }
+    return std::span<const float>(draft_rows_.data(), requests.size() * vocab_);
+  }
+
+ private:
+  std::size_t vocab_;
+  std::size_t max_rows_;
+  std::vector<float> rows_;        // (max_rows, V) the last score_batch's rows
+  std::vector<float> draft_rows_;  // (max_rows, V) the last draft_batch's rows
+};
+
+struct BatchedTarget : SpanTarget {
+  BatchedTarget(std::size_t vocab, std::size_t max_rows, PreallocatedBatchedModels& batched)
+      : SpanTarget(vocab, max_rows), models(&batched) {}
+  std::span<const float> score_batch(std::span<const specdec::ScoreRequest> requests) {
+    return models->score_batch(requests);
+  }
+  PreallocatedBatchedModels* models;
+};
+struct BatchedDraft : PreallocatedDraft {
+  BatchedDraft(std::size_t vocab, PreallocatedBatchedModels& batched)
+      : PreallocatedDraft(vocab), models(&batched) {}
+  std::span<const float> draft_batch(std::span<const specdec::DraftStepRequest> requests) {
+    return models->draft_batch(requests);
+  }
+  PreallocatedBatchedModels* models;
+};
+
+// Heap allocations of each step after the first two, while no sequence finishes (a finished
+// sequence's result is handed out in a new vector).
+template <class Draft, class Target>
+std::vector<std::size_t> batched_step_allocations(Draft& draft, Target& target) {
+  specdec::BatchedDecoder<Target, specdec::ModelProposer<Draft>> decoder(
+      target, specdec::ModelProposer<Draft>(draft));
+  std::uint64_t seed = 7;
+  for (const Mode mode : {Mode::sampling, Mode::greedy, Mode::all_filters, Mode::top_p}) {
+    specdec::GenerationConfig config = config_for(mode, 4, ++seed);
+    config.max_new_tokens = 500;
+    decoder.add(seed, std::vector<token_t>{1, 2, 3, 4}, config);
+  }
+  std::vector<std::size_t> counts;
+  for (int step = 0; step < 30; ++step) {
+    const std::size_t before = allocation_count();
+    const std::vector<specdec::FinishedSequence> finished = decoder.step();
+    const std::size_t after = allocation_count();
+    EXPECT_TRUE(finished.empty());
+    if (step >= 2) counts.push_back(after - before);
+  }
+  return counts;
+}
+
+TEST(BatchedStep, AllocatesNothingAfterTheFirstRounds) {
+  SKIP_IF_NOT_COUNTING();
+  for (const std::size_t vocab : {std::size_t{50}, std::size_t{32000}}) {
+    SCOPED_TRACE("V=" + std::to_string(vocab));
+    const std::vector<std::size_t> none(28, 0);
+    {
+      SCOPED_TRACE("batched calls");
+      PreallocatedBatchedModels batched(vocab, 4 * 5);
+      BatchedDraft draft(vocab, batched);
+      BatchedTarget target(vocab, 5, batched);
+      EXPECT_EQ(batched_step_allocations(draft, target), none);
+    }
+    {
+      SCOPED_TRACE("per-sequence calls");
+      PreallocatedDraft draft(vocab);
+      SpanTarget target(vocab, 5);
+      EXPECT_EQ(batched_step_allocations(draft, target), none);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Determinism: a seed fixes the tokens; decoders keep no state between generate() calls
 // ---------------------------------------------------------------------------------------------
 

@@ -85,29 +85,30 @@ template <LogitsRowLike Row>
   }
 }
 
-/// \brief Zero-copy view of the n rows a target model returned.
+/// \brief Zero-copy view of the n rows a target model (or `model`, a batched call) returned.
 /// \throws std::domain_error if the row count or the flat size does not fit n rows.
 template <LogitsRowsLike Rows>
-[[nodiscard]] LogitsRows<float> as_target_rows(const Rows& rows, std::size_t n) {
+[[nodiscard]] LogitsRows<float> as_target_rows(const Rows& rows, std::size_t n,
+                                               const char* model = "target model") {
   if constexpr (EigenDense<Rows> && !EigenVectorShape<Rows>) {
     // Row-major matrix: one row per position.
     if (static_cast<std::size_t>(rows.rows()) != n) {
-      throw_domain_error("target model returned ", rows.rows(), " rows of logits; expected ", n,
+      throw_domain_error(model, " returned ", rows.rows(), " rows of logits; expected ", n,
                          " (one per requested position)");
     }
     if (n > 1 && rows.outerStride() != rows.cols()) {
-      throw_domain_error("target model returned a matrix with outer stride ", rows.outerStride(),
+      throw_domain_error(model, " returned a matrix with outer stride ", rows.outerStride(),
                          " for ", rows.cols(), " columns; expected contiguous rows");
     }
     const auto vocab_size = static_cast<std::size_t>(rows.cols());
     if (vocab_size == 0) {
-      throw_domain_error("target model returned rows of 0 logits; expected V >= 1");
+      throw_domain_error(model, " returned rows of 0 logits; expected V >= 1");
     }
     return LogitsRows<float>({rows.data(), n * vocab_size}, vocab_size);
   } else {
     const std::span<const float> flat = as_logits_span(rows);
     if (flat.empty() || flat.size() % n != 0) {
-      throw_domain_error("target model returned ", flat.size(), " logits for ", n,
+      throw_domain_error(model, " returned ", flat.size(), " logits for ", n,
                          " rows; expected a positive multiple of ", n, " (n rows of V logits)");
     }
     return LogitsRows<float>(flat, flat.size() / n);

@@ -63,65 +63,101 @@ class ModelProposer {
 
   template <class Coins>
   Proposal<Scalar> propose(DraftRequest& request, Coins& coins) {
-    const SamplingParams& params = request.params;
-    const bool greedy = params.greedy();
+    start(request);
+    while (wants_row(request)) {
+      auto&& row = detail::timed_call(request.stats.draft_seconds, [&]() -> decltype(auto) {
+        return (*draft_)(row_context(request));
+      });
+      ++request.stats.draft_calls;
+      take_row(request, coins, detail::view_row(row));
+    }
+    return finish(request);
+  }
+
+  /// \name Drafting one row at a time
+  /// propose() is start(); while (wants_row()) take_row(the draft's row after request.context);
+  /// finish(). A decoder of several sequences calls these itself, to give every still-drafting
+  /// sequence its row from one batched draft call (batch/draft.hpp): same rows, same coins, so
+  /// the same proposal. The caller counts the draft calls and their time.
+  /// \{
+
+  /// \brief Begins a round of `request`.
+  void start(const DraftRequest& request) {
     const std::size_t limit = request.limit;
     detail::ensure_size(tokens_, limit);
     detail::ensure_size(normalizers_, limit);
     detail::ensure_size(probabilities_, limit);
-    if (greedy) {
+    if (request.params.greedy()) {
       detail::ensure_size(point_mass_, limit);
       std::fill_n(point_mass_.begin(), limit, std::uint8_t{1});
     }
     if (request.vocab_size != 0) size_buffers(request.vocab_size, limit);
+    drafted_ = 0;
+  }
 
+  /// \brief Whether another token is drafted (the limit allows it and the policy agrees); its
+  /// row is the draft's after row_context(request).
+  [[nodiscard]] bool wants_row(const DraftRequest& request) {
+    return drafted_ < request.limit &&
+           request.draft_more(DraftState{drafted_, request.limit,
+                                         std::span<const double>(probabilities_.data(), drafted_)});
+  }
+
+  /// \brief The context the next row follows: the committed tokens and those drafted so far.
+  [[nodiscard]] std::span<const token_t> row_context(const DraftRequest& request) const noexcept {
+    return {request.context.data(), request.committed + drafted_};
+  }
+
+  /// \brief Drafts the next token from `raw`, the draft's logits after row_context(request),
+  /// and appends it to request.context.
+  template <class Coins>
+  void take_row(DraftRequest& request, Coins& coins, std::span<const Scalar> raw) {
+    const SamplingParams& params = request.params;
+    const bool greedy = params.greedy();
     const bool wants_confidence = greedy && request.reads_token_probabilities();
-    std::size_t drafted = 0;
-    while (drafted < limit &&
-           request.draft_more(DraftState{
-               drafted, limit, std::span<const double>(probabilities_.data(), drafted)})) {
-      const std::span<const token_t> context(request.context.data(), request.committed + drafted);
-      auto&& row = detail::timed_call(request.stats.draft_seconds,
-                                      [&]() -> decltype(auto) { return (*draft_)(context); });
-      ++request.stats.draft_calls;
-      const std::span<const Scalar> raw = detail::view_row(row);
-      if (request.vocab_size == 0) size_buffers(raw.size(), limit);
-      detail::check_vocab_size(request.vocab_size, raw.size(), "draft model");
-      const std::size_t vocab_size = request.vocab_size;
-      const std::span<const Scalar> logits = detail::apply_processor_into(
-          params, context, raw, std::span<Scalar>(processed_.data(), vocab_size));
-      const std::size_t position = context.size();
-      const token_t token = detail::on_model_row(
-          [&]() -> token_t {
-            if (wants_confidence) {
-              const auto [best, log_probability] = detail::argmax_and_log_probability(logits);
-              probabilities_[drafted] = std::exp(static_cast<double>(log_probability));
-              return best;
-            }
-            if (greedy) {
-              probabilities_[drafted] = 1.0;
-              return argmax(logits);
-            }
-            const std::span<Scalar> weights(weights_.data() + drafted * stride_, vocab_size);
-            const std::span<Scalar> block_sums(block_sums_.data(), weight_block_count(vocab_size));
-            const TokenDistribution<Scalar> q =
-                process_logits(logits, params, filter_scratch_, weights, block_sums);
-            normalizers_[drafted] = q.normalizer;
-            const token_t drawn = coins.draw(WeightsLaw<Scalar>{weights, block_sums});
-            probabilities_[drafted] =
-                static_cast<double>(weights[static_cast<std::size_t>(drawn)] / q.normalizer);
-            return drawn;
-          },
-          "draft model logits for position ", position, " (context length ", position, ")");
-      tokens_[drafted] = token;
-      request.context.push_back(token);
-      ++drafted;
-    }
+    const std::size_t limit = request.limit;
+    const std::size_t drafted = drafted_;
+    const std::span<const token_t> context = row_context(request);
+    if (request.vocab_size == 0) size_buffers(raw.size(), limit);
+    detail::check_vocab_size(request.vocab_size, raw.size(), "draft model");
+    const std::size_t vocab_size = request.vocab_size;
+    const std::span<const Scalar> logits = detail::apply_processor_into(
+        params, context, raw, std::span<Scalar>(processed_.data(), vocab_size));
+    const std::size_t position = context.size();
+    const token_t token = detail::on_model_row(
+        [&]() -> token_t {
+          if (wants_confidence) {
+            const auto [best, log_probability] = detail::argmax_and_log_probability(logits);
+            probabilities_[drafted] = std::exp(static_cast<double>(log_probability));
+            return best;
+          }
+          if (greedy) {
+            probabilities_[drafted] = 1.0;
+            return argmax(logits);
+          }
+          const std::span<Scalar> weights(weights_.data() + drafted * stride_, vocab_size);
+          const std::span<Scalar> block_sums(block_sums_.data(), weight_block_count(vocab_size));
+          const TokenDistribution<Scalar> q =
+              process_logits(logits, params, filter_scratch_, weights, block_sums);
+          normalizers_[drafted] = q.normalizer;
+          const token_t drawn = coins.draw(WeightsLaw<Scalar>{weights, block_sums});
+          probabilities_[drafted] =
+              static_cast<double>(weights[static_cast<std::size_t>(drawn)] / q.normalizer);
+          return drawn;
+        },
+        "draft model logits for position ", position, " (context length ", position, ")");
+    tokens_[drafted] = token;
+    request.context.push_back(token);
+    ++drafted_;
+  }
 
+  /// \brief The round's proposal (views this proposer's buffers until its next start()).
+  [[nodiscard]] Proposal<Scalar> finish(const DraftRequest& request) const {
+    const std::size_t drafted = drafted_;
     Proposal<Scalar> proposal;
     proposal.tokens = std::span<const token_t>(tokens_.data(), drafted);
     proposal.token_probabilities = std::span<const double>(probabilities_.data(), drafted);
-    if (greedy) {
+    if (request.params.greedy()) {
       proposal.point_mass = std::span<const std::uint8_t>(point_mass_.data(), drafted);
     } else if (drafted > 0) {
       proposal.q_weights = LogitsRows<Scalar>(
@@ -130,6 +166,10 @@ class ModelProposer {
     }
     return proposal;
   }
+  /// \}
+
+  /// \brief The draft model this proposer calls.
+  [[nodiscard]] Draft& draft() const noexcept { return *draft_; }
 
  private:
   /// Weight rows start on 64-byte boundaries (16 floats) so the kernels' full-width and
@@ -151,6 +191,7 @@ class ModelProposer {
   using Aligned = std::vector<Scalar, Eigen::aligned_allocator<Scalar>>;
   Draft* draft_;
   std::size_t stride_ = 0;
+  std::size_t drafted_ = 0;               // tokens drafted in the current round
   Aligned weights_;                       // (K, S) q_k weights; row stride S = V rounded up to 16
   std::vector<Scalar> normalizers_;       // (K) sums of those rows
   std::vector<Scalar> block_sums_;        // (B) block sums of the row being sampled
