@@ -325,9 +325,9 @@ TEST(GoodputCostCurvesTest, PlainGuardStopsDraftingThatLosesAsRun) {
 // costs), and the draft is accepted at 0.8, where even K = 7 at the dip loses. Cold starts
 // are where the losses were: every process drafted, probed and lost anew (unguarded here
 // 0.77 of plain). Guarded, a generation pays two plain steps to time a plain step, the two
-// drafting rounds it takes to judge, and the trials its ledger affords (1 plain step + 0.5 %
-// of the time): 2.2 % of plain decoding in this world, measured 0.5-1.7 % on the shipped
-// pair at T = 1.
+// drafting rounds it takes to judge, and the trials its ledger affords after that (2 plain
+// steps + 0.5 % of the time): 3 % of plain decoding in this world, measured 0.8-2.3 % on the
+// shipped pair with Q8_0 weights.
 TEST(GoodputCostCurvesTest, PlainGuardBoundsWhatColdStartsCost) {
   const World world{kQ8OneThread, 0.15, 0.1};
   const double alpha = 0.8, factor = 1.3;
@@ -349,7 +349,7 @@ TEST(GoodputCostCurvesTest, PlainGuardBoundsWhatColdStartsCost) {
   }
   std::printf("cold starts, guarded: %.4f tokens per unit; unguarded: %.4f\n", guarded.rate(),
               blind.rate());
-  EXPECT_GE(guarded.rate(), 0.97 * static_rate(world, alpha, 0));
+  EXPECT_GE(guarded.rate(), 0.965 * static_rate(world, alpha, 0));
   EXPECT_GT(guarded.rate(), blind.rate());
 }
 

@@ -202,7 +202,7 @@ class GoodputDraftLength {
       planned = (planned + 1) / 2;
       round_cap_ = planned;
     }
-    if (j == 0 && planned > 0 && guarding() && !guard_allows()) {
+    if (j == 0 && planned > 0 && guarding() && !guard_allows(probing_)) {
       planned = 0;
       probing_ = false;
     }
@@ -353,12 +353,13 @@ class GoodputDraftLength {
            (!options_.fixed_costs() || options_.measured_costs || options_.correct_costs);
   }
 
-  /// Whether a round planned to draft (the model's plan or a probe) may: not while drafting
-  /// rounds have run with no plain step to judge them by, nor while they lose to plain steps,
-  /// except for a trial after guard_wait_ plain rounds that the guard's ledger affords.
-  [[nodiscard]] bool guard_allows() noexcept {
+  /// Whether a round planned to draft may: not while no plain step has been timed, nor while
+  /// drafting loses to plain steps, except for a trial of the model's plan (not a probe) after
+  /// guard_wait_ plain rounds that the guard's ledger affords.
+  [[nodiscard]] bool guard_allows(bool probe) noexcept {
     if (guard_.needs_plain_steps()) return false;
     if (!guard_.drafting_loses()) return true;
+    if (probe) return false;  // a probe is no trial: the model expects it to lose
     if (plain_streak_ < guard_wait_ || !guard_.affords_trial()) return false;
     guard_trial_ = true;
     return true;

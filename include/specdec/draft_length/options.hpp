@@ -125,10 +125,10 @@ struct GoodputOptions {
   /// judge the drafting rounds by what they delivered, not by what the cost model predicted.
   /// The policy keeps, over its recent drafting rounds, the tokens they emitted per plain step
   /// of time (a plain round's measured seconds); when that falls below 1 (two rounds or
-  /// more), it runs plain steps and tries again (its plan or a probe) only after 8 plain
-  /// rounds, then 16, ... up to 256 while the trials keep losing, and only while what drafting
-  /// lost, net of what it gained, stays within 1 plain step plus 0.5 % of the time decoded; a
-  /// trial that wins reopens drafting. The model still chooses the draft lengths;
+  /// more), it runs plain steps (no probes) and tries its plan again only after 8 plain
+  /// rounds, then 16, ... up to 256 while the trials keep losing, and only while what the
+  /// trials lost stays within 2 plain steps plus 0.5 % of the time decoded; a trial that wins
+  /// reopens drafting. The model still chooses the draft lengths;
   /// this only stops drafting that does not pay as run (the cost model's errors near
   /// break-even: call costs measured before decoding against those inside it, the draft's
   /// catch-up, a graph rebuilt per call shape, acceptance that block verification changes).
