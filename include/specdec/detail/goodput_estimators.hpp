@@ -497,12 +497,6 @@ class DraftingGuard {
   /// should be plain until one is (the first two rounds of the policy's life, the first being
   /// the prompt's; a few plain steps against judging every drafting round from the start).
   [[nodiscard]] bool needs_plain_steps() const noexcept { return !(plain_samples_ > 0); }
-  /// Tokens per plain step of time of the recent drafting rounds (0: none judged).
-  [[nodiscard]] double efficiency() const noexcept {
-    return draft_units_ > 0 ? draft_tokens_ / draft_units_ : 0.0;
-  }
-  /// Plain steps' worth of time drafting has lost, net of its gains.
-  [[nodiscard]] double lost_units() const noexcept { return lost_units_; }
 
  private:
   void charge(double tokens, double units) noexcept {
