@@ -162,6 +162,7 @@ class StrategyDecoder {
       if (prompt_checked) return;
       detail::check_prompt_vocabulary(prompt, vocab_size);
       prompt_checked = true;
+      detail::reserve_proposer(proposer_, vocab_size, usable_draft_length, config.sampling);
     };
     // The one target call of a round: a chain to the target itself, a tree to its score_tree
     // (tree.hpp; only a target that has it).

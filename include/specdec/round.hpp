@@ -143,6 +143,16 @@ inline void check_target_vocab(std::size_t& vocab_size, std::size_t got, std::si
   check_vocab_size(vocab_size, got, "target model");
 }
 
+/// Once a generation's vocabulary is known: the proposer sizes its buffers for the longest round
+/// (ModelProposer::reserve), so that a round drafting after plain ones allocates nothing.
+template <class ProposerT>
+void reserve_proposer(ProposerT& proposer, std::size_t vocab_size, std::size_t max_draft,
+                      const SamplingParams& params) {
+  if constexpr (requires { proposer.reserve(vocab_size, max_draft, params); }) {
+    proposer.reserve(vocab_size, max_draft, params);
+  }
+}
+
 }  // namespace detail
 
 /// \brief A round's working memory, reused from round to round (nothing is allocated once

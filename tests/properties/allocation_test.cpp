@@ -663,6 +663,41 @@ TEST(SpeculativeRoundEigenTarget, AllocatesNothingAfterTheFirstRound) {
   }
 }
 
+// A policy may keep the first rounds plain (GoodputDraftLength does while it has no plain step
+// timed or while drafting loses): the first round that drafts, here the fourth, must not be the
+// one that sizes the proposer's buffers. The decoder has it size them as soon as the first
+// target call tells V (ModelProposer::reserve).
+struct PlainFirstRounds {
+  std::size_t rounds = 0;
+  void begin(const specdec::GenerationConfig& /*config*/) { rounds = 0; }
+  [[nodiscard]] bool draft_more(const specdec::DraftState& state) const noexcept {
+    return rounds >= 3 && state.drafted < state.limit;
+  }
+  void observe(const specdec::RoundReport& /*report*/) noexcept { ++rounds; }
+};
+
+TEST(PlainThenDraftingRounds, AllocateNothingAfterTheFirstRound) {
+  SKIP_IF_NOT_COUNTING();
+  for (const Mode mode :
+       {Mode::sampling, Mode::greedy, Mode::top_k, Mode::top_p, Mode::all_filters}) {
+    SCOPED_TRACE(mode_name(mode));
+    constexpr std::size_t kVocab = 32000, kDraft = 6;
+    PreallocatedDraft draft(kVocab);
+    SpanTarget target(kVocab, kDraft + 1);
+    specdec::StrategyDecoder decoder(target, specdec::ModelProposer(draft), PlainFirstRounds{},
+                                     specdec::TokenVerifier{});
+    const specdec::GenerationConfig config = config_for(mode, kDraft, 42);
+    const std::vector<token_t> prompt = {1, 2, 3, 4};
+    AllocationWindows windows(Inject::nothing);
+    const specdec::GenerationResult result = decoder.generate(
+        prompt, config,
+        [&windows](std::span<const token_t> chunk) { return windows.on_chunk(chunk); });
+    EXPECT_EQ(result.tokens.size(), config.max_new_tokens);
+    EXPECT_GT(result.stats.drafted, 0u);
+    EXPECT_TRUE(all_windows_equal(windows, 0));
+  }
+}
+
 TEST(NgramRound, AllocatesNothingAfterTheFirstRound) {
   SKIP_IF_NOT_COUNTING();
   for (const bool with_draft_model : {false, true}) {

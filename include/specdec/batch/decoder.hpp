@@ -292,6 +292,7 @@ class BatchedDecoder {
         if (prompt_checked) return;
         detail::check_prompt_vocabulary(prompt, vocab_size);
         prompt_checked = true;
+        detail::reserve_proposer(proposer, vocab_size, usable_draft_length, config.sampling);
       };
     }
     [[nodiscard]] auto verification_coins() {

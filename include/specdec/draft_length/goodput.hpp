@@ -357,9 +357,8 @@ class GoodputDraftLength {
   /// first round), nor while drafting loses to plain steps, except for a trial of the model's
   /// plan (not a probe) after guard_wait_ plain rounds that the guard's ledger affords.
   [[nodiscard]] bool guard_allows(bool probe) noexcept {
-    // The first round reads the prompt and is not judged: it drafts as the model says (and
-    // sizes every drafting buffer, so that no later round allocates); the plain step is timed
-    // right after it.
+    // The first round reads the prompt and is not judged: it drafts as the model says (its
+    // extra rows ride on the prompt's call); the plain step is timed right after it.
     if (guard_.needs_plain_steps()) return first_round_;
     if (!guard_.drafting_loses()) return true;
     if (probe) return false;  // a probe is no trial: the model expects it to lose

@@ -41,6 +41,16 @@ class FallbackProposer {
     secondary_rounds_ = 0;
   }
 
+  /// \brief Sizes both proposers' buffers, for those that can (ModelProposer::reserve).
+  void reserve(std::size_t vocab_size, std::size_t max_draft, const SamplingParams& params) {
+    if constexpr (requires { primary_.reserve(vocab_size, max_draft, params); }) {
+      primary_.reserve(vocab_size, max_draft, params);
+    }
+    if constexpr (requires { secondary_.reserve(vocab_size, max_draft, params); }) {
+      secondary_.reserve(vocab_size, max_draft, params);
+    }
+  }
+
   template <class Coins>
   auto propose(DraftRequest& request, Coins& coins) {
     using PrimaryProposal = decltype(primary_.propose(request, coins));

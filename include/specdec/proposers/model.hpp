@@ -81,6 +81,22 @@ class ModelProposer {
   /// the same proposal. The caller counts the draft calls and their time.
   /// \{
 
+  /// \brief Sizes every buffer for rounds of up to `max_draft` tokens over `vocab_size` ids.
+  /// The decoders call it as soon as a generation's vocabulary is known (its first target
+  /// call): a policy may keep the first rounds plain, and the first round that drafts must not
+  /// be the one that allocates.
+  void reserve(std::size_t vocab_size, std::size_t max_draft, const SamplingParams& params) {
+    detail::ensure_size(tokens_, max_draft);
+    detail::ensure_size(normalizers_, max_draft);
+    detail::ensure_size(probabilities_, max_draft);
+    detail::ensure_size(point_mass_, max_draft);
+    size_buffers(vocab_size, max_draft);
+    // What top-k / top-p selection grows the scratch to on first use (sampling/filters.hpp).
+    if (params.top_k > 0 || params.top_p < 1.0f) {
+      detail::ensure_size(filter_scratch_, 2 * (vocab_size + 1));
+    }
+  }
+
   /// \brief Begins a round of `request`.
   void start(const DraftRequest& request) {
     const std::size_t limit = request.limit;
