@@ -506,12 +506,10 @@ int run(Options& options) {
   if (!check.needs_map()) {
     return decode(options, target, draft, draft, check.summary() + ": the draft as it is");
   }
-  // MappedDraft has no score_tree: a tree is drafted node by node (one draft call per node
-  // that gets children) instead of one llama_decode per depth. Same tree, same output.
-  std::string path = check.summary() + ": mapped draft";
-  if (options.tree) path += " (tree drafted node by node)";
+  // Trees too: MappedDraft forwards the draft's score_tree (one llama_decode per depth).
   specdec::MappedDraft mapped(draft, check.map(), llama::retokenize(draft.vocab(), target.vocab()));
-  return decode(options, target, draft, mapped, path);
+  static_assert(specdec::detail::HasScoreTree<decltype(mapped)>);
+  return decode(options, target, draft, mapped, check.summary() + ": mapped draft");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <stdexcept>
@@ -188,6 +189,29 @@ TEST(LlamaVocabularyCheck, ShippedPaddedDraftIsCompatibleWithTheTarget) {
     for (std::size_t t = 0; t < row.size(); ++t) {
       ASSERT_EQ(row[t], expected[t]) << "token " << t << " after " << context.size() << " tokens";
     }
+  }
+}
+
+TEST(LlamaVocabularyCheck, PaddedDraftsTreeRowsAreTheUnpaddedDrafts) {
+  // MappedDraft forwards the draft's score_tree (one llama_decode for the whole tree): its rows,
+  // gathered into the target's ids, are the unpadded draft's tree rows bit for bit.
+  const llama::ContextOptions options{.n_seq_max = 4};
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
+  auto padded = llama::LoadedModel::load(kGgufDir / "kjv-draft-padded-f16.gguf", options);
+  auto draft = llama::LoadedModel::load(kGgufDir / "kjv-draft-f16.gguf", options);
+  const llama::VocabularyCheck check = llama::check_compatible(
+      padded.model(), target.model(), llama::VocabularyRequirement::mappable);
+  specdec::MappedDraft mapped(padded, check.map());
+  const std::vector<token_t> committed{10, 'I', 'n', ' '};
+  const std::vector<token_t> tokens{'t', 'a', 'h', 'n'};
+  const std::vector<std::int32_t> parents{-1, -1, 0, 1};  // "th", "an"
+  const std::span<const float> unpadded = draft.score_tree(committed, tokens, parents);
+  const std::vector<float> expected(unpadded.begin(), unpadded.end());
+  const std::span<const float> rows = mapped.score_tree(committed, tokens, parents);
+  ASSERT_EQ(rows.size(), expected.size());
+  ASSERT_EQ(rows.size(), 5 * 256u);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i], expected[i]) << "row " << i / 256 << ", token " << i % 256;
   }
 }
 
