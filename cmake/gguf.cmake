@@ -9,7 +9,13 @@
 #                 <dir>/tiny-{target,draft}.gguf: 16 byte tokens, one layer, d_model 32, 2 heads,
 #                 d_ff 64, 128 positions, f32, seeds 1 (target) and 2 (draft) -- different
 #                 weights, so a draft is accepted only in part; small enough that sampling tests
-#                 through llama.cpp run in seconds.
+#                 through llama.cpp run in seconds. Two vocabulary variants, for the mapped-draft
+#                 path (docs/guide/vocabularies.md): <dir>/kjv-draft-padded-f16.gguf, the
+#                 shipped draft with 32 unused tokens <|pad_0|>.. appended (zero rows; 288
+#                 tokens against the target's 256: near-identical, as padded families are), and
+#                 <dir>/tiny-disjoint.gguf, the tiny draft with its tokens written "<0xBB>" (no
+#                 token text in common with the others: a pair that must be refused). About a
+#                 second each.
 #   <target>_quantized (built on request: cmake --build build --target <target>_quantized) the
 #                 shipped pair quantized by gguf-py, <dir>/kjv-{target,draft}-{q8_0,q4_0}.gguf
 #                 (what CPU users of llama.cpp run; bench/llama_cpp_compare.py --weights q8_0).
@@ -77,7 +83,22 @@ function(specdec_add_gguf_models target)
     endforeach()
   endforeach()
 
+  set(spdc "${_specdec_gguf_root}/models/kjv-draft.spdc")
+  set(gguf "${ARG_OUTPUT_DIR}/kjv-draft-padded-f16.gguf")
+  add_custom_command(OUTPUT "${gguf}"
+    COMMAND ${run} convert ${common} --outtype f16 --pad 32 "${spdc}" "${gguf}"
+    DEPENDS "${script}" "${spdc}"
+    COMMENT "GGUF: kjv-draft-padded-f16.gguf (32 unused tokens appended)" VERBATIM)
+  list(APPEND outputs "${gguf}")
+
   set(tiny_shape --vocab 16 --layers 1 --d-model 32 --heads 2 --d-ff 64 --context 128)
+  set(gguf "${ARG_OUTPUT_DIR}/tiny-disjoint.gguf")
+  add_custom_command(OUTPUT "${gguf}"
+    COMMAND ${run} random ${common} --outtype f32 --token-text hex "${gguf}" ${tiny_shape}
+            --seed 2
+    DEPENDS "${script}"
+    COMMENT "GGUF: tiny-disjoint.gguf (token text \"<0xBB>\")" VERBATIM)
+  list(APPEND outputs "${gguf}")
   foreach(role_seed IN ITEMS target:1 draft:2)
     string(REPLACE ":" ";" role_seed "${role_seed}")
     list(GET role_seed 0 role)

@@ -40,7 +40,11 @@ same settings and prints the measured speedup. Without -m/-md it runs the shippe
 Bible pair converted to GGUF at build time (the prompt then follows a newline, as in training).
 
   -m,  --model PATH          target GGUF (default: the shipped pair's target, f16)
-  -md, --model-draft PATH    draft GGUF (also --spec-draft-model; default: the shipped draft)
+  -md, --model-draft PATH    draft GGUF (also --spec-draft-model; default: the shipped draft).
+                             Its vocabulary may be the target's, padded or near-identical
+                             (llama.cpp's rule), or partly shared: the last two draft through
+                             a token map (MappedDraft), chosen and printed before decoding; a
+                             disjoint vocabulary is refused
   -p,  --prompt TEXT         prompt (default "Psalms 23:1 ")
   -n,  --n-predict N         tokens to generate, >= 1 (also --predict; default 200)
   --spec-draft-n-max K       tokens drafted per target call, or "auto" (the goodput policy,
@@ -81,7 +85,7 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
   -v,  --verbose             llama.cpp's own log on stderr
   -h,  --help                this text
 
-Exit status: 0 ok, 1 runtime error (unloadable model, incompatible vocabularies, greedy outputs
+Exit status: 0 ok, 1 runtime error (unloadable model, disjoint vocabularies, greedy outputs
 that differ), 2 bad usage.
 )";
 
@@ -319,21 +323,12 @@ std::string detokenize(const llama_vocab* vocab, std::span<const token_t> tokens
   return text + decoder.flush();
 }
 
-int run(Options& options) {
-  llama::set_verbose(options.verbose);
+/// Decodes with `drafting`: the draft model itself (one vocabulary) or a MappedDraft over it
+/// (a padded or partly shared vocabulary). `draft` is the llama.cpp model underneath.
+template <class Drafting>
+int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& draft,
+           Drafting& drafting, const std::string& vocabulary_path) {
   specdec::GenerationConfig& config = options.config;
-  llama::ModelOptions target_model, draft_model;
-  if (!options.rpc.empty()) {
-    target_model.devices = {llama::rpc_device(options.rpc)};
-    draft_model.cpu_only = true;
-  }
-  // n_seq_max of both contexts: sized by check_tree_fits for a tree, 1 otherwise.
-  options.target_context.name = "target";
-  options.draft_context.name = "draft";
-  auto target = llama::LoadedModel::load(options.target_path, options.target_context, target_model);
-  auto draft = llama::LoadedModel::load(options.draft_path, options.draft_context, draft_model);
-  if (options.proposer != Proposer::ngram) llama::check_compatible(draft.model(), target.model());
-
   config.max_context = std::min(target.max_context(), draft.max_context());
   const llama_token eos = llama_vocab_eos(target.vocab());
   if (!options.ignore_eos && eos != LLAMA_TOKEN_NULL) config.stop_tokens = {eos};
@@ -341,6 +336,9 @@ int run(Options& options) {
   const std::string prompt_text = options.shipped_pair ? "\n" + options.prompt : options.prompt;
   const std::vector<token_t> prompt = llama::tokenize(target.vocab(), prompt_text);
   if (prompt.empty()) throw UsageError("the prompt tokenizes to nothing; give a non-empty -p");
+
+  // A mapped draft's context buffers, sized once: no call of it allocates.
+  if constexpr (requires { drafting.reserve(std::size_t{}); }) drafting.reserve(config.max_context);
 
   const bool byte_vocabulary = target.vocab_size() <= 512;
   specdec::NgramOptions ngrams = byte_vocabulary
@@ -351,7 +349,7 @@ int run(Options& options) {
 
   // Warm-up outside both timings: the first llama_decode of a shape allocates its graph.
   target(prompt, 1);
-  draft(prompt, 1);
+  (void)drafting(prompt);
   target.reset();
   draft.reset();
   // goodput with measured costs: the pair timed on the prompt (repeated to cover the longest
@@ -366,7 +364,7 @@ int run(Options& options) {
     }
     context.resize(std::min(context.size(), config.max_context - 1));
     config.draft_length_policy.goodput =
-        specdec::measure_call_costs(draft, target, context, rows, 11)
+        specdec::measure_call_costs(drafting, target, context, rows, 11)
             .goodput_options(config.draft_length_policy.goodput);
     measured_verify_costs = config.draft_length_policy.goodput.verify_costs;
     target.reset();
@@ -374,6 +372,9 @@ int run(Options& options) {
   }
 
   llama::TextDecoder text(target.vocab());
+  if (!options.json && !vocabulary_path.empty()) {
+    std::printf("draft vocabulary: %s\n", printable(vocabulary_path).c_str());
+  }
   if (!options.json) std::fputs(printable(options.prompt).c_str(), stdout);
   const auto stream = [&](std::span<const token_t> chunk) {
     if (!options.json) {
@@ -386,7 +387,7 @@ int run(Options& options) {
   const specdec::examples::DecoderChoice choice{
       .proposer = options.proposer, .tree = options.tree, .ngrams = ngrams};
   const specdec::GenerationResult fast =
-      specdec::examples::run_decoder(choice, config.verifier, draft, target, speculate);
+      specdec::examples::run_decoder(choice, config.verifier, drafting, target, speculate);
   specdec::GenerationResult slow;
   if (!options.json) std::printf("%s\n", printable(text.flush()).c_str());
   if (options.baseline) {
@@ -405,6 +406,7 @@ int run(Options& options) {
         "{\n  \"target\": %s,\n  \"draft\": %s,\n  \"prompt\": %s,\n  \"spec_type\": \"%s\",\n"
         "  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n  \"verifier\": \"%s\",\n"
         "  \"temperature\": %g,\n  \"seed\": %llu,\n  \"threads\": [%d, %d],\n  \"rpc\": %s,\n"
+        "  \"draft_vocabulary\": %s,\n"
         "  \"speculative\": {\"text\": %s, \"new_tokens\": %zu, \"seconds\": %.6g, "
         "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, "
         "\"tokens_per_round\": %.6g, \"draft_seconds\": %.6g, \"target_seconds\": %.6g, "
@@ -415,6 +417,7 @@ int run(Options& options) {
         static_cast<double>(config.sampling.temperature),
         static_cast<unsigned long long>(config.seed), options.target_context.threads,
         options.draft_context.threads, json_string(options.rpc).c_str(),
+        json_string(vocabulary_path).c_str(),
         json_string(detokenize(target.vocab(), fast.tokens)).c_str(), stats.emitted,
         stats.total_seconds, tokens_per_second(stats), stats.rounds, stats.acceptance_rate(),
         stats.tokens_per_round(), stats.draft_seconds, stats.target_seconds, stats.library_seconds);
@@ -477,6 +480,36 @@ int run(Options& options) {
     }
   }
   return options.baseline && config.sampling.greedy() && !identical ? 1 : 0;
+}
+
+int run(Options& options) {
+  llama::set_verbose(options.verbose);
+  llama::ModelOptions target_model, draft_model;
+  if (!options.rpc.empty()) {
+    target_model.devices = {llama::rpc_device(options.rpc)};
+    draft_model.cpu_only = true;
+  }
+  // n_seq_max of both contexts: sized by check_tree_fits for a tree, 1 otherwise.
+  options.target_context.name = "target";
+  options.draft_context.name = "draft";
+  auto target = llama::LoadedModel::load(options.target_path, options.target_context, target_model);
+  auto draft = llama::LoadedModel::load(options.draft_path, options.draft_context, draft_model);
+  if (options.proposer == Proposer::ngram) return decode(options, target, draft, draft, "");
+
+  // The path follows the vocabularies' verdict, no flag: one vocabulary drafts as it is; a
+  // padded, near-identical or partly shared one through MappedDraft (the draft's law over the
+  // shared tokens, in the target's ids: the output is still the target's); a disjoint one is
+  // refused (check_compatible throws, exit 1).
+  const llama::VocabularyCheck check = llama::check_compatible(
+      draft.model(), target.model(), llama::VocabularyRequirement::mappable);
+  if (options.verbose) std::fprintf(stderr, "%s", specdec::detail::concat(check.report()).c_str());
+  if (!check.needs_map()) {
+    return decode(options, target, draft, draft, check.summary() + ": the draft as it is");
+  }
+  // Trees too: MappedDraft forwards the draft's score_tree (one llama_decode per depth).
+  specdec::MappedDraft mapped(draft, check.map(), llama::retokenize(draft.vocab(), target.vocab()));
+  static_assert(specdec::detail::HasScoreTree<decltype(mapped)>);
+  return decode(options, target, draft, mapped, check.summary() + ": mapped draft");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -110,6 +111,64 @@ TEST(MappedDraft, RowHoldsDraftLogitsAtMappedIdsAndMinusInfinityElsewhere) {
   EXPECT_EQ(row[2], static_cast<float>(draft_row[2]));
   EXPECT_EQ(row[3], -std::numeric_limits<float>::infinity());
   EXPECT_EQ(row[4], -std::numeric_limits<float>::infinity());
+}
+
+// ForeignDraft<float> with a tree call: every node's row, each computed on its own path.
+struct ForeignTreeDraft : ForeignDraft<float> {
+  std::size_t tree_calls = 0;
+  std::vector<float> score_tree(std::span<const token_t> committed, std::span<const token_t> tokens,
+                                std::span<const std::int32_t> parents) {
+    ++tree_calls;
+    std::vector<float> rows;
+    for (std::int32_t node = -1; node < static_cast<std::int32_t>(tokens.size()); ++node) {
+      Sequence path;
+      for (std::int32_t v = node; v >= 0; v = parents[static_cast<std::size_t>(v)]) {
+        path.insert(path.begin(), tokens[static_cast<std::size_t>(v)]);
+      }
+      Sequence context(committed.begin(), committed.end());
+      context.insert(context.end(), path.begin(), path.end());
+      const std::vector<double> row = model.logits(context);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    return rows;
+  }
+};
+
+TEST(MappedDraft, ScoreTreeGathersTheDraftsTreeRowsWhenTheDraftHasThem) {
+  static_assert(specdec::detail::HasScoreTree<MappedDraft<ForeignTreeDraft>>);
+  static_assert(!specdec::detail::HasScoreTree<MappedDraft<ForeignDraft<float>>>);
+  static_assert(!specdec::detail::HasScoreTree<MappedDraft<ForeignDraft<double>>>);
+  const VocabularyMap map = foreign_map();
+  ForeignTreeDraft tree_draft;
+  MappedDraft batched(tree_draft, map, translate);
+  ForeignDraft<float> draft;
+  MappedDraft node_by_node(draft, map, translate);
+  // Committed " a", "d", "b" (the draft's 1, 4, 3); the tree: " a" <- "b", and "\n".
+  const Sequence committed{0, 3, 1};
+  const Sequence tokens{0, 2, 1};
+  const std::vector<std::int32_t> parents{-1, -1, 0};
+  const std::span<const float> rows = batched.score_tree(committed, tokens, parents);
+  ASSERT_EQ(rows.size(), 4 * kTargetVocab);
+  EXPECT_EQ(tree_draft.tree_calls, 1u);
+  EXPECT_EQ(tree_draft.calls, 0u);
+  const std::vector<Sequence> paths{{}, {0}, {2}, {0, 1}};
+  for (std::size_t r = 0; r < paths.size(); ++r) {
+    Sequence context = committed;
+    context.insert(context.end(), paths[r].begin(), paths[r].end());
+    const std::span<const float> expected = node_by_node(context);
+    for (std::size_t t = 0; t < kTargetVocab; ++t) {
+      EXPECT_EQ(rows[r * kTargetVocab + t], expected[t]) << "row " << r << ", token " << t;
+    }
+  }
+  // A tree token the draft lacks ("d": only the ContextTranslation knows it) is an error.
+  try {
+    (void)batched.score_tree(committed, Sequence{0, 3}, std::vector<std::int32_t>{-1, 0});
+    ADD_FAILURE() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("MappedDraft score_tree: node 1 has token 3 (\"d\")"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 TEST(MappedDraft, TranslatesOnlyWhatFollowsTheSharedPrefix) {

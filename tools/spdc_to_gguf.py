@@ -7,6 +7,9 @@
         kjv-draft-f32.gguf
     /usr/bin/python3 tools/spdc_to_gguf.py convert --outtype q4_0 models/kjv-draft.spdc \
         kjv-draft-q4_0.gguf
+           with N unused tokens appended (--pad N, see "Padding" below):
+    /usr/bin/python3 tools/spdc_to_gguf.py convert --pad 32 models/kjv-draft.spdc \
+        kjv-draft-padded-f16.gguf
   random   a GPT of any shape with random weights (fixed seed), e.g. the one-layer pair of the
            exactness tests or a ~1B-parameter model for timing a memory-bound target:
     /usr/bin/python3 tools/spdc_to_gguf.py random tiny-target.gguf --vocab 16 --layers 1 \
@@ -60,6 +63,19 @@ llama.cpp logs "special_eos_id is not in special_eog_ids" at load: it expects EO
 like "<|endoftext|>", and a byte vocabulary has none; it then treats token 0 as end of generation.
 A random model with fewer than 256 tokens samples token 0 like any other: run llama.cpp's tools on
 it with --ignore-eos.
+
+Padding (--pad N): N tokens "<|pad_0|>".."<|pad_N-1|>" of type UNUSED are appended after the
+bytes, as model families pad their vocabularies to a round size (Qwen2.5: 151,936 or 152,064
+rows for one tokenizer), with zero rows in the token embedding. The gpt2 architecture ties the
+output head to that embedding and has no output bias, so a padding id's logit is exactly 0: it
+would carry mass if the padded model were sampled on its own, which specdec never does. A padded
+draft is near-identical to its target (llama.cpp's rule), and specdec drafts it through
+MappedDraft, whose row is in the target's ids: a padding id has no place in it (a padded target's
+padding ids would be -inf), so the draft's law is renormalised over the shared tokens, which is
+exactly the unpadded draft's law. A very negative logit instead would need a bias the
+architecture lacks (or weights tuned to the final LayerNorm) and would still leave some mass; the
+map removes it exactly. --token-text hex writes byte b as "<0xBB>" instead: a test vocabulary
+that shares no token text with a byte-level one.
 """
 import argparse
 import math
@@ -217,6 +233,12 @@ def random_tensors(shape, seed):
 
 # ---- writing GGUF ------------------------------------------------------------------------------
 
+def hex_symbols():
+    """Byte b written "<0xBB>": a vocabulary that shares no token text with a byte-level one
+    (--token-text hex: the disjoint pair of the tests)."""
+    return {byte: f"<0x{byte:02X}>" for byte in range(256)}
+
+
 def byte_symbols():
     """GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for 256 + n."""
     printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
@@ -290,10 +312,35 @@ def check_quantizable(gguf, shape, outtype):
                                   f"{outtype.upper()} (use f16 or f32 for this shape)")
 
 
-def write_gguf(gguf, path, shape, model_name, tensors, outtype):
+def pad_token(i):
+    """The text of padding token i, as model families name theirs."""
+    return f"<|pad_{i}|>"
+
+
+def padded(shape, tensors, pad):
+    """(Shape with `pad` more tokens, the tensors with `pad` zero rows appended to the token
+    embedding). The embedding is also the output head (tied), so a padding id's logit is exactly
+    0: see the module docstring, "Padding"."""
+    if pad == 0:
+        return shape, tensors
+    grown = Shape(shape.vocab + pad, shape.context, shape.layers, shape.heads, shape.d_model,
+                  shape.d_ff)
+
+    def rows():
+        for name, tensor in tensors:
+            if name == "token_embd.weight":
+                tensor = np.concatenate([tensor, np.zeros((pad, tensor.shape[1]), tensor.dtype)])
+            yield name, tensor
+    return grown, rows()
+
+
+def write_gguf(gguf, path, shape, model_name, tensors, outtype, pad=0, token_text="bytes"):
     """Writes `tensors`, an iterable of (name, array) in tensor_layout(shape) order, streaming one
-    tensor at a time; the file appears under `path` only once complete."""
+    tensor at a time, with `pad` unused tokens appended (padded()); the file appears under `path`
+    only once complete."""
     path = Path(path)
+    byte_tokens = shape.vocab
+    shape, tensors = padded(shape, tensors, pad)
     writer = gguf.GGUFWriter(None, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GPT2])
     writer.add_name(model_name)
     writer.add_file_type(file_type(gguf, outtype))
@@ -304,11 +351,13 @@ def write_gguf(gguf, path, shape, model_name, tensors, outtype):
     writer.add_head_count(shape.heads)
     writer.add_layer_norm_eps(LAYER_NORM_EPS)
 
-    symbols = byte_symbols()
+    symbols = byte_symbols() if token_text == "bytes" else hex_symbols()
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(PRE_TOKENIZER)
-    writer.add_token_list([symbols[b] for b in range(shape.vocab)])
-    writer.add_token_types([gguf.TokenType.NORMAL] * shape.vocab)
+    writer.add_token_list([symbols[b] for b in range(byte_tokens)]
+                          + [pad_token(i) for i in range(pad)])
+    writer.add_token_types([gguf.TokenType.NORMAL] * byte_tokens
+                           + [gguf.TokenType.UNUSED] * pad)
     writer.add_token_merges([f"{symbols[UNUSED_MERGE[0]]} {symbols[UNUSED_MERGE[1]]}"])
     writer.add_bos_token_id(EOS_TOKEN)
     writer.add_eos_token_id(EOS_TOKEN)
@@ -362,6 +411,14 @@ def main(argv=None):
     common.add_argument("--gguf-py", metavar="DIR",
                         help="llama.cpp's gguf-py directory (default: $SPECDEC_GGUF_PY, then the "
                              "Python path)")
+    common.add_argument("--pad", type=int, default=0, metavar="N",
+                        help="append N unused tokens <|pad_0|>... with zero embedding (and "
+                             "output) rows, as model families pad their vocabularies "
+                             "(default 0)")
+    common.add_argument("--token-text", choices=("bytes", "hex"), default="bytes",
+                        help="how token text is written: GPT-2's byte stand-ins (default), or "
+                             "\"<0xBB>\" (a vocabulary disjoint from every byte-level one, for "
+                             "tests; llama.cpp cannot tokenize text with it)")
     common.add_argument("--outtype", choices=OUTTYPES, default="f16",
                         help="storage of matrices and embeddings (default f16; 1-D tensors are "
                              "f32; q8_0 / q4_0 quantize the matrices and the token embedding, "
@@ -384,21 +441,25 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     try:
+        if not 0 <= a.pad <= MAX_VOCAB:
+            raise ConversionError(f"--pad {a.pad}: expected 0..{MAX_VOCAB} padding tokens")
         gguf = import_gguf(a.gguf_py)
         if a.command == "convert":
             shape, tensors = read_spdc(a.spdc)
             check_quantizable(gguf, shape, a.outtype)
-            write_gguf(gguf, a.gguf, shape, Path(a.spdc).stem, tensors.items(), a.outtype)
+            write_gguf(gguf, a.gguf, shape, Path(a.spdc).stem, tensors.items(), a.outtype, a.pad,
+                       a.token_text)
         else:
             shape = Shape(a.vocab, a.context, a.layers, a.heads, a.d_model, a.d_ff)
             check_shape(shape, "random")
             check_quantizable(gguf, shape, a.outtype)
             write_gguf(gguf, a.gguf, shape, a.name or Path(a.gguf).stem,
-                       random_tensors(shape, a.seed), a.outtype)
+                       random_tensors(shape, a.seed), a.outtype, a.pad, a.token_text)
     except ConversionError as e:
         print(f"spdc_to_gguf: {e}", file=sys.stderr)
         return 1
-    print(f"spdc_to_gguf: wrote {a.gguf} ({shape.describe()}, {a.outtype})")
+    padding = f", {a.pad} padding tokens" if a.pad else ""
+    print(f"spdc_to_gguf: wrote {a.gguf} ({shape.describe()}{padding}, {a.outtype})")
     return 0
 
 

@@ -10,6 +10,7 @@
 ///   auto target = specdec::llama_cpp::LoadedModel::load("target.gguf", {.threads = 1});
 ///   auto draft  = specdec::llama_cpp::LoadedModel::load("draft.gguf", {.threads = 1});
 ///   specdec::llama_cpp::check_compatible(draft.model(), target.model());  // one vocabulary
+///   // (a padded or partly shared one: VocabularyRequirement::mappable and MappedDraft)
 ///   specdec::SpeculativeDecoder decoder(draft, target);                  // both are models
 ///   specdec::GenerationConfig config;
 ///   config.max_context = std::min(draft.max_context(), target.max_context());
@@ -24,7 +25,8 @@
 /// Headers (each compiles alone):
 ///   options.hpp        ContextOptions, ModelOptions
 ///   backend.hpp        set_verbose; the backend, log and llama.cpp object owners (detail)
-///   vocabulary.hpp     vocab_size, check_compatible
+///   vocabulary.hpp     vocab_size, vocabulary_text, check_compatible (the graded
+///                      VocabularyCheck), retokenize
 ///   text.hpp           tokenize, TextDecoder
 ///   context_model.hpp  ContextModel (what one call does, tree calls)
 ///   loaded_model.hpp   LoadedModel (n_seq_max checks)

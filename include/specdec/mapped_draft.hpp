@@ -34,10 +34,16 @@
 ///
 /// Ownership: the draft and the map are held by reference and must outlive the adapter. The
 /// returned row is the adapter's buffer, valid until its next call (model.hpp's rule for views).
-/// Trees: the adapter has no score_tree, so TreeProposer calls it node by node.
+/// Trees: when the draft has score_tree (tree.hpp; float rows), so has the adapter: the
+/// committed context is translated as above, the tree's tokens one to one (drafted from mapped
+/// rows, they are shared tokens; one the draft lacks is a std::invalid_argument), and each of
+/// the draft's n + 1 rows is gathered into the target's ids, so TreeProposer drafts a tree with
+/// one draft call per depth, as it does with the draft itself. Without it, TreeProposer calls
+/// the adapter node by node. The tree rows' buffer grows to the largest tree and is reused.
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -50,6 +56,7 @@
 #include "specdec/detail/model_traits.hpp"
 #include "specdec/proposers/model.hpp"
 #include "specdec/requirements.hpp"
+#include "specdec/tree.hpp"
 #include "specdec/types.hpp"
 #include "specdec/vocabulary.hpp"
 
@@ -104,6 +111,56 @@ class MappedDraft {
       row_[t] = d >= 0 ? draft_row[static_cast<std::size_t>(d)] : masked;
     }
     return row_;
+  }
+
+  /// \brief The draft's rows for a tree of `tokens` (target ids, parents as tree.hpp says)
+  /// after `committed`, as n + 1 rows of V_target logits (see the file comment). Present when
+  /// the draft has score_tree and returns float rows.
+  /// \throws std::invalid_argument for a committed token as operator() says, or a tree token
+  /// outside [0, V_target) or without a draft counterpart; std::domain_error if the draft's
+  /// rows are not n + 1 rows of V_draft logits; whatever the draft throws.
+  std::span<const Scalar> score_tree(std::span<const token_t> committed,
+                                     std::span<const token_t> tokens,
+                                     std::span<const std::int32_t> parents) requires
+      detail::HasScoreTree<Draft> && std::is_same_v<Scalar, float> {
+    translate(committed);
+    const std::span<const token_t> to_draft = map_->target_to_draft();
+    tree_tokens_.clear();
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      const token_t token = tokens[i];
+      const token_t draft_token = token >= 0 && static_cast<std::size_t>(token) < to_draft.size()
+                                      ? to_draft[static_cast<std::size_t>(token)]
+                                      : -1;
+      if (draft_token < 0) {
+        detail::throw_invalid_argument("MappedDraft score_tree: node ", i, " has token ", token,
+                                       " (\"", map_->target_text(token),
+                                       "\"); expected a token the draft vocabulary shares (in [0, ",
+                                       to_draft.size(), "), with a draft counterpart)");
+      }
+      tree_tokens_.push_back(draft_token);
+    }
+    auto&& result = draft_->score_tree(std::span<const token_t>(draft_context_),
+                                       std::span<const token_t>(tree_tokens_), parents);
+    const std::size_t n = tokens.size() + 1;
+    const LogitsRows<float> rows = detail::as_target_rows(result, n, "MappedDraft's draft");
+    if (rows.vocab_size() != map_->draft_size()) {
+      detail::throw_domain_error("MappedDraft: the draft model's score_tree returned rows of ",
+                                 rows.vocab_size(), " logits; expected ", map_->draft_size(),
+                                 " (the draft vocabulary of the VocabularyMap)");
+    }
+    constexpr Scalar masked = -std::numeric_limits<Scalar>::infinity();
+    const std::span<const token_t> sources = map_->logit_sources();
+    const std::size_t width = map_->target_size();
+    tree_rows_.resize(n * width);
+    for (std::size_t r = 0; r < n; ++r) {
+      const std::span<const float> draft_row = rows.row(r);
+      float* out = tree_rows_.data() + r * width;
+      for (std::size_t t = 0; t < width; ++t) {
+        const token_t d = sources[t];
+        out[t] = d >= 0 ? draft_row[static_cast<std::size_t>(d)] : masked;
+      }
+    }
+    return tree_rows_;
   }
 
   /// \brief Sizes the context buffers for contexts of up to `context_tokens` target tokens
@@ -179,6 +236,8 @@ class MappedDraft {
   const VocabularyMap* map_;
   ContextTranslation translate_;
   std::vector<Scalar> row_;              // (V_target) the last row, in target ids
+  std::vector<Scalar> tree_rows_;        // (n + 1, V_target) the last tree's rows, score_tree
+  std::vector<token_t> tree_tokens_;     // (n) the last tree's tokens, draft ids
   std::vector<token_t> target_context_;  // (n) the last context, target ids
   std::vector<std::size_t> offsets_;     // (n + 1) draft-context length after i target tokens
   std::vector<token_t> draft_context_;   // (m) its translation, draft ids

@@ -368,6 +368,15 @@ class VocabularyMap {
                 const VocabularyMapOptions& options = {})
       : VocabularyMap(draft, target, options, /*require_shared=*/true) {}
 
+  /// \brief The map and its report without throwing for disjoint vocabularies (verdict()
+  /// says so; such a map maps no ordinary token): for a caller that grades a pair and maps it
+  /// only if the verdict allows, with one comparison.
+  /// \throws std::invalid_argument for an empty vocabulary or a special id out of range.
+  [[nodiscard]] static VocabularyMap compare(const Vocabulary& draft, const Vocabulary& target,
+                                             const VocabularyMapOptions& options = {}) {
+    return VocabularyMap(draft, target, options, /*require_shared=*/false);
+  }
+
   [[nodiscard]] std::size_t draft_size() const noexcept { return draft_to_target_.size(); }
   [[nodiscard]] std::size_t target_size() const noexcept { return target_to_draft_.size(); }
 
@@ -398,9 +407,6 @@ class VocabularyMap {
   }
 
  private:
-  friend VocabularyReport compare_vocabularies(const Vocabulary&, const Vocabulary&,
-                                               const VocabularyMapOptions&);
-
   VocabularyMap(const Vocabulary& draft, const Vocabulary& target,
                 const VocabularyMapOptions& options, bool require_shared) {
     if (draft.tokens.empty() || target.tokens.empty()) {
@@ -572,7 +578,7 @@ class VocabularyMap {
 /// ones. \throws std::invalid_argument for an empty vocabulary or a special id out of range.
 [[nodiscard]] inline VocabularyReport compare_vocabularies(
     const Vocabulary& draft, const Vocabulary& target, const VocabularyMapOptions& options = {}) {
-  return VocabularyMap(draft, target, options, /*require_shared=*/false).report();
+  return VocabularyMap::compare(draft, target, options).report();
 }
 
 }  // namespace specdec
