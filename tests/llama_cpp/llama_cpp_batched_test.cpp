@@ -124,8 +124,8 @@ std::size_t check_against_alone(AlonePair& alone, const std::vector<token_t>& pr
                                 const std::vector<token_t>& batched,
                                 const std::vector<token_t>& reference, const std::string& what) {
   EXPECT_EQ(batched.size(), reference.size()) << what;
-  const auto [b, r] = std::mismatch(batched.begin(), batched.end(), reference.begin(),
-                                    reference.end());
+  const auto [b, r] =
+      std::mismatch(batched.begin(), batched.end(), reference.begin(), reference.end());
   if (b == batched.end() || r == reference.end()) return 0;
   const auto at = static_cast<std::size_t>(r - reference.begin());
   std::vector<token_t> context = prompt;
@@ -175,9 +175,9 @@ TEST(LlamaCppBatched, GreedyBatchEqualsEachSequenceAlone) {
     }
     for (const auto& [id, tokens] : outputs) {
       const std::vector<token_t> reference = alone.decode(all[id], configs[id]);
-      near_ties += check_against_alone(
-          alone, all[id], tokens, reference,
-          "B = " + std::to_string(width) + ", sequence " + std::to_string(id));
+      near_ties +=
+          check_against_alone(alone, all[id], tokens, reference,
+                              "B = " + std::to_string(width) + ", sequence " + std::to_string(id));
       ++compared;
     }
   }
@@ -293,8 +293,9 @@ TEST(LlamaCppBatched, AFullKvCacheRollsBackEverySequenceOfTheCall) {
   std::vector<token_t> a = prompts(1)[0], b = bytes_of("\nAnd God said, ");
   while (a.size() < 150) a.push_back('a' + static_cast<token_t>(a.size() % 26));
   while (b.size() < 150) b.push_back('z' - static_cast<token_t>(b.size() % 26));
-  const std::vector<specdec::ScoreRequest> both{{.id = 1, .context = a, .committed = 149, .rows = 2},
-                                                {.id = 2, .context = b, .committed = 149, .rows = 2}};
+  const std::vector<specdec::ScoreRequest> both{
+      {.id = 1, .context = a, .committed = 149, .rows = 2},
+      {.id = 2, .context = b, .committed = 149, .rows = 2}};
   try {
     (void)target.score_batch(both);
     ADD_FAILURE() << "300 tokens fit in 256 cells";
@@ -319,7 +320,8 @@ TEST(LlamaCppBatched, AFullKvCacheRollsBackEverySequenceOfTheCall) {
     const std::span<const float> want = fresh(request.context, request.rows);
     ASSERT_EQ(got.size(), want.size());
     float worst = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+    for (std::size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst, std::abs(got[i] - want[i]));
     EXPECT_LT(worst, 5e-3f) << "sequence " << request.id;
     target.release(request.id);
   }
@@ -333,8 +335,7 @@ TEST(LlamaCppBatched, BadRequestsAreClearErrorsAndChangeNothing) {
   const std::vector<token_t> bad{'a', 300, 'b'};
   (void)target.score_batch(std::vector<specdec::ScoreRequest>{
       {.id = 5, .context = context, .committed = context.size(), .rows = 1}});
-  const std::vector<token_t> cached(target.cached_tokens(5).begin(),
-                                    target.cached_tokens(5).end());
+  const std::vector<token_t> cached(target.cached_tokens(5).begin(), target.cached_tokens(5).end());
   const auto expect_invalid = [&](const std::vector<specdec::ScoreRequest>& requests,
                                   const std::string& needle) {
     try {

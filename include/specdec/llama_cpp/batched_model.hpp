@@ -269,8 +269,8 @@ class BatchedModel {
       }
       if (part.context.size() > max_context_) {
         detail::throw_invalid_argument(who(), ": ", part_name(part), " has a context of ",
-                                       part.context.size(), " tokens, more than max_context = ",
-                                       max_context_,
+                                       part.context.size(),
+                                       " tokens, more than max_context = ", max_context_,
                                        "; expected GenerationConfig::max_context <= "
                                        "max_context()");
       }
@@ -426,11 +426,10 @@ class BatchedModel {
       names << (i ? ", " : "") << part_name(part);
       tokens += part.context.size();
     }
-    detail::throw_runtime_error(who(), ": llama_decode returned ", status, " (",
-                                detail::decode_status_meaning(status), ") decoding ",
-                                batch_.n_tokens, " tokens for ", names.str(), " (", tokens,
-                                " tokens of context in all; n_ctx = ", llama_n_ctx(context_),
-                                " cells shared)");
+    detail::throw_runtime_error(
+        who(), ": llama_decode returned ", status, " (", detail::decode_status_meaning(status),
+        ") decoding ", batch_.n_tokens, " tokens for ", names.str(), " (", tokens,
+        " tokens of context in all; n_ctx = ", llama_n_ctx(context_), " cells shared)");
   }
 
   llama_context* context_ = nullptr;
@@ -438,12 +437,12 @@ class BatchedModel {
   std::size_t n_batch_ = 0;
   std::size_t max_context_ = 0;
   std::string name_;
-  std::vector<Slot> slots_;             // (n_seq_max) slot s is llama.cpp sequence s
-  std::vector<std::size_t> free_;       // (n_seq_max) free slots; the back is taken next
-  std::vector<Part> parts_;             // (requests) the call being decoded
-  std::vector<StreamToken> stream_;     // (call's fresh tokens) its llama_batch, before chunking
-  std::vector<float> straddled_rows_;   // (rows, V) rows copied when they span two decodes
-  llama_batch batch_{};                 // (n_batch) one llama_decode
+  std::vector<Slot> slots_;            // (n_seq_max) slot s is llama.cpp sequence s
+  std::vector<std::size_t> free_;      // (n_seq_max) free slots; the back is taken next
+  std::vector<Part> parts_;            // (requests) the call being decoded
+  std::vector<StreamToken> stream_;    // (call's fresh tokens) its llama_batch, before chunking
+  std::vector<float> straddled_rows_;  // (rows, V) rows copied when they span two decodes
+  llama_batch batch_{};                // (n_batch) one llama_decode
 };
 
 static_assert(BatchedTargetModel<BatchedModel>);
