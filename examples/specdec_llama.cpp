@@ -87,6 +87,11 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
                              --spec-type ngram-simple); goodput learns its costs online
   --prompts FILE             one prompt per line, for --parallel (default: the shipped
                              models/prompts.txt)
+  --kv-unified on|off        with --parallel: one KV stream that the sequences share (on) or
+                             one per sequence (off, the default: each attends over its own
+                             cells only, but unequal row counts cost several micro-batches)
+  --repeat R                 with --parallel: R paired runs (speculative, then plain, each from
+                             an empty KV cache); prints the medians (default 1)
   --ignore-eos               do not stop at the target's end-of-sequence token
   --json                     print a JSON summary instead of streaming
   --no-baseline              skip the plain-decoding run
@@ -114,6 +119,7 @@ struct Options {
   bool measure_costs = true;  // --draft-costs
   std::size_t parallel = 0;   // --parallel B: sequences decoded at once (0: one, no batch)
   std::string prompts_path = SPECDEC_MODELS_DIR "/prompts.txt";
+  std::size_t repeat = 1;  // --repeat R: paired runs of --parallel
 };
 
 /// llama.cpp's --spec-type names, or the demo's --proposer names (model, ngram, both).
@@ -272,6 +278,17 @@ Options parse_args(int argc, char** argv) {
       }
     }
     else if (is({"--prompts"})) options.prompts_path = value();
+    else if (is({"--kv-unified"})) {
+      const std::string_view how = value();
+      if (how != "on" && how != "off") {
+        throw UsageError("--kv-unified expects on or off, got '" + std::string(how) + "'");
+      }
+      options.target_context.kv_unified = options.draft_context.kv_unified = how == "on" ? 1 : 0;
+    }
+    else if (is({"--repeat"})) {
+      options.repeat = size_value();
+      if (options.repeat == 0) throw UsageError("--repeat expects a count >= 1");
+    }
     else if (is({"--ignore-eos"})) options.ignore_eos = true;
     else if (is({"--json"})) options.json = true;
     else if (is({"--no-baseline"})) options.baseline = false;
@@ -616,16 +633,34 @@ int run_parallel(Options& options) {
   target.reset();
   draft.reset();
 
+  // Paired runs: speculative then plain, each from an empty KV cache; the medians are printed
+  // (the other figures are the last run's).
   BatchRun fast, slow;
-  {
-    specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft));
-    fast = run_batch(decoder, prompts, config);
-  }
-  if (options.baseline) {
+  std::vector<double> fast_rates, slow_rates, ratios;
+  for (std::size_t r = 0; r < options.repeat; ++r) {
     target.reset();
-    specdec::BatchedDecoder decoder(target, NoDraft{});
-    slow = run_batch(decoder, prompts, config);
+    draft.reset();
+    {
+      specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft));
+      fast = run_batch(decoder, prompts, config);
+    }
+    fast_rates.push_back(fast.tokens_per_second());
+    if (options.baseline) {
+      target.reset();
+      specdec::BatchedDecoder decoder(target, NoDraft{});
+      slow = run_batch(decoder, prompts, config);
+      slow_rates.push_back(slow.tokens_per_second());
+      ratios.push_back(fast_rates.back() / slow_rates.back());
+    }
   }
+  const auto median = [](std::vector<double> values) {
+    if (values.empty()) return 0.0;
+    std::sort(values.begin(), values.end());
+    const std::size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  };
+  const double fast_rate = median(fast_rates);
+  const double slow_rate = median(slow_rates);
 
   specdec::DecodeStats pooled;
   std::size_t differing = 0;
@@ -634,17 +669,16 @@ int run_parallel(Options& options) {
     if (options.baseline && fast.results[i].tokens != slow.results[i].tokens) ++differing;
   }
   const std::vector<std::size_t> histogram = pooled.draft_length_histogram();
-  const double ratio = options.baseline && slow.tokens_per_second() > 0
-                           ? fast.tokens_per_second() / slow.tokens_per_second()
-                           : 0;
+  const double ratio = median(ratios);
   const bool greedy = config.sampling.greedy();
   if (options.json) {
     std::printf(
         "{\n  \"target\": %s,\n  \"draft\": %s,\n  \"parallel\": %zu,\n"
-        "  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n  \"temperature\": %g,\n"
+        "  \"repeats\": %zu,\n  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n  "
+        "\"temperature\": %g,\n"
         "  \"sequences\": [",
         json_string(options.target_path).c_str(), json_string(options.draft_path).c_str(), width,
-        config.draft_length, name_of(config.draft_length_policy.kind),
+        options.repeat, config.draft_length, name_of(config.draft_length_policy.kind),
         static_cast<double>(config.sampling.temperature));
     for (std::size_t i = 0; i < width; ++i) {
       const specdec::DecodeStats& stats = fast.results[i].stats;
@@ -664,7 +698,7 @@ int run_parallel(Options& options) {
         "\"tokens_per_second\": %.6g, \"target_calls\": %zu, "
         "\"rows_per_target_call\": %.6g, \"draft_calls\": %zu, "
         "\"acceptance_rate\": %.6g, \"draft_length_histogram\": [%s]}",
-        fast.tokens(), fast.seconds, fast.tokens_per_second(), fast.stats.target_calls,
+        fast.tokens(), fast.seconds, fast_rate, fast.stats.target_calls,
         fast.stats.rows_per_target_call(), fast.stats.draft_calls, pooled.acceptance_rate(),
         counts.c_str());
     if (options.baseline) {
@@ -673,7 +707,7 @@ int run_parallel(Options& options) {
           "\"tokens_per_second\": %.6g, \"target_calls\": %zu, "
           "\"rows_per_target_call\": %.6g},\n  \"measured_speedup\": %.6g,\n"
           "  \"identical\": %s",
-          slow.tokens(), slow.seconds, slow.tokens_per_second(), slow.stats.target_calls,
+          slow.tokens(), slow.seconds, slow_rate, slow.stats.target_calls,
           slow.stats.rows_per_target_call(), ratio, differing == 0 ? "true" : "false");
     }
     std::printf("\n}\n");
@@ -685,12 +719,16 @@ int run_parallel(Options& options) {
                   printable(options.shipped_pair ? texts[i].substr(1) : texts[i]).c_str(),
                   printable(detokenize(target_context.vocab(), fast.results[i].tokens)).c_str());
     }
+    if (options.repeat > 1) {
+      std::printf("\nmedians of %zu paired runs (tokens/s in all; the speedup of each pair)\n",
+                  options.repeat);
+    }
     std::printf(
         "\nspeculative, %zu sequences at once (%s K %s %zu): %zu tokens in %.3f s, "
         "%.1f tokens/s in all\n",
         width, name_of(config.draft_length_policy.kind),
         config.draft_length_policy.kind != specdec::DraftLengthKind::fixed ? "<=" : "=",
-        config.draft_length, fast.tokens(), fast.seconds, fast.tokens_per_second());
+        config.draft_length, fast.tokens(), fast.seconds, fast_rate);
     std::printf(
         "  target calls %zu, rows per target call %.1f, sequence rounds per call %.2f; "
         "draft calls %zu; acceptance rate %.3f\n",
@@ -705,7 +743,7 @@ int run_parallel(Options& options) {
       std::printf(
           "plain batched decoding: %zu tokens in %.3f s, %.1f tokens/s in all "
           "(%zu target calls, %.1f rows each)\n",
-          slow.tokens(), slow.seconds, slow.tokens_per_second(), slow.stats.target_calls,
+          slow.tokens(), slow.seconds, slow_rate, slow.stats.target_calls,
           slow.stats.rows_per_target_call());
       std::printf("measured speedup:       %.2fx\n", ratio);
       if (greedy) {

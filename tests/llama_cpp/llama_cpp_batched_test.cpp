@@ -99,15 +99,19 @@ struct AlonePair {
   }
 };
 
-/// The pair loaded for `sequences` sequences at once.
+/// The pair loaded for `sequences` sequences at once; `kv_unified` as ContextOptions' (default:
+/// batched_context_options's split cache).
 struct BatchedPair {
-  explicit BatchedPair(std::uint32_t sequences, std::uint32_t per_sequence = 384)
+  explicit BatchedPair(std::uint32_t sequences, std::uint32_t per_sequence = 384,
+                       int kv_unified = -1)
       : target_context(llama::LoadedModel::load(
             kGgufDir / "kjv-target-f16.gguf",
-            llama::batched_context_options(sequences, per_sequence, {.name = "target"}))),
+            llama::batched_context_options(sequences, per_sequence,
+                                           {.kv_unified = kv_unified, .name = "target"}))),
         draft_context(llama::LoadedModel::load(
             kGgufDir / "kjv-draft-f16.gguf",
-            llama::batched_context_options(sequences, per_sequence, {.name = "draft"}))),
+            llama::batched_context_options(sequences, per_sequence,
+                                           {.kv_unified = kv_unified, .name = "draft"}))),
         target(target_context),
         draft(draft_context) {}
 
@@ -138,12 +142,15 @@ std::size_t check_against_alone(AlonePair& alone, const std::vector<token_t>& pr
   return 1;
 }
 
-TEST(LlamaCppBatched, GreedyBatchEqualsEachSequenceAlone) {
+/// The KV cache's layouts: split (batched_context_options's default), unified.
+class LlamaCppBatchedLayout : public ::testing::TestWithParam<int> {};
+
+TEST_P(LlamaCppBatchedLayout, GreedyBatchEqualsEachSequenceAlone) {
   AlonePair alone;
   const std::vector<std::vector<token_t>> all = prompts(4);
   std::size_t near_ties = 0, compared = 0;
   for (const std::uint32_t width : {1u, 3u}) {
-    BatchedPair pair(width + 1);  // + 1: the sequence joining mid-way
+    BatchedPair pair(width + 1, 384, GetParam());  // + 1: the sequence joining mid-way
     ASSERT_EQ(pair.target.max_sequences(), width + 1);
     const std::size_t max_context = std::min(pair.target.max_context(), pair.draft.max_context());
     ASSERT_EQ(max_context, 384u);
@@ -181,9 +188,15 @@ TEST(LlamaCppBatched, GreedyBatchEqualsEachSequenceAlone) {
       ++compared;
     }
   }
-  std::printf("[ measured ] %zu of %zu sequences diverged at a near-tie\n", near_ties, compared);
+  std::printf("[ measured ] %s KV cache: %zu of %zu sequences diverged at a near-tie\n",
+              GetParam() == 0 ? "split" : "unified", near_ties, compared);
   EXPECT_LE(near_ties, 1u);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvCache, LlamaCppBatchedLayout, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(info.param == 0 ? "Split" : "Unified");
+                         });
 
 TEST(LlamaCppBatched, ALeavingSequenceFreesItsLlamaSequenceForTheNext) {
   AlonePair alone;
@@ -285,9 +298,9 @@ TEST(LlamaCppBatched, TooManySequencesIsAClearErrorAndTheNextDecodeIsClean) {
 }
 
 TEST(LlamaCppBatched, AFullKvCacheRollsBackEverySequenceOfTheCall) {
-  // 2 sequences sharing 256 cells (llama.cpp rounds n_ctx up to a multiple of 256): two
-  // 150-token contexts do not fit together, each fits alone.
-  BatchedPair pair(2, 100);
+  // 2 sequences sharing the 256 cells of a unified cache (llama.cpp rounds n_ctx up to a
+  // multiple of 256): two 150-token contexts do not fit together, each fits alone.
+  BatchedPair pair(2, 100, 1);
   llama::BatchedModel& target = pair.target;
   ASSERT_EQ(llama_n_ctx(target.context()), 256u);
   std::vector<token_t> a = prompts(1)[0], b = bytes_of("\nAnd God said, ");

@@ -26,17 +26,25 @@
 /// next call recomputes what is missing.
 ///
 /// The context. batched_context_options(sequences, per_sequence) sizes one for a batch: n_seq_max
-/// = sequences; a unified KV cache (LoadedModel makes it unified when n_seq_max > 1) of
-/// sequences * per_sequence cells, which the sequences share, so a long one may use more than
-/// its share; n_ubatch = n_batch, so a call of up to n_batch tokens is one micro-batch and one
-/// graph. llama.cpp splits a llama_decode into micro-batches of n_ubatch tokens; with a unified
-/// cache it cuts the batch in order (split_simple), which is correct for a causal model (a
-/// sequence's later tokens see the earlier ones' cells), but each micro-batch is one more graph
-/// evaluation. A split cache (one stream per sequence) would attend over each sequence's own
-/// cells only, but cuts micro-batches with the same number of tokens from every sequence
-/// (split_equal), so unequal row counts (a joining prompt, a draft cut short) become several
-/// graphs per call; and tree calls (ContextModel::score_tree) want the unified one.
-///
+/// = sequences, n_ctx = sequences * per_sequence cells, n_ubatch = n_batch, and by default a
+/// split KV cache (ContextOptions::kv_unified = 0: one stream of per_sequence cells per
+/// sequence). Why:
+///   - llama.cpp cuts a llama_decode into micro-batches of at most n_ubatch tokens, each one
+///     graph evaluation; n_ubatch = n_batch makes a call of up to n_batch tokens one micro-batch
+///     as far as the cache's layout allows;
+///   - a unified cache (one stream the sequences share) cuts the batch in order (split_simple):
+///     one micro-batch per call, but every token's attention runs over the cells of every
+///     sequence (masked), so its cost grows with B * context;
+///   - a split cache attends over each sequence's own cells only, but cuts micro-batches with
+///     the same number of tokens from each sequence (split_equal), so unequal row counts (a
+///     joining prompt, a draft cut short) cost several graphs per call;
+///   - either way a sequence's tokens may span micro-batches, which is correct for a causal
+///     model: its later tokens attend to the cells the earlier micro-batch wrote.
+/// Measured on the shipped pair at B = 16, 1 thread (docs/llama_cpp.md, "Batched decoding"), the
+/// split cache decoded 1.7x (speculative) and 1.5x (plain) the tokens/s of the unified one, so
+/// it is the default; pass kv_unified = 1 in `options` for the other. Tree calls
+/// (ContextModel::score_tree) need the unified one; BatchedModel makes none.
+
 /// Rows depend on the batch's composition through ggml's kernels (a matrix product of 40 rows
 /// may sum in another order than one of 9): bit-identical rows across batches are not promised,
 /// only the model's rows up to that rounding (tests/llama_cpp/llama_cpp_batched_test.cpp counts
@@ -65,8 +73,8 @@
 namespace specdec::llama_cpp {
 
 /// \brief ContextOptions for a context that decodes `sequences` sequences at once, each up to
-/// `per_sequence` tokens (the cells of the unified KV cache: sequences * per_sequence), with
-/// n_ubatch = n_batch (one micro-batch per call; file comment). The rest comes from `options`
+/// `per_sequence` tokens: n_ctx = sequences * per_sequence, n_ubatch = n_batch, a split KV
+/// cache unless `options` asks for a unified one (file comment). The rest comes from `options`
 /// (threads, name, KV type, ...); its n_batch, if set, is kept. Pass the result to
 /// LoadedModel::load.
 [[nodiscard]] inline ContextOptions batched_context_options(std::uint32_t sequences,
@@ -77,6 +85,7 @@ namespace specdec::llama_cpp {
   if (options.n_batch == 0) options.n_batch = 2048;  // llama.cpp's default
   options.n_batch = std::max(options.n_batch, options.n_seq_max);
   options.n_ubatch = options.n_batch;
+  if (options.kv_unified < 0) options.kv_unified = 0;
   return options;
 }
 
@@ -185,8 +194,9 @@ class BatchedModel {
 
   [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_size_; }
   /// \brief The longest context one sequence may have (set GenerationConfig::max_context to at
-  /// most this). The sequences share the KV cache's cells: together they may need more than it
-  /// holds, which is llama_decode's "no KV cache slot" (a std::runtime_error).
+  /// most this): the model's, and a split KV cache's share (llama_n_ctx_seq). In a unified cache
+  /// the sequences share the cells: together they may need more than it holds, which is
+  /// llama_decode's "no KV cache slot" (a std::runtime_error).
   [[nodiscard]] std::size_t max_context() const noexcept { return max_context_; }
   /// \brief Sequences it can hold at once: the context's n_seq_max.
   [[nodiscard]] std::size_t max_sequences() const noexcept { return slots_.size(); }
@@ -426,10 +436,11 @@ class BatchedModel {
       names << (i ? ", " : "") << part_name(part);
       tokens += part.context.size();
     }
-    detail::throw_runtime_error(
-        who(), ": llama_decode returned ", status, " (", detail::decode_status_meaning(status),
-        ") decoding ", batch_.n_tokens, " tokens for ", names.str(), " (", tokens,
-        " tokens of context in all; n_ctx = ", llama_n_ctx(context_), " cells shared)");
+    detail::throw_runtime_error(who(), ": llama_decode returned ", status, " (",
+                                detail::decode_status_meaning(status), ") decoding ",
+                                batch_.n_tokens, " tokens for ", names.str(), " (", tokens,
+                                " tokens of context in all; n_ctx = ", llama_n_ctx(context_),
+                                " cells, ", llama_n_ctx_seq(context_), " per sequence)");
   }
 
   llama_context* context_ = nullptr;
