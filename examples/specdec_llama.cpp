@@ -84,7 +84,8 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
                              target alone, B rows per call); prints each sequence's text, the
                              per-sequence and total tokens/s and the ratio. Prompts from
                              --prompts, cycled. With the draft model only (no --tree, no
-                             --spec-type ngram-simple); goodput learns its costs online
+                             --spec-type ngram-simple); goodput learns its costs online;
+                             sequence i samples with seed -s + i
   --prompts FILE             one prompt per line, for --parallel (default: the shipped
                              models/prompts.txt)
   --kv-unified on|off        with --parallel: one KV stream that the sequences share (on) or
@@ -570,7 +571,11 @@ BatchRun run_batch(Decoder& decoder, const std::vector<std::vector<token_t>>& pr
   BatchRun run;
   run.results.resize(prompts.size());
   const auto start = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < prompts.size(); ++i) decoder.add(i, prompts[i], config);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    specdec::GenerationConfig own = config;
+    own.seed = config.seed + i;  // sampled: a cycled prompt does not repeat its twin's text
+    decoder.add(i, prompts[i], own);
+  }
   for (specdec::FinishedSequence& done : decoder.run()) {
     if (done.error) std::rethrow_exception(done.error);
     run.results[done.id] = std::move(done.result);

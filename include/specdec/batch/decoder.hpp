@@ -147,7 +147,8 @@ struct batched_draft_proposer<ModelProposer<Draft>> : std::bool_constant<Batched
 /// \tparam Proposer, Policy, Verifier  the strategies (strategies.hpp); every sequence gets
 ///                  copies of the ones given to the constructor, begun with its own config
 ///
-/// The target is held by reference (not owned; it must outlive the decoder). Chain proposals
+/// The target is held by reference (not owned; it must outlive the decoder, whose destructor
+/// releases the sequences still in the batch from it and the draft). Chain proposals
 /// only: a tree proposal ends its sequence with an error.
 template <class Target, class Proposer, class Policy = ConfiguredDraftLength,
           class Verifier = ConfiguredVerifier>
