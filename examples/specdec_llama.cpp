@@ -4,8 +4,10 @@
 // so its users know them. `specdec-llama --help` lists them.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -13,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include <specdec/batch.hpp>
 #include <specdec/llama_cpp.hpp>
 #include <specdec/specdec.hpp>
 
@@ -79,6 +82,21 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
   -fa, --flash-attn on|off|auto   (default auto)
   --rpc HOST:PORT            run the target's layers on a llama.cpp RPC server (ggml-rpc-server);
                              the draft stays local
+  --parallel B               decode B prompts at once through BatchedDecoder (one llama_decode
+                             per step for every sequence's rows, each on a llama.cpp sequence
+                             of its own), then the same prompts by plain batched decoding (the
+                             target alone, B rows per call); prints each sequence's text, the
+                             per-sequence and total tokens/s and the ratio. Prompts from
+                             --prompts, cycled. With the draft model only (no --tree, no
+                             --spec-type ngram-simple); goodput learns its costs online;
+                             sequence i samples with seed -s + i
+  --prompts FILE             one prompt per line, for --parallel (default: the shipped
+                             models/prompts.txt)
+  --kv-unified on|off        with --parallel: one KV stream that the sequences share (on) or
+                             one per sequence (off, the default: each attends over its own
+                             cells only, but unequal row counts cost several micro-batches)
+  --repeat R                 with --parallel: R paired runs (speculative, then plain, each from
+                             an empty KV cache); prints the medians (default 1)
   --ignore-eos               do not stop at the target's end-of-sequence token
   --json                     print a JSON summary instead of streaming
   --no-baseline              skip the plain-decoding run
@@ -104,6 +122,9 @@ struct Options {
   std::string rpc;
   bool ignore_eos = false, json = false, baseline = true, verbose = false, help = false;
   bool measure_costs = true;  // --draft-costs
+  std::size_t parallel = 0;   // --parallel B: sequences decoded at once (0: one, no batch)
+  std::string prompts_path = SPECDEC_MODELS_DIR "/prompts.txt";
+  std::size_t repeat = 1;  // --repeat R: paired runs of --parallel
 };
 
 /// llama.cpp's --spec-type names, or the demo's --proposer names (model, ngram, both).
@@ -254,6 +275,25 @@ Options parse_args(int argc, char** argv) {
           parse_flash_attention(value());
     }
     else if (is({"--rpc"})) options.rpc = value();
+    else if (is({"--parallel"})) {
+      options.parallel = size_value();
+      if (options.parallel == 0 || options.parallel > llama::detail::kMaxSequences) {
+        throw UsageError("--parallel expects 1.." + std::to_string(llama::detail::kMaxSequences) +
+                         " sequences, got " + std::to_string(options.parallel));
+      }
+    }
+    else if (is({"--prompts"})) options.prompts_path = value();
+    else if (is({"--kv-unified"})) {
+      const std::string_view how = value();
+      if (how != "on" && how != "off") {
+        throw UsageError("--kv-unified expects on or off, got '" + std::string(how) + "'");
+      }
+      options.target_context.kv_unified = options.draft_context.kv_unified = how == "on" ? 1 : 0;
+    }
+    else if (is({"--repeat"})) {
+      options.repeat = size_value();
+      if (options.repeat == 0) throw UsageError("--repeat expects a count >= 1");
+    }
     else if (is({"--ignore-eos"})) options.ignore_eos = true;
     else if (is({"--json"})) options.json = true;
     else if (is({"--no-baseline"})) options.baseline = false;
@@ -269,6 +309,11 @@ Options parse_args(int argc, char** argv) {
     // clang-format on
   }
   if (config.max_new_tokens == 0) throw UsageError("--n-predict must be >= 1");
+  if (options.parallel > 0 && (options.tree || options.proposer != Proposer::model)) {
+    throw UsageError(
+        "--parallel decodes with the draft model's chains: not with --tree, --tree-budget or "
+        "--spec-type ngram-simple");
+  }
   if (siblings && !options.tree) throw UsageError("--siblings needs --tree or --tree-budget");
   if (options.tree) {
     if (siblings) options.tree->siblings = *siblings;
@@ -512,6 +557,246 @@ int run(Options& options) {
   return decode(options, target, draft, mapped, check.summary() + ": mapped draft");
 }
 
+// ---- --parallel: B sequences at once
+// -------------------------------------------------------------
+
+/// A proposer that drafts nothing: every round is a plain target step (one row per sequence),
+/// so BatchedDecoder with it is plain batched decoding.
+struct NoDraft {
+  template <class Coins>
+  specdec::Proposal<float> propose(specdec::DraftRequest& /*request*/, Coins& /*coins*/) {
+    return {};
+  }
+};
+
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("specdec: cannot read --prompts file '" + path + "'");
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) prompts.push_back(line);
+  }
+  if (prompts.empty()) {
+    throw std::invalid_argument("specdec: --prompts file '" + path +
+                                "' has no prompt; expected one prompt per line");
+  }
+  return prompts;
+}
+
+/// One batched run: every sequence's result, the batch's statistics and the wall time.
+struct BatchRun {
+  std::vector<specdec::GenerationResult> results;  // by sequence id
+  specdec::BatchStats stats;
+  double seconds = 0;
+  [[nodiscard]] std::size_t tokens() const {
+    std::size_t total = 0;
+    for (const auto& result : results) total += result.stats.emitted;
+    return total;
+  }
+  [[nodiscard]] double tokens_per_second() const {
+    return seconds > 0 ? static_cast<double>(tokens()) / seconds : 0;
+  }
+};
+
+template <class Decoder>
+BatchRun run_batch(Decoder& decoder, const std::vector<std::vector<token_t>>& prompts,
+                   const specdec::GenerationConfig& config) {
+  BatchRun run;
+  run.results.resize(prompts.size());
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    specdec::GenerationConfig own = config;
+    own.seed = config.seed + i;  // sampled: a cycled prompt does not repeat its twin's text
+    decoder.add(i, prompts[i], own);
+  }
+  for (specdec::FinishedSequence& done : decoder.run()) {
+    if (done.error) std::rethrow_exception(done.error);
+    run.results[done.id] = std::move(done.result);
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.stats = decoder.stats();
+  return run;
+}
+
+int run_parallel(Options& options) {
+  llama::set_verbose(options.verbose);
+  specdec::GenerationConfig& config = options.config;
+  const std::size_t width = options.parallel;
+  llama::ModelOptions target_model, draft_model;
+  if (!options.rpc.empty()) {
+    target_model.devices = {llama::rpc_device(options.rpc)};
+    draft_model.cpu_only = true;
+  }
+  const std::vector<std::string> lines = read_prompts(options.prompts_path);
+  std::vector<std::string> texts(width);
+  std::size_t longest = 0;
+  for (std::size_t i = 0; i < width; ++i) {
+    texts[i] = options.shipped_pair ? "\n" + lines[i % lines.size()] : lines[i % lines.size()];
+    longest = std::max(longest, texts[i].size());
+  }
+  // Each sequence's share of the unified KV cache: its prompt (bytes bound its tokens), its
+  // budget and a round's draft, or -c if given.
+  const auto per_sequence = static_cast<std::uint32_t>(
+      options.target_context.n_ctx != 0
+          ? options.target_context.n_ctx
+          : std::min<std::size_t>(longest + config.max_new_tokens + config.draft_length + 2,
+                                  1u << 20));
+  options.target_context.name = "target";
+  options.draft_context.name = "draft";
+  auto target_context =
+      llama::LoadedModel::load(options.target_path,
+                               llama::batched_context_options(static_cast<std::uint32_t>(width),
+                                                              per_sequence, options.target_context),
+                               target_model);
+  auto draft_context =
+      llama::LoadedModel::load(options.draft_path,
+                               llama::batched_context_options(static_cast<std::uint32_t>(width),
+                                                              per_sequence, options.draft_context),
+                               draft_model);
+  llama::check_compatible(draft_context.model(), target_context.model());
+  llama::BatchedModel target(target_context);
+  llama::BatchedModel draft(draft_context);
+  config.max_context = std::min(target.max_context(), draft.max_context());
+  const llama_token eos = llama_vocab_eos(target_context.vocab());
+  if (!options.ignore_eos && eos != LLAMA_TOKEN_NULL) config.stop_tokens = {eos};
+  std::vector<std::vector<token_t>> prompts(width);
+  for (std::size_t i = 0; i < width; ++i) {
+    prompts[i] = llama::tokenize(target_context.vocab(), texts[i]);
+    if (prompts[i].empty())
+      throw UsageError("prompt " + std::to_string(i) + " tokenizes to nothing");
+  }
+  // Warm-up outside the timings: the first llama_decode of a shape allocates its graph.
+  (void)target(prompts[0], 1);
+  (void)draft(prompts[0], 1);
+  target.reset();
+  draft.reset();
+
+  // Paired runs: speculative then plain, each from an empty KV cache; the medians are printed
+  // (the other figures are the last run's).
+  BatchRun fast, slow;
+  std::vector<double> fast_rates, slow_rates, ratios;
+  for (std::size_t r = 0; r < options.repeat; ++r) {
+    target.reset();
+    draft.reset();
+    {
+      specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft));
+      fast = run_batch(decoder, prompts, config);
+    }
+    fast_rates.push_back(fast.tokens_per_second());
+    if (options.baseline) {
+      target.reset();
+      specdec::BatchedDecoder decoder(target, NoDraft{});
+      slow = run_batch(decoder, prompts, config);
+      slow_rates.push_back(slow.tokens_per_second());
+      ratios.push_back(fast_rates.back() / slow_rates.back());
+    }
+  }
+  const auto median = [](std::vector<double> values) {
+    if (values.empty()) return 0.0;
+    std::sort(values.begin(), values.end());
+    const std::size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  };
+  const double fast_rate = median(fast_rates);
+  const double slow_rate = median(slow_rates);
+
+  specdec::DecodeStats pooled;
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < width; ++i) {
+    pooled = pooled + fast.results[i].stats;
+    if (options.baseline && fast.results[i].tokens != slow.results[i].tokens) ++differing;
+  }
+  const std::vector<std::size_t> histogram = pooled.draft_length_histogram();
+  const double ratio = median(ratios);
+  const bool greedy = config.sampling.greedy();
+  if (options.json) {
+    std::printf(
+        "{\n  \"target\": %s,\n  \"draft\": %s,\n  \"parallel\": %zu,\n"
+        "  \"repeats\": %zu,\n  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n  "
+        "\"temperature\": %g,\n"
+        "  \"sequences\": [",
+        json_string(options.target_path).c_str(), json_string(options.draft_path).c_str(), width,
+        options.repeat, config.draft_length, name_of(config.draft_length_policy.kind),
+        static_cast<double>(config.sampling.temperature));
+    for (std::size_t i = 0; i < width; ++i) {
+      const specdec::DecodeStats& stats = fast.results[i].stats;
+      std::printf(
+          "%s\n    {\"prompt\": %s, \"text\": %s, \"new_tokens\": %zu, "
+          "\"tokens_per_second\": %.6g, \"acceptance_rate\": %.6g}",
+          i ? "," : "", json_string(texts[i]).c_str(),
+          json_string(detokenize(target_context.vocab(), fast.results[i].tokens)).c_str(),
+          stats.emitted, tokens_per_second(stats), stats.acceptance_rate());
+    }
+    std::string counts;
+    for (const std::size_t count : histogram) {
+      counts += (counts.empty() ? "" : ", ") + std::to_string(count);
+    }
+    std::printf(
+        "\n  ],\n  \"speculative\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
+        "\"tokens_per_second\": %.6g, \"target_calls\": %zu, "
+        "\"rows_per_target_call\": %.6g, \"draft_calls\": %zu, "
+        "\"acceptance_rate\": %.6g, \"draft_length_histogram\": [%s]}",
+        fast.tokens(), fast.seconds, fast_rate, fast.stats.target_calls,
+        fast.stats.rows_per_target_call(), fast.stats.draft_calls, pooled.acceptance_rate(),
+        counts.c_str());
+    if (options.baseline) {
+      std::printf(
+          ",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
+          "\"tokens_per_second\": %.6g, \"target_calls\": %zu, "
+          "\"rows_per_target_call\": %.6g},\n  \"measured_speedup\": %.6g,\n"
+          "  \"identical\": %s",
+          slow.tokens(), slow.seconds, slow_rate, slow.stats.target_calls,
+          slow.stats.rows_per_target_call(), ratio, differing == 0 ? "true" : "false");
+    }
+    std::printf("\n}\n");
+  } else {
+    for (std::size_t i = 0; i < width; ++i) {
+      const specdec::DecodeStats& stats = fast.results[i].stats;
+      std::printf("---- sequence %zu: %zu tokens, %.1f tokens/s, acceptance rate %.3f\n%s%s\n", i,
+                  stats.emitted, tokens_per_second(stats), stats.acceptance_rate(),
+                  printable(options.shipped_pair ? texts[i].substr(1) : texts[i]).c_str(),
+                  printable(detokenize(target_context.vocab(), fast.results[i].tokens)).c_str());
+    }
+    if (options.repeat > 1) {
+      std::printf("\nmedians of %zu paired runs (tokens/s in all; the speedup of each pair)\n",
+                  options.repeat);
+    }
+    std::printf(
+        "\nspeculative, %zu sequences at once (%s K %s %zu): %zu tokens in %.3f s, "
+        "%.1f tokens/s in all\n",
+        width, name_of(config.draft_length_policy.kind),
+        config.draft_length_policy.kind != specdec::DraftLengthKind::fixed ? "<=" : "=",
+        config.draft_length, fast.tokens(), fast.seconds, fast_rate);
+    std::printf(
+        "  target calls %zu, rows per target call %.1f, sequence rounds per call %.2f; "
+        "draft calls %zu; acceptance rate %.3f\n",
+        fast.stats.target_calls, fast.stats.rows_per_target_call(),
+        fast.stats.rounds_per_target_call(), fast.stats.draft_calls, pooled.acceptance_rate());
+    std::printf("  draft lengths (rounds):");
+    for (std::size_t n = 0; n < histogram.size(); ++n) {
+      if (histogram[n] > 0) std::printf(" %zu: %zu", n, histogram[n]);
+    }
+    std::printf("\n");
+    if (options.baseline) {
+      std::printf(
+          "plain batched decoding: %zu tokens in %.3f s, %.1f tokens/s in all "
+          "(%zu target calls, %.1f rows each)\n",
+          slow.tokens(), slow.seconds, slow_rate, slow.stats.target_calls,
+          slow.stats.rows_per_target_call());
+      std::printf("measured speedup:       %.2fx\n", ratio);
+      if (greedy) {
+        std::printf("greedy outputs identical: %s\n",
+                    differing == 0 ? "yes"
+                                   : (std::to_string(differing) +
+                                      " sequences differ (a near-tie flipped by the batch's "
+                                      "shape, or a bug: please report it)")
+                                         .c_str());
+      }
+    }
+  }
+  return options.baseline && greedy && differing != 0 ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -521,6 +806,6 @@ int main(int argc, char** argv) {
       std::fputs(kHelp, stdout);
       return 0;
     }
-    return run(options);
+    return options.parallel > 0 ? run_parallel(options) : run(options);
   });
 }

@@ -30,12 +30,15 @@
 ///   text.hpp           tokenize, TextDecoder
 ///   context_model.hpp  ContextModel (what one call does, tree calls)
 ///   loaded_model.hpp   LoadedModel (n_seq_max checks)
+///   batched_model.hpp  BatchedModel (many sequences per llama_decode, for BatchedDecoder),
+///                      batched_context_options
 ///   rpc.hpp            rpc_device
 ///
 /// Tested with llama.cpp de3ff815ea7d (2026-09-28; node-llama-cpp 3.22.1's bundle), the
 /// version scripts/install-llama-cpp.sh installs.
 
 #include "specdec/llama_cpp/backend.hpp"
+#include "specdec/llama_cpp/batched_model.hpp"
 #include "specdec/llama_cpp/context_model.hpp"
 #include "specdec/llama_cpp/loaded_model.hpp"
 #include "specdec/llama_cpp/options.hpp"

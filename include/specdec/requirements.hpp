@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 #include "specdec/batch/draft.hpp"
 #include "specdec/batch/target.hpp"
@@ -97,6 +98,11 @@ struct BatchedModelRequirements {
                     "specdec: BatchedDraftModel::draft_batch(requests) must return "
                     "requests.size() rows of V contiguous floats (a range of floats or a "
                     "RowMajor Eigen matrix), one per request");
+    }
+    if constexpr (HasRelease<Model>) {
+      static_assert(noexcept(std::declval<Model&>().release(sequence_id{})),
+                    "specdec: a batched model's release(sequence_id) must be noexcept: "
+                    "BatchedDecoder calls it while it removes sequences");
     }
     return true;
   }

@@ -434,6 +434,51 @@ TYPED_TEST(BatchedDecoderTest, ACancelledSequenceLeavesAtTheNextStep) {
   expect_same_generation(finished.at(4).result, alone(pair, all[2]), "sequence 4");
 }
 
+// ---- release(id): a sequence leaving is told to the models ------------------------------------
+
+/// The batched models with the optional release(id), recording every call.
+struct ReleasingTarget : BatchedScriptedTarget {
+  using BatchedScriptedTarget::BatchedScriptedTarget;
+  std::vector<sequence_id> released;
+  void release(sequence_id id) noexcept { released.push_back(id); }
+};
+struct ReleasingDraft : BatchedScriptedDraft {
+  using BatchedScriptedDraft::BatchedScriptedDraft;
+  std::vector<sequence_id> released;
+  void release(sequence_id id) noexcept { released.push_back(id); }
+};
+
+TEST(BatchedDecoderRelease, EverySequenceLeavingIsReleasedOnceFromBothModels) {
+  const ScriptedPair pair = make_pair();
+  const std::vector<Request> all = requests();
+  ReleasingTarget target(pair.target<float>());
+  ReleasingDraft draft(pair.draft<float>());
+  using Released = std::vector<sequence_id>;
+  {
+    BatchedDecoder<ReleasingTarget, ModelProposer<ReleasingDraft>> decoder(
+        target, ModelProposer<ReleasingDraft>(draft));
+    decoder.add(1, all[0].prompt, all[0].config);  // 23 tokens
+    decoder.add(2, all[3].prompt, all[3].config);  // 40 tokens
+    decoder.add(3, all[1].prompt, all[1].config);
+    decoder.cancel(3);
+    (void)decoder.step();  // 3 leaves, cancelled
+    EXPECT_EQ(target.released, Released({3}));
+    while (decoder.contains(1)) (void)decoder.step();  // 1 finishes
+    EXPECT_EQ(target.released, Released({3, 1}));
+    EXPECT_EQ(draft.released, target.released);
+    decoder.add(4, all[2].prompt, all[2].config);
+    target.throw_on_batch = true;  // the batch is dropped: 2 and 4 leave
+    EXPECT_THROW((void)decoder.step(), std::runtime_error);
+    EXPECT_EQ(target.released, Released({3, 1, 2, 4}));
+    target.throw_on_batch = false;
+    decoder.add(5, all[0].prompt, all[0].config);
+    (void)decoder.step();
+    EXPECT_EQ(target.released.size(), 4u);  // 5 is still decoding...
+  }
+  EXPECT_EQ(target.released, Released({3, 1, 2, 4, 5}));  // ...until the decoder goes
+  EXPECT_EQ(draft.released, target.released);
+}
+
 TEST(BatchedDecoderFaults, AThrowingBatchedTargetCallDropsTheBatchAndADecodeAfterIsFresh) {
   const ScriptedPair pair = make_pair();
   const std::vector<Request> all = requests();

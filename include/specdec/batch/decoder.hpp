@@ -22,6 +22,11 @@
 /// fails every sequence in it: step() drops the whole batch and throws a std::runtime_error
 /// naming the call's sequences, with the model's exception nested.
 ///
+/// Leaving. When a sequence leaves the batch (returned by step(), dropped with a failed batched
+/// call, or still in the batch when the decoder is destroyed), the decoder calls the target's
+/// and, with batched drafting, the draft's optional `release(id)` (batch/target.hpp): a model
+/// that keeps a KV cache per sequence frees it then.
+///
 /// Thread safety: a decoder and its models are used by one thread at a time.
 
 #include <algorithm>
@@ -142,7 +147,8 @@ struct batched_draft_proposer<ModelProposer<Draft>> : std::bool_constant<Batched
 /// \tparam Proposer, Policy, Verifier  the strategies (strategies.hpp); every sequence gets
 ///                  copies of the ones given to the constructor, begun with its own config
 ///
-/// The target is held by reference (not owned; it must outlive the decoder). Chain proposals
+/// The target is held by reference (not owned; it must outlive the decoder, whose destructor
+/// releases the sequences still in the batch from it and the draft). Chain proposals
 /// only: a tree proposal ends its sequence with an error.
 template <class Target, class Proposer, class Policy = ConfiguredDraftLength,
           class Verifier = ConfiguredVerifier>
@@ -165,6 +171,16 @@ class BatchedDecoder {
         proposer_(std::move(proposer)),
         policy_(std::move(policy)),
         verifier_(std::move(verifier)) {}
+
+  /// \brief Releases every sequence still in the batch from the models (release(id)).
+  ~BatchedDecoder() {
+    for (const auto& sequence : sequences_) release(sequence->id);
+  }
+  BatchedDecoder(const BatchedDecoder&) = delete;
+  BatchedDecoder& operator=(const BatchedDecoder&) = delete;
+  /// \brief The moved-from decoder is empty (its sequences moved with the batch).
+  BatchedDecoder(BatchedDecoder&&) = default;
+  BatchedDecoder& operator=(BatchedDecoder&&) = delete;
 
   /// \brief Adds sequence `id`: generation of up to config.max_new_tokens tokens after
   /// `prompt`, its first round in the next step(). `on_chunk(std::span<const token_t>)` is
@@ -333,6 +349,16 @@ class BatchedDecoder {
     std::exception_ptr error;
   };
 
+  /// Sequence `id` left the batch: the models that keep state per sequence forget it.
+  void release(sequence_id id) noexcept {
+    if constexpr (detail::HasRelease<Target>) target_->release(id);
+    if constexpr (kBatchedDraft) {
+      if constexpr (detail::HasRelease<std::remove_cvref_t<decltype(proposer_.draft())>>) {
+        proposer_.draft().release(id);
+      }
+    }
+  }
+
   Sequence* find(sequence_id id) const noexcept {
     for (const auto& sequence : sequences_) {
       if (sequence->id == id) return sequence.get();
@@ -362,6 +388,7 @@ class BatchedDecoder {
     const std::string message =
         detail::error_message("the batched ", call, " call for sequences ", ids.str(),
                               " failed; the batch was dropped: ", detail::current_message());
+    for (const auto& sequence : sequences_) release(sequence->id);
     sequences_.clear();
     std::throw_with_nested(std::runtime_error(message));
   }
@@ -567,6 +594,7 @@ class BatchedDecoder {
       stats.library_seconds = stats.total_seconds - stats.draft_seconds - stats.target_seconds;
       out.push_back({s.id, std::move(s.result), s.error});
       ++stats_.sequences_finished;
+      release(s.id);
     }
     std::erase_if(sequences_,
                   [](const std::unique_ptr<Sequence>& s) { return s->finished || s->cancelled; });

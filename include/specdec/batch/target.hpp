@@ -16,6 +16,17 @@
 /// must not: let a sequence's rows depend on the other requests of the call. That is what makes
 ///           a sequence's tokens independent of the batch it is decoded in (docs/design.md,
 ///           "Batched decoding").
+///
+/// Optional, for a model that keeps state per sequence (a KV cache per id):
+///
+///   void release(specdec::sequence_id id) noexcept;
+///
+/// BatchedDecoder calls it once for every sequence that leaves the batch (finished, failed,
+/// cancelled, dropped with a failed batched call, or still in the batch when the decoder is
+/// destroyed), after the sequence's last call; the model frees what it kept for `id`, and the
+/// id may come back later as a new sequence. It must be noexcept (the decoder calls it while
+/// removing sequences) and accept an id the model never saw (a sequence that failed before its
+/// first call).
 
 #include <concepts>
 #include <cstddef>
@@ -42,6 +53,12 @@ namespace detail {
 template <class M>
 concept HasScoreBatch = requires(M& model, std::span<const ScoreRequest> requests) {
   model.score_batch(requests);
+};
+
+/// The optional release(id) hook (file comment), on a batched target or draft alike.
+template <class M>
+concept HasRelease = requires(M& model, sequence_id id) {
+  model.release(id);
 };
 
 template <class M>

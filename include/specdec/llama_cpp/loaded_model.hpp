@@ -113,7 +113,7 @@ class LoadedModel : public ContextModel {
     params.n_seq_max = std::max<std::uint32_t>(1, context_options.n_seq_max);
     // Tree paths share the committed prefix: one KV stream for all sequences (seq_cp then
     // shares cells instead of copying them).
-    params.kv_unified = params.n_seq_max > 1;
+    params.kv_unified = params.n_seq_max > 1 && context_options.kv_unified != 0;
     params.no_perf = true;
     detail::check_context_params(params, context_options.name, path);
     std::unique_ptr<llama_context, detail::ContextDeleter> context(

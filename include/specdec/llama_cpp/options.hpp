@@ -31,6 +31,11 @@ struct ContextOptions {
   /// drafted so far through the same call). llama.cpp keeps one output row per sequence, so
   /// LoadedModel::load requires n_seq_max <= min(n_ctx, n_batch) (and <= 256).
   std::uint32_t n_seq_max = 1;
+  /// The KV cache's layout with n_seq_max > 1: -1 auto (unified), 1 unified (one stream that
+  /// every sequence's cells share; tree calls want it: the paths share the committed prefix's
+  /// cells), 0 split (one stream per sequence, n_ctx / n_seq_max cells each; a token attends
+  /// over its own sequence's cells only).
+  int kv_unified = -1;
   /// How errors name this model, e.g. "draft" or "target"; empty: LoadedModel uses the GGUF
   /// file's name.
   std::string name{};

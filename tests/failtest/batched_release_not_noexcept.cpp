@@ -1,0 +1,34 @@
+// Must not compile: a batched target whose release(id) may throw (BatchedDecoder calls it while
+// it removes sequences). Expected diagnostic: "specdec: a batched model's release(sequence_id)
+// must be noexcept".
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+
+struct Draft {
+  std::vector<float> operator()(std::span<const specdec::token_t>) const {
+    return std::vector<float>(8, 0.0f);
+  }
+};
+
+struct TargetWithThrowingRelease {
+  std::vector<float> operator()(std::span<const specdec::token_t>, std::size_t n) const {
+    return std::vector<float>(8 * n, 0.0f);
+  }
+  std::vector<float> score_batch(std::span<const specdec::ScoreRequest> requests) const {
+    std::size_t rows = 0;
+    for (const specdec::ScoreRequest& request : requests) rows += request.rows;
+    return std::vector<float>(8 * rows, 0.0f);
+  }
+  void release(specdec::sequence_id) {}
+};
+
+int main() {
+  Draft draft;
+  TargetWithThrowingRelease target;
+  specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft));
+  decoder.add(1, std::vector<specdec::token_t>{1}, specdec::GenerationConfig{});
+  return static_cast<int>(decoder.run().size());
+}
