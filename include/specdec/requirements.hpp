@@ -71,8 +71,8 @@ struct MappedDraftRequirements {
 };
 
 /// The optional batched calls (batch/target.hpp, batch/draft.hpp), checked for a model that
-/// declares one: a member named score_batch / draft_batch that cannot be called as the
-/// contract says, or returns no rows, is a mistake, not a model without the batched call.
+/// declares one: a member named score_batch / draft_batch / release_sequence that cannot be
+/// called as the contract says, or returns no rows, is a mistake, not a model without it.
 template <class Model>
 struct BatchedModelRequirements {
   static constexpr bool check() {
@@ -91,6 +91,11 @@ struct BatchedModelRequirements {
       static_assert(HasDraftBatch<Model>,
                     "specdec: BatchedDraftModel::draft_batch must be callable as "
                     "draft_batch(std::span<const specdec::DraftStepRequest> requests)");
+    }
+    if constexpr (requires { &Model::release_sequence; }) {
+      static_assert(HasReleaseSequence<Model>,
+                    "specdec: a batched model's release_sequence must be callable as "
+                    "release_sequence(specdec::sequence_id id) and be noexcept");
     }
     if constexpr (HasDraftBatch<Model>) {
       static_assert(LogitsRowsLike<std::remove_cvref_t<draft_batch_result_t<Model>>>,

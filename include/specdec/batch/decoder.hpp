@@ -7,13 +7,14 @@
 /// (round.hpp): each sequence's propose_round; ONE target call over all proposals
 /// (score_batch, batch/target.hpp; a target without it is called once per sequence); each
 /// sequence's verify_and_commit; then, per sequence, stop tokens, budget, context limit and its
-/// callback, as StrategyDecoder does. With a ModelProposer over a BatchedDraftModel
-/// (batch/draft.hpp) the drafting is shared too: one draft call per drafted position, over every
-/// sequence still drafting. Everything else is the sequence's own: its GenerationConfig, its
-/// strategies (copies of the decoder's), its Rng seeded from its config.seed, its context,
-/// buffers, statistics and callback. So a sequence's tokens are those StrategyDecoder gives it
-/// alone, whatever else is in the batch, as long as the models' rows do not depend on the batch
-/// (docs/design.md, "Batched decoding").
+/// callback, as StrategyDecoder does. A sequence that leaves the batch is released from the
+/// models that keep state per sequence (release_sequence, batch/target.hpp). With a
+/// ModelProposer over a BatchedDraftModel (batch/draft.hpp) the drafting is shared too: one draft
+/// call per drafted position, over every sequence still drafting. Everything else is the sequence's
+/// own: its GenerationConfig, its strategies (copies of the decoder's), its Rng seeded from its
+/// config.seed, its context, buffers, statistics and callback. So a sequence's tokens are those
+/// StrategyDecoder gives it alone, whatever else is in the batch, as long as the models' rows do
+/// not depend on the batch (docs/design.md, "Batched decoding").
 ///
 /// Errors. add() rejects a duplicate id or a bad request (std::invalid_argument naming the
 /// sequence) and leaves the batch unchanged. An error of one sequence (its proposal, its rows,
@@ -361,6 +362,7 @@ class BatchedDecoder {
     const std::string message =
         detail::error_message("the batched ", call, " call for sequences ", ids.str(),
                               " failed; the batch was dropped: ", detail::current_message());
+    for (const auto& sequence : sequences_) release(sequence->id);
     sequences_.clear();
     std::throw_with_nested(std::runtime_error(message));
   }
@@ -555,6 +557,15 @@ class BatchedDecoder {
     });
   }
 
+  /// Tells the models that keep state per sequence that `id` has left (batch/target.hpp).
+  void release(sequence_id id) noexcept {
+    if constexpr (detail::HasReleaseSequence<Target>) target_->release_sequence(id);
+    if constexpr (kBatchedDraft) {
+      using Draft = std::remove_reference_t<decltype(proposer_.draft())>;
+      if constexpr (detail::HasReleaseSequence<Draft>) proposer_.draft().release_sequence(id);
+    }
+  }
+
   /// Moves every finished or cancelled sequence out of the batch, in order.
   void remove_finished(std::vector<FinishedSequence>& out) {
     for (auto& sequence : sequences_) {
@@ -566,6 +577,7 @@ class BatchedDecoder {
       stats.library_seconds = stats.total_seconds - stats.draft_seconds - stats.target_seconds;
       out.push_back({s.id, std::move(s.result), s.error});
       ++stats_.sequences_finished;
+      release(s.id);
     }
     std::erase_if(sequences_,
                   [](const std::unique_ptr<Sequence>& s) { return s->finished || s->cancelled; });

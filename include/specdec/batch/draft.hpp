@@ -14,6 +14,9 @@
 ///           exactly what `draft(requests[i].context)` would return. Same return types and
 ///           lifetime as a TargetModel's rows (model.hpp).
 /// must not: let a sequence's row depend on the other requests of the call.
+///
+/// Optional: release_sequence(id) noexcept, called when sequence `id` leaves the batch (as for
+/// the target, batch/target.hpp).
 
 #include <concepts>
 #include <cstddef>

@@ -16,6 +16,16 @@
 /// must not: let a sequence's rows depend on the other requests of the call. That is what makes
 ///           a sequence's tokens independent of the batch it is decoded in (docs/design.md,
 ///           "Batched decoding").
+///
+/// Optional, for a model that keeps state per sequence id (a KV cache each):
+///
+///   model.release_sequence(id);   // noexcept
+///
+/// BatchedDecoder calls it, on the target and on a batched draft (batch/draft.hpp), once
+/// sequence `id` has left the batch: finished, failed, cancelled, or dropped with the batch
+/// after a failed batched call. The model may then free that sequence's state; the id may come
+/// back later as a new sequence. Sequences still in the batch when the decoder is destroyed are
+/// not released (the model's own API drops them). A model without it never hears of leaving.
 
 #include <concepts>
 #include <cstddef>
@@ -42,6 +52,13 @@ namespace detail {
 template <class M>
 concept HasScoreBatch = requires(M& model, std::span<const ScoreRequest> requests) {
   model.score_batch(requests);
+};
+
+/// The optional release_sequence(id) (file comment).
+template <class M>
+concept HasReleaseSequence = requires(M& model, sequence_id id) {
+  { model.release_sequence(id) }
+  noexcept;
 };
 
 template <class M>
