@@ -9,6 +9,10 @@
 //   std::span<const float> tree = model.score_tree(committed, tokens, parents);
 //   // (nodes + 1) x V: row 0 follows `committed`, row 1 + i follows committed + the path from the
 //   // root to node i (parents[i] < i, -1 = child of the root); every node in one forward.
+//   std::span<const float> all = model.score_batch(requests);  // specdec::ScoreRequest each
+//   // the rows of many sequences, request by request, in ONE forward; each sequence attends to
+//   // its own KV cache, kept by request id until release_sequence(id) (draft_batch: one row
+//   // each). specdec::BatchedDecoder drives it (specdec/batch/).
 //
 // Architecture (must match gpt.py exactly): x = wte[token] + wpe[position]; per layer
 // x += proj(attention(LN1(x))); x += fc2(gelu_tanh(fc1(LN2(x)))); logits = LN_f(x) @ wte^T.
@@ -23,7 +27,9 @@
 //     sum. (Eigen's GEMM blocks differently for different n, so it is not used.)
 //   * attention, layer norm and GELU run row by row with the same code for every row; packet
 //     functions pad their tail instead of switching to scalar code.
-// So cached == full forward, and row i of target(context, n) == draft(first size-n+1+i tokens).
+// So cached == full forward, row i of target(context, n) == draft(first size-n+1+i tokens), and
+// a sequence's rows in a batched call (its positions stacked with other sequences' in each
+// product) == its rows alone: no row's arithmetic depends on the other rows of a call.
 // A tree node is one more such position: its keys and queries come from the same kernel, and its
 // attention gathers the scores of the committed positions and of its ancestors into position
 // order before the same softmax and the same weighted sum over the value rows, in that order.
