@@ -1175,6 +1175,7 @@ class GptModel {
                    batch_rows_);
       positions_computed_ += plan.new_tokens.size();
     }
+    if (chunks_.empty()) return {};  // no requests
     run_chunks();
     return {logits_.data(), total_rows * c.vocab_size};
   }

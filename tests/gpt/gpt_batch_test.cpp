@@ -273,6 +273,8 @@ TEST(GptBatch, CachesAreKeptPerSequenceAndReleased) {
   model.release_sequence(1);
   EXPECT_EQ(model.cached_sequences(), 1u);
   EXPECT_TRUE(model.cached_tokens(1).empty());
+  EXPECT_TRUE(model.score_batch({}).empty());  // no requests: no rows
+  EXPECT_TRUE(model.draft_batch({}).empty());
   model.release_sequence(99);  // unknown: nothing
   model.release_sequences();
   EXPECT_EQ(model.cached_sequences(), 0u);
