@@ -1,10 +1,14 @@
 // specdec-demo: streams speculative decoding of the shipped King James Bible models to the
 // terminal, then runs plain decoding with the same settings and seed and compares the two.
-// `specdec-demo --help` lists the flags.
+// With --batch B it decodes B prompts at once (BatchedDecoder over the GPT's batched forward)
+// and compares with plain batched decoding. `specdec-demo --help` lists the flags.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -88,6 +92,17 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
                          too small to share)
   --target PATH          target weights (default <source dir>/models/kjv-target.spdc)
   --draft PATH           draft weights (default <source dir>/models/kjv-draft.spdc)
+  --batch B              decode B prompts at once (B >= 1): one target call per step scores
+                         the drafts of every sequence in one forward (BatchedDecoder), the
+                         draft model drafts for all of them in one call per position; each
+                         sequence has its own seed (--seed + its index) and text, printed per
+                         sequence at the end; then plain batched decoding of the same prompts
+                         (the same batched forward, no drafts) for comparison. Chains drafted
+                         by the draft model (no --tree, --proposer model); the draft policy
+                         defaults to fixed with K = 8 (-k and --draft-policy fixed | schedule
+                         | confidence choose others)
+  --prompts FILE         --batch's prompts, one per line, cycled if fewer than B (default
+                         <source dir>/models/prompts.txt)
   --json                 print a JSON summary (with the text) instead of streaming
   --no-baseline          skip the plain-decoding run
   --no-baseline-text     run plain decoding but do not print its text
@@ -121,6 +136,8 @@ struct Options {
   DecoderChoice decoder{.proposer = Proposer::model, .tree = std::nullopt, .ngrams = kByteNgrams};
   std::size_t target_threads = 1, draft_threads = 1;
   bool measure_costs = true;  // --draft-costs
+  std::size_t batch = 0;      // --batch B; 0: one sequence, streamed
+  std::string prompts_path = SPECDEC_MODELS_DIR "/prompts.txt";
 };
 
 /// --threads / --threads-draft: 1 .. GptModel::kMaxThreads.
@@ -138,7 +155,8 @@ Options parse_args(int argc, char** argv) {
   specdec::GenerationConfig& config = options.config;
   config.max_new_tokens = 200;
   config.sampling.temperature = 0.0f;
-  bool draft_length_given = false, policy_given = false;
+  bool draft_length_given = false, policy_given = false, prompt_given = false;
+  bool prompts_given = false;
   std::optional<Proposer> proposer;
   std::optional<specdec::SiblingMode> siblings;
   config.verifier = specdec::VerifierKind::block;
@@ -162,7 +180,18 @@ Options parse_args(int argc, char** argv) {
     // One flag per line, read as a table.
     // clang-format off
     if (flag == "-h" || flag == "--help") options.help = true;
-    else if (flag == "--prompt") options.prompt = value();
+    else if (flag == "--prompt") {
+      options.prompt = value();
+      prompt_given = true;
+    }
+    else if (flag == "--batch") {
+      options.batch = size_value();
+      if (options.batch == 0) throw UsageError("--batch expects B >= 1, got 0");
+    }
+    else if (flag == "--prompts") {
+      options.prompts_path = value();
+      prompts_given = true;
+    }
     else if (flag == "--max-new-tokens") config.max_new_tokens = size_value();
     else if (flag == "-k" || flag == "--draft-length") set_draft_length(value());
     else if (flag == "--draft-costs") {
@@ -204,6 +233,32 @@ Options parse_args(int argc, char** argv) {
   }
   if (config.max_new_tokens == 0) throw UsageError("--max-new-tokens must be >= 1");
   if (siblings && !tree) throw UsageError("--siblings needs --tree or --tree-budget");
+  if (prompts_given && options.batch == 0) {
+    throw UsageError("--prompts needs --batch B (one sequence takes --prompt TEXT)");
+  }
+  if (options.batch > 0) {
+    // Batches draft chains with the draft model: BatchedDecoder shares the draft calls of a
+    // ModelProposer only, and scores chains only.
+    if (tree) throw UsageError("--batch drafts chains: not with --tree or --tree-budget");
+    if (proposer && *proposer != Proposer::model) {
+      throw UsageError("--batch drafts with the draft model: not with --proposer ngram|both");
+    }
+    if (prompt_given)
+      throw UsageError("--batch reads its prompts from --prompts FILE, not --prompt");
+    if (config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
+        (draft_length_given || policy_given)) {
+      throw UsageError(
+          "--batch: the goodput policy (-k auto, --draft-policy goodput) times one sequence's "
+          "calls, not a batch's; use -k K or --draft-policy fixed|schedule|confidence");
+    }
+    options.decoder.proposer = Proposer::model;
+    if (!draft_length_given) {
+      const bool adaptive = policy_given;  // (goodput refused above)
+      config.draft_length = adaptive ? kAutoDraftLengthCap : kFixedDraftLength;
+    }
+    specdec::examples::validate_config(config);
+    return options;
+  }
   const bool auto_given = draft_length_given &&
                           config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
                           !policy_given;
@@ -395,7 +450,281 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
   }
 }
 
+// ---- --batch B --------------------------------------------------------------------------------
+
+/// The plain batched baseline's policy: never draft, so every round is one target row per
+/// sequence through the same batched forward (BatchedDecoder's plain steps).
+struct NeverDraft {
+  [[nodiscard]] bool draft_more(const specdec::DraftState&) const noexcept { return false; }
+  void observe(const specdec::RoundReport&) const noexcept {}
+};
+
+/// One sequence of a batch: its prompt (as given and as tokens) and settings.
+struct BatchSequence {
+  std::string text;
+  std::vector<token_t> prompt;
+  specdec::GenerationConfig config;
+};
+
+/// A batched run: every sequence's result by index, the engine calls, the wall time.
+struct BatchRun {
+  std::vector<specdec::GenerationResult> results;
+  specdec::BatchStats stats;
+  double seconds = 0;
+
+  [[nodiscard]] std::size_t tokens() const {
+    std::size_t total = 0;
+    for (const auto& result : results) total += result.stats.emitted;
+    return total;
+  }
+  [[nodiscard]] double tokens_per_second() const {
+    return seconds > 0 ? static_cast<double>(tokens()) / seconds : 0;
+  }
+};
+
+/// --prompts FILE's lines, cycled to `count` sequences: "\n" + line each, seed --seed + index,
+/// budget clamped so that prompt + N + K + 1 fits the models' context.
+std::vector<BatchSequence> batch_sequences(const Options& options, std::size_t max_context) {
+  std::ifstream in(options.prompts_path);
+  if (!in) throw std::runtime_error("cannot read --prompts file '" + options.prompts_path + "'");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  if (lines.empty()) {
+    throw std::runtime_error("--prompts file '" + options.prompts_path + "' has no prompts");
+  }
+  std::vector<BatchSequence> sequences(options.batch);
+  std::size_t clamped = 0;
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    BatchSequence& sequence = sequences[i];
+    sequence.text = lines[i % lines.size()];
+    sequence.prompt.push_back('\n');  // BOS: every training verse follows a newline
+    for (const unsigned char byte : sequence.text) sequence.prompt.push_back(byte);
+    sequence.config = options.config;
+    sequence.config.seed = options.config.seed + i;
+    const std::size_t fixed = sequence.prompt.size() + sequence.config.usable_draft_length() + 1;
+    if (fixed >= max_context) {
+      throw UsageError("prompt " + std::to_string(i) + " (" +
+                       std::to_string(sequence.prompt.size()) + " tokens) + K + 1 leaves no " +
+                       "room for new tokens in the max context of " + std::to_string(max_context));
+    }
+    if (sequence.config.max_new_tokens > max_context - fixed) {
+      sequence.config.max_new_tokens = max_context - fixed;
+      ++clamped;
+    }
+  }
+  if (clamped > 0) {
+    std::fprintf(stderr,
+                 "specdec-demo: --max-new-tokens clamped for %zu of %zu prompts (prompt + new "
+                 "tokens + K + 1 <= max context %zu)\n",
+                 clamped, sequences.size(), max_context);
+  }
+  return sequences;
+}
+
+/// Decodes every sequence at once with `proposer` and `policy` (BatchedDecoder), all added
+/// before the first step.
+template <class Policy>
+BatchRun run_batched(GptModel& target, specdec::ModelProposer<GptModel> proposer, Policy policy,
+                     const std::vector<BatchSequence>& sequences) {
+  specdec::BatchedDecoder<GptModel, specdec::ModelProposer<GptModel>, Policy> decoder(
+      target, proposer, std::move(policy));
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    decoder.add(i, sequences[i].prompt, sequences[i].config);
+  }
+  BatchRun run;
+  run.results.resize(sequences.size());
+  for (specdec::FinishedSequence& done : decoder.run()) {
+    if (done.error) std::rethrow_exception(done.error);
+    run.results[done.id] = std::move(done.result);
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.stats = decoder.stats();
+  return run;
+}
+
+/// The sequences' statistics pooled: acceptance and the draft-length histogram of all rounds.
+specdec::DecodeStats pooled(const BatchRun& run) {
+  specdec::DecodeStats all;
+  for (const auto& result : run.results) all += result.stats;
+  return all;
+}
+
+double per_call(std::size_t rows, std::size_t calls) {
+  return calls == 0 ? 0 : static_cast<double>(rows) / static_cast<double>(calls);
+}
+
+/// "0: 3, 4: 120" (length: rounds, for the lengths that occurred).
+std::string histogram_text(const std::vector<std::size_t>& histogram) {
+  std::string text;
+  for (std::size_t n = 0; n < histogram.size(); ++n) {
+    if (histogram[n] == 0) continue;
+    text += (text.empty() ? "" : ", ") + std::to_string(n) + ": " + std::to_string(histogram[n]);
+  }
+  return text;
+}
+
+void print_batch_json(const Options& options, const std::vector<BatchSequence>& sequences,
+                      const BatchRun& fast, const BatchRun& slow) {
+  const specdec::GenerationConfig& config = options.config;
+  const specdec::SamplingParams& s = config.sampling;
+  const specdec::DecodeStats all = pooled(fast);
+  std::printf(
+      "{\n  \"batch\": %zu,\n  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n"
+      "  \"verifier\": \"%s\",\n  \"threads\": {\"target\": %zu, \"draft\": %zu},\n"
+      "  \"max_new_tokens\": %zu,\n  \"seed\": %llu,\n  \"sampling\": {\"temperature\": %g, "
+      "\"top_k\": %d, \"top_p\": %g, \"min_p\": %g},\n  \"sequences\": [",
+      options.batch, config.draft_length, name_of(config.draft_length_policy.kind),
+      name_of(config.verifier), options.target_threads, options.draft_threads,
+      config.max_new_tokens, static_cast<unsigned long long>(config.seed),
+      static_cast<double>(s.temperature), s.top_k, static_cast<double>(s.top_p),
+      static_cast<double>(s.min_p));
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    const specdec::GenerationResult& result = fast.results[i];
+    std::printf(
+        "%s\n    {\"prompt\": %s, \"seed\": %llu, \"text\": %s, \"new_tokens\": %zu, "
+        "\"seconds\": %.6g, \"tokens_per_second\": %.6g, \"acceptance_rate\": %.6g}",
+        i ? "," : "", json_string(sequences[i].text).c_str(),
+        static_cast<unsigned long long>(sequences[i].config.seed),
+        json_string(to_text(result.tokens)).c_str(), result.stats.emitted,
+        result.stats.total_seconds, tokens_per_second(result.stats),
+        result.stats.acceptance_rate());
+  }
+  std::string histogram;
+  for (const std::size_t rounds : all.draft_length_histogram()) {
+    histogram += (histogram.empty() ? "" : ", ") + std::to_string(rounds);
+  }
+  std::printf(
+      "\n  ],\n  \"speculative\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
+      "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, "
+      "\"target_calls\": %zu, \"rows_per_target_call\": %.6g, \"draft_calls\": %zu, "
+      "\"rows_per_draft_call\": %.6g},\n  \"draft_length_histogram\": [%s]",
+      fast.tokens(), fast.seconds, fast.tokens_per_second(), all.rounds, all.acceptance_rate(),
+      fast.stats.target_calls, fast.stats.rows_per_target_call(), fast.stats.draft_calls,
+      per_call(fast.stats.draft_rows, fast.stats.draft_calls), histogram.c_str());
+  if (options.baseline) {
+    bool identical = true;
+    for (std::size_t i = 0; i < sequences.size(); ++i) {
+      identical = identical && fast.results[i].tokens == slow.results[i].tokens;
+    }
+    std::printf(
+        ",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, \"tokens_per_second\": "
+        "%.6g, \"target_calls\": %zu, \"rows_per_target_call\": %.6g},\n"
+        "  \"measured_speedup\": %.6g,\n  \"identical\": %s",
+        slow.tokens(), slow.seconds, slow.tokens_per_second(), slow.stats.target_calls,
+        slow.stats.rows_per_target_call(), fast.tokens_per_second() / slow.tokens_per_second(),
+        identical ? "true" : "false");
+  }
+  std::printf("\n}\n");
+}
+
+void print_batch(const Options& options, const std::vector<BatchSequence>& sequences,
+                 const BatchRun& fast, const BatchRun& slow) {
+  // Each sequence's text apart, in order, escaped like the streamed text (text_stream.hpp).
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    std::printf("--- sequence %zu (seed %llu) ---\n%s%s\n", i,
+                static_cast<unsigned long long>(sequences[i].config.seed),
+                sequences[i].text.c_str(),
+                specdec::examples::escape_generated(fast.results[i].tokens).c_str());
+    if (options.baseline && options.baseline_text &&
+        fast.results[i].tokens != slow.results[i].tokens) {
+      std::printf("--- sequence %zu, plain batched decoding ---\n%s%s\n", i,
+                  sequences[i].text.c_str(),
+                  specdec::examples::escape_generated(slow.results[i].tokens).c_str());
+    }
+  }
+  const specdec::GenerationConfig& config = options.config;
+  const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
+  std::printf("\nbatch of %zu (%s%s%s %zu%s), per sequence:\n", options.batch,
+              adaptive ? name_of(config.draft_length_policy.kind) : "", adaptive ? ", " : "",
+              adaptive ? "K <=" : "K =", config.draft_length,
+              config.verifier == specdec::VerifierKind::block ? ", block" : "");
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    const specdec::DecodeStats& stats = fast.results[i].stats;
+    std::printf("  sequence %2zu: %4zu tokens in %.3f s, %7.1f tokens/s  (acceptance %.3f)", i,
+                stats.emitted, stats.total_seconds, tokens_per_second(stats),
+                stats.acceptance_rate());
+    if (options.baseline) {
+      std::printf("  plain %7.1f tokens/s", tokens_per_second(slow.results[i].stats));
+    }
+    std::printf("\n");
+  }
+  const specdec::DecodeStats all = pooled(fast);
+  std::printf("speculative, batched:  %4zu tokens in %.3f s, %7.1f tokens/s total\n", fast.tokens(),
+              fast.seconds, fast.tokens_per_second());
+  if (options.baseline) {
+    std::printf("plain, batched:        %4zu tokens in %.3f s, %7.1f tokens/s total\n",
+                slow.tokens(), slow.seconds, slow.tokens_per_second());
+    std::printf("measured speedup:      %.2fx\n",
+                fast.tokens_per_second() / slow.tokens_per_second());
+  }
+  std::printf("target calls:          %zu, %.2f rows per call (%.2f sequences)",
+              fast.stats.target_calls, fast.stats.rows_per_target_call(),
+              fast.stats.rounds_per_target_call());
+  if (options.baseline) {
+    std::printf("; plain: %zu, %.2f rows per call", slow.stats.target_calls,
+                slow.stats.rows_per_target_call());
+  }
+  std::printf("\ndraft calls:           %zu, %.2f rows per call\n", fast.stats.draft_calls,
+              per_call(fast.stats.draft_rows, fast.stats.draft_calls));
+  std::printf("tokens per round:      %.2f  (acceptance rate %.3f)\n", all.tokens_per_round(),
+              all.acceptance_rate());
+  std::printf("draft lengths:         %s  (length: rounds, all sequences)\n",
+              histogram_text(all.draft_length_histogram()).c_str());
+  if (options.target_threads > 1 || options.draft_threads > 1) {
+    std::printf("threads per call:      target %zu, draft %zu\n", options.target_threads,
+                options.draft_threads);
+  }
+  if (options.baseline && config.sampling.greedy()) {
+    bool identical = true;
+    for (std::size_t i = 0; i < sequences.size(); ++i) {
+      identical = identical && fast.results[i].tokens == slow.results[i].tokens;
+    }
+    std::printf("greedy outputs identical: %s\n",
+                identical ? "yes" : "NO (a bug: please report it)");
+  }
+}
+
+int run_batch(Options& options) {
+  GptModel target = GptModel::from_file(options.target_path);
+  GptModel draft = GptModel::from_file(options.draft_path);
+  target.set_threads(options.target_threads);
+  draft.set_threads(options.draft_threads);
+  const std::size_t max_context = std::min(target.max_context(), draft.max_context());
+  const std::vector<BatchSequence> sequences = batch_sequences(options, max_context);
+
+  // Warm-up, kept out of both timings: a model's first call may pay page faults and cold caches.
+  target.target(sequences[0].prompt, 1);
+  target.reset();
+
+  // Both runs start with empty caches (a sequence's are released when it leaves) and pay for
+  // their prompts.
+  const BatchRun fast = run_batched(target, specdec::ModelProposer<GptModel>(draft),
+                                    specdec::ConfiguredDraftLength{}, sequences);
+  BatchRun slow;
+  if (options.baseline) {
+    slow = run_batched(target, specdec::ModelProposer<GptModel>(draft), NeverDraft{}, sequences);
+  }
+  if (options.json) {
+    print_batch_json(options, sequences, fast, slow);
+  } else {
+    print_batch(options, sequences, fast, slow);
+  }
+  bool greedy_mismatch = false;
+  if (options.baseline && options.config.sampling.greedy()) {
+    for (std::size_t i = 0; i < sequences.size(); ++i) {
+      greedy_mismatch = greedy_mismatch || fast.results[i].tokens != slow.results[i].tokens;
+    }
+  }
+  return greedy_mismatch ? 1 : 0;
+}
+
+// ---- one sequence ---------------------------------------------------------------------------
+
 int run(Options& options) {
+  if (options.batch > 0) return run_batch(options);
   specdec::GenerationConfig& config = options.config;
   GptModel target = GptModel::from_file(options.target_path);
   GptModel draft = GptModel::from_file(options.draft_path);

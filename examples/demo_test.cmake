@@ -10,7 +10,10 @@
 #
 # Runs the demo with the arguments after "--" and fails unless it exits with EXPECTED_EXIT.
 # Exit 0: stdout must be the --json summary (parsed here) with the fields the README documents,
-#         and a greedy run must report identical speculative and plain outputs.
+#         and a greedy run must report identical speculative and plain outputs. With --batch B:
+#         the batch summary, B sequences each with its full budget of tokens, several
+#         sequences' rows per target call, and (greedy) identical batched speculative and plain
+#         outputs.
 # Otherwise: stderr must be one line containing EXPECTED_OUTPUT (a plain substring).
 
 set(demo_args)
@@ -60,7 +63,75 @@ if(NOT exit_code STREQUAL EXPECTED_EXIT)
                       "stdout:\n${out}\nstderr:\n${err}")
 endif()
 
-if(EXPECTED_EXIT EQUAL 0)
+if(EXPECTED_EXIT EQUAL 0 AND demo_args MATCHES "(^|;)--batch;([0-9]+)")
+  set(batch ${CMAKE_MATCH_2})
+  string(JSON batch_field ERROR_VARIABLE json_error GET "${out}" batch)
+  if(json_error OR NOT batch_field EQUAL batch)
+    message(FATAL_ERROR "--json summary: batch: '${batch_field}', expected ${batch} ${json_error}"
+                        "\n${out}")
+  endif()
+  string(JSON budget GET "${out}" max_new_tokens)
+  string(JSON sequences LENGTH "${out}" sequences)
+  if(NOT sequences EQUAL batch)
+    message(FATAL_ERROR "--json summary: ${sequences} sequences, expected ${batch}\n${out}")
+  endif()
+  math(EXPR last_sequence "${batch} - 1")
+  set(total_tokens 0)
+  foreach(i RANGE ${last_sequence})
+    foreach(field prompt seed text tokens_per_second acceptance_rate)
+      string(JSON value ERROR_VARIABLE json_error GET "${out}" sequences ${i} ${field})
+      if(json_error)
+        message(FATAL_ERROR "--json summary: sequences[${i}].${field}: ${json_error}\n${out}")
+      endif()
+    endforeach()
+    string(JSON new_tokens GET "${out}" sequences ${i} new_tokens)
+    if(NOT new_tokens EQUAL budget)
+      message(FATAL_ERROR "sequence ${i}: ${new_tokens} new tokens, expected ${budget}\n${out}")
+    endif()
+    math(EXPR total_tokens "${total_tokens} + ${new_tokens}")
+  endforeach()
+  foreach(field new_tokens tokens_per_second rounds acceptance_rate target_calls
+                rows_per_target_call draft_calls rows_per_draft_call)
+    string(JSON value ERROR_VARIABLE json_error GET "${out}" speculative ${field})
+    if(json_error)
+      message(FATAL_ERROR "--json summary: speculative.${field}: ${json_error}\n${out}")
+    endif()
+  endforeach()
+  string(JSON new_tokens GET "${out}" speculative new_tokens)
+  if(NOT new_tokens EQUAL total_tokens)
+    message(FATAL_ERROR "speculative.new_tokens ${new_tokens}, the sequences' sum ${total_tokens}")
+  endif()
+  # More than one sequence's rows in a target call: the sequences share the calls.
+  string(JSON rows_per_call GET "${out}" speculative rows_per_target_call)
+  string(JSON plain_rows_per_call GET "${out}" plain rows_per_target_call)
+  if(batch GREATER 1 AND NOT plain_rows_per_call GREATER 1)
+    message(FATAL_ERROR "plain batched decoding scored ${plain_rows_per_call} rows per target "
+                        "call for ${batch} sequences\n${out}")
+  endif()
+  # The histogram of every sequence's rounds sums to the rounds.
+  string(JSON lengths LENGTH "${out}" draft_length_histogram)
+  set(histogram_rounds 0)
+  math(EXPR last_length "${lengths} - 1")
+  foreach(n RANGE ${last_length})
+    string(JSON count GET "${out}" draft_length_histogram ${n})
+    math(EXPR histogram_rounds "${histogram_rounds} + ${count}")
+  endforeach()
+  string(JSON rounds GET "${out}" speculative rounds)
+  if(NOT histogram_rounds EQUAL rounds)
+    message(FATAL_ERROR "draft_length_histogram sums to ${histogram_rounds}, rounds = "
+                        "${rounds}\n${out}")
+  endif()
+  string(JSON speedup GET "${out}" measured_speedup)
+  string(JSON temperature GET "${out}" sampling temperature)
+  if(temperature EQUAL 0)
+    string(JSON identical GET "${out}" identical)
+    if(NOT identical)
+      message(FATAL_ERROR "greedy batched speculative and plain outputs differ\n${out}")
+    endif()
+  endif()
+  message(STATUS "ok: exit 0, batch of ${batch}, ${rows_per_call} rows per target call, "
+                 "measured speedup ${speedup}")
+elseif(EXPECTED_EXIT EQUAL 0)
   foreach(field text new_tokens tokens_per_second acceptance_rate alpha_hat tokens_per_round
                 cost_ratio predicted_speedup)
     string(JSON value ERROR_VARIABLE json_error GET "${out}" speculative ${field})

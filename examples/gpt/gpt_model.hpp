@@ -9,6 +9,10 @@
 //   std::span<const float> tree = model.score_tree(committed, tokens, parents);
 //   // (nodes + 1) x V: row 0 follows `committed`, row 1 + i follows committed + the path from the
 //   // root to node i (parents[i] < i, -1 = child of the root); every node in one forward.
+//   std::span<const float> all = model.score_batch(requests);  // specdec::ScoreRequest each
+//   // the rows of many sequences, request by request, in ONE forward; each sequence attends to
+//   // its own KV cache, kept by request id until release(id) (draft_batch: one row
+//   // each). specdec::BatchedDecoder drives it (specdec/batch/).
 //
 // Architecture (must match gpt.py exactly): x = wte[token] + wpe[position]; per layer
 // x += proj(attention(LN1(x))); x += fc2(gelu_tanh(fc1(LN2(x)))); logits = LN_f(x) @ wte^T.
@@ -23,7 +27,9 @@
 //     sum. (Eigen's GEMM blocks differently for different n, so it is not used.)
 //   * attention, layer norm and GELU run row by row with the same code for every row; packet
 //     functions pad their tail instead of switching to scalar code.
-// So cached == full forward, and row i of target(context, n) == draft(first size-n+1+i tokens).
+// So cached == full forward, row i of target(context, n) == draft(first size-n+1+i tokens), and
+// a sequence's rows in a batched call (its positions stacked with other sequences' in each
+// product) == its rows alone: no row's arithmetic depends on the other rows of a call.
 // A tree node is one more such position: its keys and queries come from the same kernel, and its
 // attention gathers the scores of the committed positions and of its ancestors into position
 // order before the same softmax and the same weighted sum over the value rows, in that order.
@@ -76,11 +82,15 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "phase_pool.hpp"
+#include "specdec/batch/draft.hpp"
+#include "specdec/batch/target.hpp"
 #include "specdec/context_cache.hpp"
+#include "specdec/detail/error.hpp"
 #include "specdec/types.hpp"
 #include "weights.hpp"
 
@@ -787,36 +797,47 @@ class GptModel {
 
   /// The most threads set_threads accepts.
   static constexpr std::size_t kMaxThreads = 256;
+  /// Rows of a batched call (score_batch, draft_batch) run through the layers together: the new
+  /// positions of every sequence of the call, stacked, up to batch_rows at a time (a constructor
+  /// argument). 8 sequences verifying 8 drafts each (72 rows) or 16 sequences of up to 8 rows
+  /// read every weight once.
+  static constexpr std::size_t kDefaultBatchRows = 128;
 
   /// \throws std::invalid_argument (chunk_rows == 0, inconsistent weights, threads outside
   ///         [1, kMaxThreads]), std::system_error (a worker thread cannot start).
   explicit GptModel(GptWeights weights, std::size_t chunk_rows = kDefaultChunkRows,
-                    std::size_t max_tree_nodes = kDefaultMaxTreeNodes, std::size_t threads = 1)
-      : weights_(std::move(weights)), chunk_rows_(chunk_rows), max_tree_nodes_(max_tree_nodes) {
+                    std::size_t max_tree_nodes = kDefaultMaxTreeNodes, std::size_t threads = 1,
+                    std::size_t batch_rows = kDefaultBatchRows)
+      : weights_(std::move(weights)),
+        chunk_rows_(chunk_rows),
+        max_tree_nodes_(max_tree_nodes),
+        batch_rows_(batch_rows) {
     const GptConfig& c = weights_.config;
     if (chunk_rows_ == 0) throw std::invalid_argument("specdec: GptModel chunk_rows must be >= 1");
+    if (batch_rows_ == 0) throw std::invalid_argument("specdec: GptModel batch_rows must be >= 1");
     if (c.n_layer != weights_.layers.size() || c.n_head == 0 || c.d_model % c.n_head != 0) {
       throw std::invalid_argument("specdec: GptModel given inconsistent GptWeights");
     }
-    scratch_rows_ = std::max(chunk_rows_, max_tree_nodes_ + 1);
+    scratch_rows_ = std::max({chunk_rows_, max_tree_nodes_ + 1, batch_rows_});
     const auto rows = static_cast<Eigen::Index>(scratch_rows_);
     const auto d = static_cast<Eigen::Index>(c.d_model);
-    const auto slots = static_cast<Eigen::Index>(c.max_context + max_tree_nodes_);
     residual_.setZero(rows, d);
     normed_.setZero(rows, d);
     query_.setZero(rows, d);
     attention_.setZero(rows, d);
     hidden_.setZero(rows, static_cast<Eigen::Index>(c.d_ff));
     branch_.setZero(rows, d);
-    key_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(slots, d));
-    value_cache_.assign(c.n_layer, RowMajorMatrixXf::Zero(slots, d));
+    new_keys_.setZero(rows, d);
+    new_values_.setZero(rows, d);
+    own_ = make_sequence_cache(c.max_context + max_tree_nodes_, max_tree_nodes_);
     logits_.setZero(static_cast<Eigen::Index>(std::max(c.max_context, max_tree_nodes_ + 1)),
                     static_cast<Eigen::Index>(c.vocab_size));
-    cache_.reserve(c.max_context, max_tree_nodes_);
     checked_depths_.resize(max_tree_nodes_);
     chunk_tokens_.resize(scratch_rows_);
-    // target(): ceil(max_context / chunk_rows) chunks at most; score_tree(): one more.
+    // target(): ceil(max_context / chunk_rows) chunks at most, one segment each; score_tree():
+    // one more. (Batched calls grow both lists as they need.)
     chunks_.reserve(c.max_context / chunk_rows_ + 2);
+    segments_.reserve(c.max_context / chunk_rows_ + 2);
     set_threads(threads);
   }
 
@@ -824,8 +845,8 @@ class GptModel {
   static GptModel from_file(const std::filesystem::path& path,
                             std::size_t chunk_rows = kDefaultChunkRows,
                             std::size_t max_tree_nodes = kDefaultMaxTreeNodes,
-                            std::size_t threads = 1) {
-    return GptModel(load_gpt_weights(path), chunk_rows, max_tree_nodes, threads);
+                            std::size_t threads = 1, std::size_t batch_rows = kDefaultBatchRows) {
+    return GptModel(load_gpt_weights(path), chunk_rows, max_tree_nodes, threads, batch_rows);
   }
 
   /// \brief Runs every later call on `threads` threads: the caller's and threads - 1 workers
@@ -874,15 +895,11 @@ class GptModel {
     // a tree scored by the last call into place; rows >= keep get overwritten, which is all a
     // rollback after a rejected draft takes. The forward below cannot throw, so the cache's
     // token list is updated up front.
-    const specdec::TreeCacheUpdate plan = cache_.update(context, n);
-    move_kept_nodes(plan);
+    const specdec::TreeCacheUpdate plan = own_.tokens.update(context, n);
+    move_kept_nodes(own_, plan);
     tree_nodes_ = 0;
-    first_logits_slot_ = context.size() - n;
-    chunks_.clear();
-    for (std::size_t start = plan.keep; start < context.size(); start += chunk_rows_) {
-      const std::size_t rows = std::min(chunk_rows_, context.size() - start);
-      chunks_.push_back({context.subspan(start, rows), start});
-    }
+    clear_chunks();
+    add_segments(own_, context, plan.keep, context.size() - n, chunk_rows_);
     run_chunks();
     positions_computed_ += plan.new_tokens.size();
     return {logits_.data(), n * c.vocab_size};
@@ -906,8 +923,8 @@ class GptModel {
                                     std::span<const std::int32_t> parents) {
     const GptConfig& c = weights_.config;
     check_tree_call(committed, tokens, parents);
-    const specdec::TreeCacheUpdate plan = cache_.update_tree(committed, tokens, parents);
-    move_kept_nodes(plan);
+    const specdec::TreeCacheUpdate plan = own_.tokens.update_tree(committed, tokens, parents);
+    move_kept_nodes(own_, plan);
     tree_start_ = committed.size();
     tree_nodes_ = tokens.size();
     // Slots keep .. committed.size() + nodes - 1: committed positions, then node i at slot
@@ -915,19 +932,17 @@ class GptModel {
     // node; committed positions before it go in chunks of chunk_rows.
     const std::size_t end = tree_start_ + tree_nodes_;
     const std::size_t last_chunk = std::max(plan.keep, end - std::min(end, scratch_rows_));
-    first_logits_slot_ = tree_start_ - 1;
-    chunks_.clear();
-    for (std::size_t start = plan.keep; start < last_chunk; start += chunk_rows_) {
-      const std::size_t rows = std::min(chunk_rows_, last_chunk - start);
-      chunks_.push_back({committed.subspan(start, rows), start});
-    }
+    const std::size_t first_logits_slot = tree_start_ - 1;
+    clear_chunks();
+    add_segments(own_, committed.first(last_chunk), plan.keep, first_logits_slot, chunk_rows_);
     // The chunk's tokens by slot: committed ones, then the nodes' (copied: they are two spans).
     for (std::size_t slot = last_chunk; slot < end; ++slot) {
       chunk_tokens_[slot - last_chunk] =
           slot < tree_start_ ? committed[slot] : tokens[slot - tree_start_];
     }
-    chunks_.push_back(
-        {std::span<const token_t>(chunk_tokens_.data(), end - last_chunk), last_chunk});
+    start_chunk();
+    add_segment(own_, std::span<const token_t>(chunk_tokens_.data(), end - last_chunk), last_chunk,
+                first_logits_slot);
     run_chunks();
     positions_computed_ += plan.new_tokens.size() + tree_nodes_;
     return {logits_.data(), (tree_nodes_ + 1) * c.vocab_size};
@@ -938,19 +953,73 @@ class GptModel {
     return target(context, n);
   }
 
+  /// \brief Batched target role (specdec::BatchedTargetModel, specdec/batch/target.hpp): the
+  /// rows of every request, request by request, row-major; request i's requests[i].rows rows are
+  /// bitwise those target(requests[i].context, requests[i].rows) returns.
+  ///
+  /// ONE forward for all of them: the new positions of every sequence are stacked (up to
+  /// batch_rows() at a time) and go through each weight matrix together, so the weights are read
+  /// once per call, not once per sequence. Attention runs per sequence against that sequence's
+  /// own KV cache, kept per request id: created on an id's first call, planned like target()'s
+  /// own cache (the longest common prefix is kept, so a rejected draft is rolled back by
+  /// overwriting), and dropped by release(id). Every row is computed as it would be
+  /// alone (the numerics contract): no row's arithmetic depends on another row of the call.
+  /// The single-sequence calls (target, draft, score_tree) keep their own cache, apart.
+  /// \throws as target(), naming the sequence, and std::invalid_argument for an id given twice;
+  ///         before anything changes.
+  std::span<const float> score_batch(std::span<const specdec::ScoreRequest> requests) {
+    batch_.clear();
+    for (const specdec::ScoreRequest& request : requests) {
+      batch_.push_back({request.id, request.context, request.rows, nullptr});
+    }
+    return run_batch();
+  }
+
+  /// \brief Batched draft role (specdec::BatchedDraftModel, specdec/batch/draft.hpp): one row of
+  /// vocab_size() logits per request, bitwise draft(requests[i].context); one forward for all of
+  /// them, per-sequence KV caches, as score_batch.
+  std::span<const float> draft_batch(std::span<const specdec::DraftStepRequest> requests) {
+    batch_.clear();
+    for (const specdec::DraftStepRequest& request : requests) {
+      batch_.push_back({request.id, request.context, 1, nullptr});
+    }
+    return run_batch();
+  }
+
+  /// \brief Drops the KV cache of sequence `id` (its memory is freed); nothing if there is none.
+  /// BatchedDecoder calls it when the sequence leaves the batch (specdec/batch/target.hpp). An
+  /// id seen again later starts from an empty cache.
+  void release(specdec::sequence_id id) noexcept { sequence_caches_.erase(id); }
+  /// \brief Drops every batched sequence's KV cache.
+  void release_sequences() noexcept { sequence_caches_.clear(); }
+  /// Sequences whose KV caches the batched calls hold.
+  [[nodiscard]] std::size_t cached_sequences() const noexcept { return sequence_caches_.size(); }
+  /// Tokens whose K/V rows are cached for batched sequence `id` (empty for an unknown id).
+  [[nodiscard]] std::span<const token_t> cached_tokens(specdec::sequence_id id) const noexcept {
+    const auto found = sequence_caches_.find(id);
+    return found == sequence_caches_.end() ? std::span<const token_t>{}
+                                           : found->second.tokens.tokens();
+  }
+
   [[nodiscard]] const GptConfig& config() const noexcept { return weights_.config; }
   [[nodiscard]] std::size_t vocab_size() const noexcept { return weights_.config.vocab_size; }
   [[nodiscard]] std::size_t max_context() const noexcept { return weights_.config.max_context; }
   [[nodiscard]] std::size_t chunk_rows() const noexcept { return chunk_rows_; }
   /// The most nodes a tree call takes (the constructor's max_tree_nodes).
   [[nodiscard]] std::size_t max_tree_nodes() const noexcept { return max_tree_nodes_; }
+  /// The most rows a batched call runs through the layers together (the constructor's
+  /// batch_rows); a call with more new positions takes more passes over the weights.
+  [[nodiscard]] std::size_t batch_rows() const noexcept { return batch_rows_; }
   /// Tokens whose K/V rows are cached at their positions (a prefix of the last context; after a
   /// tree call, the committed context, with the tree's nodes held beside it).
-  [[nodiscard]] std::span<const token_t> cached_tokens() const noexcept { return cache_.tokens(); }
+  [[nodiscard]] std::span<const token_t> cached_tokens() const noexcept {
+    return own_.tokens.tokens();
+  }
   /// Positions run through the model since construction (cache misses, tree nodes included).
   [[nodiscard]] std::uint64_t positions_computed() const noexcept { return positions_computed_; }
-  /// Forgets the cache; the next call recomputes its whole context.
-  void reset() noexcept { cache_.clear(); }
+  /// Forgets the cache of the single-sequence calls (target, draft, score_tree); the next such
+  /// call recomputes its whole context. The batched calls' caches are release's.
+  void reset() noexcept { own_.tokens.clear(); }
 
  private:
   void check_call(std::span<const token_t> context, std::size_t n) const {
@@ -1019,15 +1088,107 @@ class GptModel {
     }
   }
 
+  /// One sequence's KV cache: the tokens its rows hold and, per layer, the K and V rows by slot.
+  struct SequenceCache {
+    specdec::TreeContextCache tokens;
+    std::vector<RowMajorMatrixXf> keys;    // (n_layer) x (slots, d_model)
+    std::vector<RowMajorMatrixXf> values;  // (n_layer) x (slots, d_model)
+  };
+
+  /// A cache of `slots` K/V rows per layer, for trees of up to `tree_nodes` nodes. The rows are
+  /// not initialised: a forward reads only rows it has written (slots below the kept prefix,
+  /// and the new ones it writes first).
+  [[nodiscard]] SequenceCache make_sequence_cache(std::size_t slots, std::size_t tree_nodes) const {
+    const GptConfig& c = weights_.config;
+    SequenceCache cache;
+    cache.tokens.reserve(c.max_context, tree_nodes);
+    cache.keys.resize(c.n_layer);
+    cache.values.resize(c.n_layer);
+    for (std::size_t l = 0; l < c.n_layer; ++l) {
+      cache.keys[l].resize(static_cast<Eigen::Index>(slots), static_cast<Eigen::Index>(c.d_model));
+      cache.values[l].resize(static_cast<Eigen::Index>(slots),
+                             static_cast<Eigen::Index>(c.d_model));
+    }
+    return cache;
+  }
+
+  /// One sequence of a batched call: score_batch's and draft_batch's requests, as run_batch
+  /// takes them.
+  struct BatchRequest {
+    specdec::sequence_id id;
+    std::span<const token_t> context;
+    std::size_t rows;
+    SequenceCache* cache;  // found or created by run_batch
+  };
+
+  /// The batched calls: batch_'s rows in one forward (see score_batch).
+  std::span<const float> run_batch() {
+    const GptConfig& c = weights_.config;
+    // Every check before anything changes: a call that throws leaves every cache as it was.
+    for (std::size_t i = 0; i < batch_.size(); ++i) {
+      const BatchRequest& request = batch_[i];
+      for (std::size_t j = 0; j < i; ++j) {
+        if (batch_[j].id == request.id) {
+          throw std::invalid_argument("specdec: sequence " + std::to_string(request.id) +
+                                      " appears twice in one batched call (requests " +
+                                      std::to_string(j) + " and " + std::to_string(i) +
+                                      "); expected distinct ids");
+        }
+      }
+      const auto named = [&](const std::exception& error) {
+        return "specdec: sequence " + std::to_string(request.id) + ": " +
+               std::string(specdec::message_without_prefix(error.what()));
+      };
+      try {
+        check_call(request.context, request.rows);
+      } catch (const std::length_error& error) {
+        throw std::length_error(named(error));
+      } catch (const std::invalid_argument& error) {
+        throw std::invalid_argument(named(error));
+      }
+    }
+    // Caches found or created (this may allocate, and throw std::bad_alloc: nothing is planned
+    // yet), and the logits buffer grown to the call's rows (allocates only for a larger call).
+    std::size_t total_rows = 0;
+    for (BatchRequest& request : batch_) {
+      auto found = sequence_caches_.find(request.id);
+      if (found == sequence_caches_.end()) {
+        found = sequence_caches_.emplace(request.id, make_sequence_cache(c.max_context, 0)).first;
+      }
+      request.cache = &found->second;
+      total_rows += request.rows;
+    }
+    if (static_cast<std::size_t>(logits_.rows()) < total_rows) {
+      logits_.resize(static_cast<Eigen::Index>(total_rows),
+                     static_cast<Eigen::Index>(c.vocab_size));
+    }
+    // Each sequence's new positions, planned as target() plans its own, stacked in request order
+    // into chunks of up to batch_rows_ rows. A row's logits land at its place in the request
+    // order, which is the order the rows run in.
+    tree_nodes_ = 0;
+    clear_chunks();
+    for (const BatchRequest& request : batch_) {
+      SequenceCache& cache = *request.cache;
+      const specdec::TreeCacheUpdate plan = cache.tokens.update(request.context, request.rows);
+      move_kept_nodes(cache, plan);
+      add_segments(cache, request.context, plan.keep, request.context.size() - request.rows,
+                   batch_rows_);
+      positions_computed_ += plan.new_tokens.size();
+    }
+    if (chunks_.empty()) return {};  // no requests
+    run_chunks();
+    return {logits_.data(), total_rows * c.vocab_size};
+  }
+
   /// The accepted path of the last call's tree becomes ordinary positions: its K/V rows move, in
   /// every layer, from the nodes' slots to the slots of their positions.
-  void move_kept_nodes(const specdec::TreeCacheUpdate& plan) {
+  void move_kept_nodes(SequenceCache& cache, const specdec::TreeCacheUpdate& plan) {
     plan.move_kept_nodes([&](std::size_t from, std::size_t to) {
       const auto source = static_cast<Eigen::Index>(from);
       const auto destination = static_cast<Eigen::Index>(to);
       for (std::size_t l = 0; l < weights_.config.n_layer; ++l) {
-        key_cache_[l].row(destination) = key_cache_[l].row(source);
-        value_cache_[l].row(destination) = value_cache_[l].row(source);
+        cache.keys[l].row(destination) = cache.keys[l].row(source);
+        cache.values[l].row(destination) = cache.values[l].row(source);
       }
     });
   }
@@ -1039,8 +1200,8 @@ class GptModel {
 
   /// Writes node's ancestors' slots and its own, root first, to `slots`; returns how many.
   std::size_t fill_path_slots(std::size_t node, std::size_t* slots) const noexcept {
-    const std::span<const std::int32_t> parents = cache_.tree_parents();
-    const std::size_t length = cache_.tree_depths()[node] + 1;
+    const std::span<const std::int32_t> parents = own_.tokens.tree_parents();
+    const std::size_t length = own_.tokens.tree_depths()[node] + 1;
     std::size_t at = length;
     for (auto i = static_cast<std::int32_t>(node); i >= 0;) {
       slots[--at] = tree_start_ + static_cast<std::size_t>(i);
@@ -1052,29 +1213,92 @@ class GptModel {
   // ----------------------------------------------------------------------------
   // The forward as phases
   //
-  // A call runs chunks_ in order. A chunk runs slots start .. start + tokens.size() - 1 (at most
-  // scratch_rows_) through the model, writing their K/V rows into the cache and, for slots >=
-  // first_logits_slot_, their logits into logits_ row (slot - first_logits_slot_). A slot below
+  // A call runs chunks_ in order. A chunk is up to scratch_rows_ rows, stacked from segments: a
+  // segment runs slots start .. start + tokens.size() - 1 of one sequence's cache through the
+  // model, writing their K/V rows into that cache and, for slots >= its first_logits_slot, their
+  // logits into the next rows of logits_ (the call's rows whose logits are wanted, in the order
+  // they run). A single-sequence call (target, draft, score_tree) has one segment per chunk; a
+  // batched call stacks the new slots of every sequence, in request order. A slot below
   // tree_start_ (or any slot when no tree is being scored) is the position of the same index and
   // attends to every position up to it; tree node i (slot tree_start_ + i) sits at position
   // tree_start_ + depth(i) and attends to the committed positions [0, tree_start_) and to its
   // root-to-node path.
   //
-  // Per layer a chunk takes four phases, each one matrix product split into items by output:
-  //   attention   groups of heads: the heads' q, k, v rows (k, v straight into the cache), then
-  //               their scores, softmax and weighted sums          -> attention_ (head columns)
+  // Per layer a chunk takes four phases, each one matrix product over all its rows, split into
+  // items by output:
+  //   attention   groups of heads: the heads' q, k, v rows (k, v straight into the cache, or via
+  //               new_keys_ / new_values_ into each segment's cache), then per segment their
+  //               scores, softmax and weighted sums            -> attention_ (head columns)
   //   projection  ranges of proj rows, then residual += branch     -> residual_ (those columns)
   //   mlp_up      ranges of fc1 rows, then GELU                    -> hidden_ (those columns)
   //   mlp_down    ranges of fc2 rows, then residual += branch      -> residual_ (those columns)
-  // then, if the chunk has rows whose logits are wanted, head: ranges of vocabulary rows. The
-  // layer norms (which read whole rows) run between phases, on the thread that completed the
-  // phase (finish_phase). With one thread every phase is one item, i.e. the whole product.
+  // then, if the chunk has rows whose logits are wanted, head: ranges of vocabulary rows, for
+  // those rows only (their final layer norms gathered into the top rows of normed_). The layer
+  // norms (which read whole rows) run between phases, on the thread that completed the phase
+  // (finish_phase). With one thread every phase is one item, i.e. the whole product.
+  //
+  // Every row is computed by the same code whatever else is in its chunk: the products give
+  // each output its own accumulators and summation order (linear_rows), and attention, layer
+  // norms and GELU run row by row. So a row's bits depend only on its sequence's tokens.
 
-  /// New slots start .. start + tokens.size() - 1.
-  struct Chunk {
+  /// New slots start .. start + tokens.size() - 1 of `cache`, at chunk rows row .. row +
+  /// tokens.size() - 1.
+  struct Segment {
+    SequenceCache* cache;
     std::span<const token_t> tokens;
     std::size_t start;
+    std::size_t row;
+    std::size_t first_logits_slot;  // slots from here on get logits rows
   };
+  /// segments_[first_segment, first_segment + segments): `rows` rows; `logit_rows` of them want
+  /// logits, which go to logits_ rows first_logit .. first_logit + logit_rows - 1.
+  struct Chunk {
+    std::size_t first_segment;
+    std::size_t segments;
+    std::size_t rows;
+    std::size_t first_logit;
+    std::size_t logit_rows;
+  };
+
+  /// Starts a call's list of chunks.
+  void clear_chunks() noexcept {
+    chunks_.clear();
+    segments_.clear();
+    logit_rows_ = 0;
+  }
+
+  /// Opens a new (empty) chunk.
+  void start_chunk() { chunks_.push_back({segments_.size(), 0, 0, logit_rows_, 0}); }
+
+  /// Appends slots start .. start + tokens.size() - 1 of `cache` to the last chunk.
+  void add_segment(SequenceCache& cache, std::span<const token_t> tokens, std::size_t start,
+                   std::size_t first_logits_slot) {
+    Chunk& chunk = chunks_.back();
+    segments_.push_back({&cache, tokens, start, chunk.rows, first_logits_slot});
+    ++chunk.segments;
+    chunk.rows += tokens.size();
+    const std::size_t end = start + tokens.size();
+    const std::size_t wanted = end - std::clamp(first_logits_slot, start, end);
+    chunk.logit_rows += wanted;
+    logit_rows_ += wanted;
+  }
+
+  /// Appends slots from .. context.size() - 1 of `cache` (tokens from `context`), filling the
+  /// last chunk up to `capacity` rows and opening new ones as needed.
+  void add_segments(SequenceCache& cache, std::span<const token_t> context, std::size_t from,
+                    std::size_t first_logits_slot, std::size_t capacity) {
+    while (from < context.size()) {
+      if (chunks_.empty() || chunks_.back().rows >= capacity) start_chunk();
+      const std::size_t take = std::min(capacity - chunks_.back().rows, context.size() - from);
+      add_segment(cache, context.subspan(from, take), from, first_logits_slot);
+      from += take;
+    }
+  }
+
+  /// The segments of chunk `chunk`.
+  [[nodiscard]] std::span<const Segment> segments_of(const Chunk& chunk) const noexcept {
+    return std::span<const Segment>(segments_).subspan(chunk.first_segment, chunk.segments);
+  }
   enum class Step : std::uint8_t { attention, projection, mlp_up, mlp_down, head };
 
   /// Items per thread in a phase: 1 keeps each thread's weight rows one contiguous range (one
@@ -1154,35 +1378,45 @@ class GptModel {
   std::uint32_t begin_chunk(std::size_t index) noexcept {
     chunk_index_ = index;
     layer_ = 0;
-    const Chunk& chunk = chunks_[index];
-    const std::span<const std::size_t> depths = cache_.tree_depths();
-    for (std::size_t r = 0; r < chunk.tokens.size(); ++r) {
-      const std::size_t slot = chunk.start + r;
-      const std::size_t position =
-          is_tree_slot(slot) ? tree_start_ + depths[slot - tree_start_] : slot;
-      residual_.row(static_cast<Eigen::Index>(r)) =
-          weights_.token_embedding.row(chunk.tokens[r]) +
-          weights_.position_embedding.row(static_cast<Eigen::Index>(position));
+    const std::span<const std::size_t> depths = own_.tokens.tree_depths();
+    for (const Segment& segment : segments_of(chunks_[index])) {
+      for (std::size_t r = 0; r < segment.tokens.size(); ++r) {
+        const std::size_t slot = segment.start + r;
+        const std::size_t position =
+            is_tree_slot(slot) ? tree_start_ + depths[slot - tree_start_] : slot;
+        residual_.row(static_cast<Eigen::Index>(segment.row + r)) =
+            weights_.token_embedding.row(segment.tokens[r]) +
+            weights_.position_embedding.row(static_cast<Eigen::Index>(position));
+      }
     }
     const GptLayerWeights& w = weights_.layers[0];
-    normalize_rows(w.ln1_weight.data(), w.ln1_bias.data(), 0);
+    normalize_rows(w.ln1_weight.data(), w.ln1_bias.data());
     return open(Step::attention);
   }
 
-  /// normed_ rows [first_row, chunk rows) = layer norm of the residual rows.
-  void normalize_rows(const float* weight, const float* bias, Eigen::Index first_row) noexcept {
-    const auto rows = static_cast<Eigen::Index>(chunks_[chunk_index_].tokens.size());
-    for (Eigen::Index r = first_row; r < rows; ++r) {
+  /// normed_ rows = layer norm of the chunk's residual rows.
+  void normalize_rows(const float* weight, const float* bias) noexcept {
+    const auto rows = static_cast<Eigen::Index>(chunks_[chunk_index_].rows);
+    for (Eigen::Index r = 0; r < rows; ++r) {
       detail::layer_norm_row(residual_.row(r).data(), weight, bias, weights_.config.d_model,
                              normed_.row(r).data());
     }
   }
 
-  /// First chunk row whose logits are wanted (>= the chunk's rows: none).
-  [[nodiscard]] Eigen::Index first_logit_row() const noexcept {
-    const auto wanted_from = static_cast<Eigen::Index>(first_logits_slot_);
-    return std::max<Eigen::Index>(
-        0, wanted_from - static_cast<Eigen::Index>(chunks_[chunk_index_].start));
+  /// normed_ rows 0, 1, ... = the final layer norm of the chunk's rows whose logits are wanted,
+  /// in order (row k <= the residual row it reads, so nothing is overwritten before it is read).
+  void normalize_logit_rows() noexcept {
+    const GptConfig& c = weights_.config;
+    Eigen::Index k = 0;
+    for (const Segment& segment : segments_of(chunks_[chunk_index_])) {
+      const std::size_t end = segment.start + segment.tokens.size();
+      for (std::size_t slot = std::max(segment.start, segment.first_logits_slot); slot < end;
+           ++slot) {
+        const auto r = static_cast<Eigen::Index>(segment.row + slot - segment.start);
+        detail::layer_norm_row(residual_.row(r).data(), weights_.lnf_weight.data(),
+                               weights_.lnf_bias.data(), c.d_model, normed_.row(k++).data());
+      }
+    }
   }
 
   /// The serial step after the current phase: the layer norm the next phase reads, and which
@@ -1194,7 +1428,7 @@ class GptModel {
         return open(Step::projection);
       case Step::projection: {
         const GptLayerWeights& w = weights_.layers[layer_];
-        normalize_rows(w.ln2_weight.data(), w.ln2_bias.data(), 0);
+        normalize_rows(w.ln2_weight.data(), w.ln2_bias.data());
         return open(Step::mlp_up);
       }
       case Step::mlp_up:
@@ -1203,12 +1437,11 @@ class GptModel {
         if (layer_ + 1 < c.n_layer) {
           ++layer_;
           const GptLayerWeights& w = weights_.layers[layer_];
-          normalize_rows(w.ln1_weight.data(), w.ln1_bias.data(), 0);
+          normalize_rows(w.ln1_weight.data(), w.ln1_bias.data());
           return open(Step::attention);
         }
-        const Eigen::Index first_row = first_logit_row();
-        if (first_row < static_cast<Eigen::Index>(chunks_[chunk_index_].tokens.size())) {
-          normalize_rows(weights_.lnf_weight.data(), weights_.lnf_bias.data(), first_row);
+        if (chunks_[chunk_index_].logit_rows > 0) {
+          normalize_logit_rows();
           return open(Step::head);
         }
         break;
@@ -1224,7 +1457,7 @@ class GptModel {
     using detail::linear_rows;
     const GptConfig& c = weights_.config;
     const Chunk& chunk = chunks_[chunk_index_];
-    const auto rows = static_cast<Eigen::Index>(chunk.tokens.size());  // new slots in this chunk
+    const auto rows = static_cast<Eigen::Index>(chunk.rows);  // new slots in this chunk
     const GptLayerWeights& w = weights_.layers[layer_];
     const auto output_rows = [&](std::size_t total) {
       return item_range(total, items_, item, kItemRowAlign);
@@ -1258,89 +1491,114 @@ class GptModel {
         return;
       }
       case Step::head: {
-        const Eigen::Index first_row = first_logit_row();
-        const Eigen::Index logit_rows = rows - first_row;
+        const auto logit_rows = static_cast<Eigen::Index>(chunk.logit_rows);
         const auto [begin, count] = output_rows(c.vocab_size);
-        const Eigen::Index first_logit = static_cast<Eigen::Index>(chunk.start) + first_row -
-                                         static_cast<Eigen::Index>(first_logits_slot_);
         linear_rows(weights_.token_embedding.middleRows(begin, count), nullptr,
-                    normed_.middleRows(first_row, logit_rows),
-                    logits_.middleRows(first_logit, logit_rows).middleCols(begin, count));
+                    normed_.topRows(logit_rows),
+                    logits_.middleRows(static_cast<Eigen::Index>(chunk.first_logit), logit_rows)
+                        .middleCols(begin, count));
         return;
       }
     }
   }
 
   /// Attention of heads [first_head, first_head + heads) for the current chunk, layer layer_:
-  /// their q rows into query_, k and v rows into the cache, then per head the scores of all new
-  /// rows against all keys they can see from one kernel call (the keys play the weight rows, so
-  /// each key is read once for the whole chunk; row r uses the scores of the slots it attends to,
+  /// their q rows into query_, k and v rows into each segment's cache (for all the chunk's rows
+  /// in one product each), then per segment and head the scores of the segment's rows against
+  /// all keys of its cache they can see from one kernel call (the keys play the weight rows, so
+  /// each key is read once for the segment; row r uses the scores of the slots it attends to,
   /// and every score is the same dot product a one-row call computes). Then, row by row, softmax
   /// and the weighted sum of the value rows, over the visible slots in position order.
   void attend(Eigen::Index first_head, Eigen::Index heads, std::size_t thread) noexcept {
     using detail::linear_rows;
     const GptConfig& c = weights_.config;
     const Chunk& chunk = chunks_[chunk_index_];
-    const auto rows = static_cast<Eigen::Index>(chunk.tokens.size());
+    const std::span<const Segment> segments = segments_of(chunk);
+    const auto rows = static_cast<Eigen::Index>(chunk.rows);
     const auto d_model = static_cast<Eigen::Index>(c.d_model);
     const auto head_dim = static_cast<Eigen::Index>(c.head_dim());
-    const auto first = static_cast<Eigen::Index>(chunk.start);  // slot of chunk row 0
     const float score_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     const GptLayerWeights& w = weights_.layers[layer_];
-    RowMajorMatrixXf& keys = key_cache_[layer_];      // (max_context + max_tree_nodes, d_model)
-    RowMajorMatrixXf& values = value_cache_[layer_];  // (max_context + max_tree_nodes, d_model)
     RowMajorMatrixXf& scores_buffer = thread_scores_[thread];  // (chunk, slots)
     std::size_t* path_slots = thread_path_slots_[thread].data();
 
-    // qkv rows are [q; k; v]: q goes to the scratch buffer, k and v straight into the cache.
+    // qkv rows are [q; k; v]: q goes to the scratch buffer, k and v into the cache: straight
+    // there for a chunk of one segment, else via new_keys_ / new_values_, whose rows are then
+    // copied to each segment's cache (the same values: the product is over all the rows).
     const Eigen::Index columns = first_head * head_dim;  // the heads' dims in q, k and v
     const Eigen::Index width = heads * head_dim;
     const detail::ConstRowsRef x = normed_.topRows(rows);
     const float* bias = w.qkv_bias.data() + columns;
     linear_rows(w.qkv_weight.middleRows(columns, width), bias, x,
                 query_.topRows(rows).middleCols(columns, width));
-    linear_rows(w.qkv_weight.middleRows(d_model + columns, width), bias + d_model, x,
-                keys.middleRows(first, rows).middleCols(columns, width));
-    linear_rows(w.qkv_weight.middleRows(2 * d_model + columns, width), bias + 2 * d_model, x,
-                values.middleRows(first, rows).middleCols(columns, width));
+    if (segments.size() == 1) {
+      const auto first = static_cast<Eigen::Index>(segments[0].start);
+      SequenceCache& cache = *segments[0].cache;
+      linear_rows(w.qkv_weight.middleRows(d_model + columns, width), bias + d_model, x,
+                  cache.keys[layer_].middleRows(first, rows).middleCols(columns, width));
+      linear_rows(w.qkv_weight.middleRows(2 * d_model + columns, width), bias + 2 * d_model, x,
+                  cache.values[layer_].middleRows(first, rows).middleCols(columns, width));
+    } else {
+      linear_rows(w.qkv_weight.middleRows(d_model + columns, width), bias + d_model, x,
+                  new_keys_.topRows(rows).middleCols(columns, width));
+      linear_rows(w.qkv_weight.middleRows(2 * d_model + columns, width), bias + 2 * d_model, x,
+                  new_values_.topRows(rows).middleCols(columns, width));
+      for (const Segment& segment : segments) {
+        const auto first = static_cast<Eigen::Index>(segment.start);
+        const auto row = static_cast<Eigen::Index>(segment.row);
+        const auto count = static_cast<Eigen::Index>(segment.tokens.size());
+        segment.cache->keys[layer_].block(first, columns, count, width) =
+            new_keys_.block(row, columns, count, width);
+        segment.cache->values[layer_].block(first, columns, count, width) =
+            new_values_.block(row, columns, count, width);
+      }
+    }
 
-    const Eigen::Index keys_seen = first + rows;  // the last new row sees at most all of them
-    for (Eigen::Index h = first_head; h < first_head + heads; ++h) {
-      const Eigen::Index offset = h * head_dim;  // head h owns dims [offset, offset + head_dim)
-      linear_rows(keys.block(0, offset, keys_seen, head_dim), nullptr,
-                  query_.block(0, offset, rows, head_dim),
-                  scores_buffer.topLeftCorner(rows, keys_seen));
-      const float* value_rows = values.data() + offset;
-      const auto stride = static_cast<std::size_t>(d_model);
-      for (Eigen::Index r = 0; r < rows; ++r) {
-        const auto slot = static_cast<std::size_t>(first + r);
-        float* scores = scores_buffer.row(r).data();
-        float* out = attention_.row(r).data() + offset;
-        if (!is_tree_slot(slot)) {  // causal: positions 0 .. slot
-          const std::size_t visible = slot + 1;
+    for (const Segment& segment : segments) {
+      const RowMajorMatrixXf& keys = segment.cache->keys[layer_];      // (slots, d_model)
+      const RowMajorMatrixXf& values = segment.cache->values[layer_];  // (slots, d_model)
+      const auto first = static_cast<Eigen::Index>(segment.start);  // slot of the segment's row 0
+      const auto first_row = static_cast<Eigen::Index>(segment.row);
+      const auto segment_rows = static_cast<Eigen::Index>(segment.tokens.size());
+      const Eigen::Index keys_seen = first + segment_rows;  // its last row sees at most all
+      for (Eigen::Index h = first_head; h < first_head + heads; ++h) {
+        const Eigen::Index offset = h * head_dim;  // head h owns dims [offset, offset + head_dim)
+        linear_rows(keys.block(0, offset, keys_seen, head_dim), nullptr,
+                    query_.block(first_row, offset, segment_rows, head_dim),
+                    scores_buffer.topLeftCorner(segment_rows, keys_seen));
+        const float* value_rows = values.data() + offset;
+        const auto stride = static_cast<std::size_t>(d_model);
+        for (Eigen::Index r = 0; r < segment_rows; ++r) {
+          const auto slot = static_cast<std::size_t>(first + r);
+          float* scores = scores_buffer.row(r).data();
+          float* out = attention_.row(first_row + r).data() + offset;
+          if (!is_tree_slot(slot)) {  // causal: positions 0 .. slot
+            const std::size_t visible = slot + 1;
+            for (std::size_t t = 0; t < visible; ++t) scores[t] *= score_scale;
+            detail::softmax_inplace(scores, visible);
+            detail::weighted_row_sum(scores, visible, value_rows, stride,
+                                     static_cast<std::size_t>(head_dim), out);
+            continue;
+          }
+          // Tree node (single-sequence calls only): the committed positions, then its path,
+          // gathered into position order (path slot j >= tree_start_ + j, so the gather can run
+          // in place, front to back).
+          const std::size_t path_length = fill_path_slots(slot - tree_start_, path_slots);
+          for (std::size_t j = 0; j < path_length; ++j) {
+            scores[tree_start_ + j] = scores[path_slots[j]];
+          }
+          const std::size_t visible = tree_start_ + path_length;
           for (std::size_t t = 0; t < visible; ++t) scores[t] *= score_scale;
           detail::softmax_inplace(scores, visible);
-          detail::weighted_row_sum(scores, visible, value_rows, stride,
-                                   static_cast<std::size_t>(head_dim), out);
-          continue;
+          const std::size_t shared = tree_start_;
+          const std::size_t* path = path_slots;
+          detail::weighted_row_sum(
+              scores, visible,
+              [=](std::size_t t) {
+                return value_rows + (t < shared ? t : path[t - shared]) * stride;
+              },
+              static_cast<std::size_t>(head_dim), out);
         }
-        // Tree node: the committed positions, then its path, gathered into position order
-        // (path slot j >= tree_start_ + j, so the gather can run in place, front to back).
-        const std::size_t path_length = fill_path_slots(slot - tree_start_, path_slots);
-        for (std::size_t j = 0; j < path_length; ++j) {
-          scores[tree_start_ + j] = scores[path_slots[j]];
-        }
-        const std::size_t visible = tree_start_ + path_length;
-        for (std::size_t t = 0; t < visible; ++t) scores[t] *= score_scale;
-        detail::softmax_inplace(scores, visible);
-        const std::size_t shared = tree_start_;
-        const std::size_t* path = path_slots;
-        detail::weighted_row_sum(
-            scores, visible,
-            [=](std::size_t t) {
-              return value_rows + (t < shared ? t : path[t - shared]) * stride;
-            },
-            static_cast<std::size_t>(head_dim), out);
       }
     }
   }
@@ -1348,21 +1606,30 @@ class GptModel {
   GptWeights weights_;
   std::size_t chunk_rows_;
   std::size_t max_tree_nodes_;
-  std::size_t scratch_rows_ = 0;  // max(chunk_rows_, max_tree_nodes_ + 1): rows of one chunk
+  std::size_t batch_rows_;
+  // max(chunk_rows_, max_tree_nodes_ + 1, batch_rows_): rows of one chunk
+  std::size_t scratch_rows_ = 0;
 
   // Run state, allocated once in the constructor (chunk = up to scratch_rows_ new slots at a
   // time; slots = max_context + max_tree_nodes K/V rows).
-  RowMajorMatrixXf residual_;   // (chunk, d_model)  residual stream x
-  RowMajorMatrixXf normed_;     // (chunk, d_model)  layer-norm output, input of qkv / fc1 / head
-  RowMajorMatrixXf query_;      // (chunk, d_model)  q of the new positions, heads concatenated
-  RowMajorMatrixXf attention_;  // (chunk, d_model)  attention output, heads concatenated
-  RowMajorMatrixXf hidden_;     // (chunk, d_ff)     MLP hidden activations
-  RowMajorMatrixXf branch_;     // (chunk, d_model)  proj / fc2 output, added to the residual
-  std::vector<RowMajorMatrixXf> key_cache_;    // (n_layer) x (slots, d_model)
-  std::vector<RowMajorMatrixXf> value_cache_;  // (n_layer) x (slots, d_model)
-  RowMajorMatrixXf logits_;  // (max(max_context, max_tree_nodes + 1), vocab_size)  a call's rows
-  // Positions [0, size) at slots [0, size), then the last tree's nodes (<= max_context + nodes).
-  specdec::TreeContextCache cache_;
+  RowMajorMatrixXf residual_;    // (chunk, d_model)  residual stream x
+  RowMajorMatrixXf normed_;      // (chunk, d_model)  layer-norm output, input of qkv / fc1 / head
+  RowMajorMatrixXf query_;       // (chunk, d_model)  q of the new positions, heads concatenated
+  RowMajorMatrixXf attention_;   // (chunk, d_model)  attention output, heads concatenated
+  RowMajorMatrixXf hidden_;      // (chunk, d_ff)     MLP hidden activations
+  RowMajorMatrixXf branch_;      // (chunk, d_model)  proj / fc2 output, added to the residual
+  RowMajorMatrixXf new_keys_;    // (chunk, d_model)  k of a chunk of several segments
+  RowMajorMatrixXf new_values_;  // (chunk, d_model)  v of a chunk of several segments
+  // (max(max_context, max_tree_nodes + 1, the largest batched call's rows), vocab_size): a call's
+  // rows; a batched call with more rows than any before grows it.
+  RowMajorMatrixXf logits_;
+  // The single-sequence calls' cache: positions [0, size) at slots [0, size), then the last
+  // tree's nodes (slots = max_context + max_tree_nodes).
+  SequenceCache own_;
+  // The batched calls' caches by sequence id (slots = max_context each), created on an id's first
+  // call, dropped by release(id).
+  std::unordered_map<specdec::sequence_id, SequenceCache> sequence_caches_;
+  std::vector<BatchRequest> batch_;          // the batched call being run, request by request
   std::vector<std::size_t> checked_depths_;  // (max_tree_nodes) depths while a tree is checked
   std::vector<token_t> chunk_tokens_;        // (chunk) a tree call's last chunk, slot by slot
   std::size_t tree_start_ = 0;  // the tree being scored: committed length (slot of node 0) ...
@@ -1372,10 +1639,12 @@ class GptModel {
   // Per thread of a call (index 0: the caller), sized by set_threads.
   std::vector<RowMajorMatrixXf> thread_scores_;  // (threads) x (chunk, slots) a head's weights
   std::vector<std::vector<std::size_t>> thread_path_slots_;  // (threads) x (max_tree_nodes)
-  // The call being run: its chunks (capacity reserved in the constructor) and the phase that
-  // is open, written only by the thread that opens a phase (begin_chunk, finish_phase).
+  // The call being run: its chunks and their segments (capacity reserved in the constructor for
+  // single-sequence calls) and the phase that is open, written only by the thread that opens a
+  // phase (begin_chunk, finish_phase).
   std::vector<Chunk> chunks_;
-  std::size_t first_logits_slot_ = 0;  // logits_ row 0 is this slot's
+  std::vector<Segment> segments_;
+  std::size_t logit_rows_ = 0;  // rows of logits the chunks so far produce
   std::size_t chunk_index_ = 0;
   std::size_t layer_ = 0;
   Step step_ = Step::attention;

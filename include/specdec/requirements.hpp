@@ -72,8 +72,8 @@ struct MappedDraftRequirements {
 };
 
 /// The optional batched calls (batch/target.hpp, batch/draft.hpp), checked for a model that
-/// declares one: a member named score_batch / draft_batch that cannot be called as the
-/// contract says, or returns no rows, is a mistake, not a model without the batched call.
+/// declares one: a member named score_batch / draft_batch that cannot be
+/// called as the contract says, or returns no rows, is a mistake, not a model without it.
 template <class Model>
 struct BatchedModelRequirements {
   static constexpr bool check() {

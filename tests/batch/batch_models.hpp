@@ -1,8 +1,8 @@
 #pragma once
 // Toy models for the batched decoder's tests: ScriptedPair's draft and target (float), with and
 // without the batched calls. Each batched call returns exactly the rows the per-sequence calls
-// would, back to back, so a sequence's rows never depend on the batch; each counts its calls and
-// can be told to throw.
+// would, back to back, so a sequence's rows never depend on the batch; each counts its calls,
+// records the sequences it is told have left (release(id)) and can be told to throw.
 
 #include <cstddef>
 #include <span>
@@ -25,6 +25,9 @@ struct BatchedScriptedTarget {
   std::size_t batch_rows = 0;
   std::size_t broken_promises = 0;  // requests that break ScoreRequest's contract
   bool throw_on_batch = false;
+  std::vector<specdec::sequence_id> released;  // release's ids, in order
+
+  void release(specdec::sequence_id id) noexcept { released.push_back(id); }
 
   std::vector<float> operator()(std::span<const specdec::token_t> context, std::size_t n) const {
     return base(context, n);
@@ -67,7 +70,10 @@ struct BatchedScriptedDraft {
   std::size_t batch_rows = 0;
   std::size_t broken_promises = 0;  // requests with the id of another in the same call
   bool throw_on_batch = false;
-  bool drop_a_logit = false;  // return one logit too few (malformed rows)
+  bool drop_a_logit = false;                   // return one logit too few (malformed rows)
+  std::vector<specdec::sequence_id> released;  // release's ids, in order
+
+  void release(specdec::sequence_id id) noexcept { released.push_back(id); }
 
   std::vector<float> operator()(std::span<const specdec::token_t> context) const {
     return base(context);

@@ -319,6 +319,52 @@ TEST(BatchedDecoderCalls, WithoutBatchedCallsOneTargetCallPerSequenceRound) {
   EXPECT_DOUBLE_EQ(decoder.stats().rounds_per_target_call(), 1.0);
 }
 
+// ---- leaving: release(id) ----------------------------------------------------------------
+
+TEST(BatchedDecoderRelease, EverySequenceThatLeavesIsReleasedOnceFromTargetAndDraft) {
+  const ScriptedPair pair = make_pair();
+  const std::vector<Request> all = requests();
+  Models<true> models(pair);
+  auto decoder = models.decoder();
+  std::vector<sequence_id> left;  // in the order step() returned them
+  const auto step = [&] {
+    for (const FinishedSequence& done : decoder.step()) left.push_back(done.id);
+    EXPECT_EQ(models.target.released, left);  // released as step() returns them, not before
+  };
+  decoder.add(0, all[0].prompt, all[0].config);
+  decoder.add(1, all[1].prompt, all[1].config, [](std::span<const token_t>) { return false; });
+  decoder.add(2, all[2].prompt, all[2].config);
+  step();  // 1 stops by its callback
+  EXPECT_EQ(models.target.released, std::vector<sequence_id>{1});
+  decoder.add(3, all[3].prompt, all[3].config);
+  ASSERT_TRUE(decoder.cancel(2));
+  step();  // 2 cancelled
+  while (!decoder.empty()) step();
+  ASSERT_EQ(left.size(), 4u);
+  EXPECT_EQ(models.target.released, left);
+  EXPECT_EQ(models.draft.released, left);
+  EXPECT_EQ(models.target.broken_promises, 0u);
+  // An id released comes back as a new sequence: decoded as alone.
+  decoder.add(1, all[1].prompt, all[1].config);
+  auto finished = by_id(decoder.run());
+  expect_same_generation(finished.at(1).result, alone(pair, all[1]), "sequence 1 again");
+  EXPECT_EQ(models.target.released.back(), 1u);
+}
+
+TEST(BatchedDecoderRelease, AFailedBatchedCallReleasesEverySequenceOfTheBatch) {
+  const ScriptedPair pair = make_pair();
+  const std::vector<Request> all = requests();
+  Models<true> models(pair);
+  auto decoder = models.decoder();
+  decoder.add(1, all[1].prompt, all[1].config);
+  decoder.add(2, all[2].prompt, all[2].config);
+  (void)decoder.step();
+  models.target.throw_on_batch = true;
+  EXPECT_THROW((void)decoder.step(), std::runtime_error);
+  EXPECT_EQ(models.target.released, (std::vector<sequence_id>{1, 2}));
+  EXPECT_EQ(models.draft.released, (std::vector<sequence_id>{1, 2}));
+}
+
 // ---- faults -----------------------------------------------------------------------------------
 
 std::string message_of(const std::exception_ptr& error) {

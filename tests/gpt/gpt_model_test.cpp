@@ -1117,6 +1117,31 @@ TEST(GptModel, CallsDoNotAllocate) {
 #endif
 }
 
+TEST(GptModel, BatchedCallsDoNotAllocateOnceTheirSequencesAreKnown) {
+#if !SPECDEC_GPT_TEST_COUNTS_MALLOC
+  GTEST_SKIP() << "allocation counting needs glibc and no sanitizer";
+#else
+  // A batched call allocates when it meets a new sequence id (its KV cache) or more rows than
+  // any call before (the logits and chunk lists grow); after that, nothing.
+  GptModel model = synthetic_model(GptModel::kDefaultChunkRows, GptModel::kDefaultMaxTreeNodes);
+  const std::vector<token_t> text = random_tokens(40, model.vocab_size(), 3);
+  const std::span<const token_t> all(text);
+  const std::vector<specdec::ScoreRequest> first{
+      {1, all.first(30), 25, 6}, {2, all.first(12), 12, 1}, {3, all.first(40), 31, 10}};
+  const std::vector<specdec::ScoreRequest> then{
+      {1, all.first(33), 30, 4}, {3, all.first(35), 32, 4}, {2, all.first(20), 13, 8}};
+  const std::vector<specdec::DraftStepRequest> drafts{{3, all.first(36)}, {1, all.first(31)}};
+  (void)model.score_batch(first);
+  (void)model.draft_batch(drafts);
+  const std::size_t before = g_allocations.load();
+  (void)model.score_batch(then);
+  (void)model.draft_batch(drafts);
+  (void)model.score_batch(first);
+  model.release(2);  // frees, allocates nothing
+  EXPECT_EQ(g_allocations.load() - before, 0u);
+#endif
+}
+
 TEST(GptModel, ThreadedCallsDoNotAllocate) {
 #if !SPECDEC_GPT_TEST_COUNTS_MALLOC
   GTEST_SKIP() << "allocation counting needs glibc and no sanitizer";

@@ -7,13 +7,14 @@
 /// (round.hpp): each sequence's propose_round; ONE target call over all proposals
 /// (score_batch, batch/target.hpp; a target without it is called once per sequence); each
 /// sequence's verify_and_commit; then, per sequence, stop tokens, budget, context limit and its
-/// callback, as StrategyDecoder does. With a ModelProposer over a BatchedDraftModel
-/// (batch/draft.hpp) the drafting is shared too: one draft call per drafted position, over every
-/// sequence still drafting. Everything else is the sequence's own: its GenerationConfig, its
-/// strategies (copies of the decoder's), its Rng seeded from its config.seed, its context,
-/// buffers, statistics and callback. So a sequence's tokens are those StrategyDecoder gives it
-/// alone, whatever else is in the batch, as long as the models' rows do not depend on the batch
-/// (docs/design.md, "Batched decoding").
+/// callback, as StrategyDecoder does. A sequence that leaves the batch is released from the
+/// models that keep state per sequence (release(id), batch/target.hpp). With a
+/// ModelProposer over a BatchedDraftModel (batch/draft.hpp) the drafting is shared too: one draft
+/// call per drafted position, over every sequence still drafting. Everything else is the sequence's
+/// own: its GenerationConfig, its strategies (copies of the decoder's), its Rng seeded from its
+/// config.seed, its context, buffers, statistics and callback. So a sequence's tokens are those
+/// StrategyDecoder gives it alone, whatever else is in the batch, as long as the models' rows do
+/// not depend on the batch (docs/design.md, "Batched decoding").
 ///
 /// Errors. add() rejects a duplicate id or a bad request (std::invalid_argument naming the
 /// sequence) and leaves the batch unchanged. An error of one sequence (its proposal, its rows,

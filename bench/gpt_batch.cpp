@@ -1,0 +1,198 @@
+// gpt_batch: batched speculative decoding vs plain batched decoding on the shipped KJV pair.
+//
+// For every batch size B and temperature, B held-out prompts (models/prompts.txt, from the
+// first) are decoded at once by BatchedDecoder over the example GPT's batched forward
+// (score_batch / draft_batch): speculative (the draft GPT proposes a fixed K per round) and
+// plain (no drafts: one row per sequence per target call, the same forward). Each repetition
+// runs both, in alternating order, in this one process, so a pair sees the same machine state;
+// the table gives the medians of total tokens/s (all sequences' tokens / wall time) and the
+// median of the per-repetition ratios, and the same ratio from the process's CPU time (one
+// thread per call: CPU time is the run's time without what other processes took, and without
+// the time the process was stopped). Sequence i has seed i (T > 0).
+//
+//   gpt_batch [--batches 1,2,4,8] [--temperatures 0,1] [-k 4] [--tokens 200] [--repeats 5]
+//             [--threads 1]
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <specdec/specdec.hpp>
+
+#include "gpt/gpt_model.hpp"
+
+namespace {
+
+using specdec::token_t;
+using specdec::examples::GptModel;
+
+/// Plain batched decoding: never draft (every round one target row per sequence).
+struct NeverDraft {
+  [[nodiscard]] bool draft_more(const specdec::DraftState&) const noexcept { return false; }
+  void observe(const specdec::RoundReport&) const noexcept {}
+};
+
+/// CPU time of this process, in seconds.
+double cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
+struct Run {
+  std::size_t tokens = 0;
+  double seconds = 0;
+  double cpu = 0;
+  double rows_per_call = 0;
+  double acceptance = 0;
+  std::vector<std::vector<token_t>> tokens_by_sequence;
+  [[nodiscard]] double tokens_per_second() const { return static_cast<double>(tokens) / seconds; }
+  [[nodiscard]] double tokens_per_cpu_second() const { return static_cast<double>(tokens) / cpu; }
+};
+
+template <class Policy>
+Run decode(GptModel& target, GptModel& draft, Policy policy,
+           const std::vector<std::vector<token_t>>& prompts,
+           const std::vector<specdec::GenerationConfig>& configs) {
+  specdec::BatchedDecoder<GptModel, specdec::ModelProposer<GptModel>, Policy> decoder(
+      target, specdec::ModelProposer<GptModel>(draft), std::move(policy));
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = cpu_seconds();
+  for (std::size_t i = 0; i < prompts.size(); ++i) decoder.add(i, prompts[i], configs[i]);
+  Run run;
+  specdec::DecodeStats all;
+  run.tokens_by_sequence.resize(prompts.size());
+  for (specdec::FinishedSequence& done : decoder.run()) {
+    if (done.error) std::rethrow_exception(done.error);
+    run.tokens += done.result.stats.emitted;
+    all += done.result.stats;
+    run.tokens_by_sequence[done.id] = std::move(done.result.tokens);
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.cpu = cpu_seconds() - cpu_start;
+  run.rows_per_call = decoder.stats().rows_per_target_call();
+  run.acceptance = all.acceptance_rate();
+  return run;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::vector<std::size_t> size_list(std::string_view text) {
+  std::vector<std::size_t> values;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    values.push_back(std::stoul(std::string(text.substr(at, comma - at))));
+    at = comma + 1;
+  }
+  return values;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::size_t> batches{1, 2, 4, 8};
+  std::vector<float> temperatures{0.0f, 1.0f};
+  std::size_t draft_length = 4, tokens = 200, repeats = 5, threads = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view flag = argv[i];
+    const std::string value = argv[i + 1];
+    if (flag == "--batches") {
+      batches = size_list(value);
+    } else if (flag == "--temperatures") {
+      temperatures.clear();
+      for (const std::size_t t : size_list(value)) temperatures.push_back(static_cast<float>(t));
+    } else if (flag == "-k") {
+      draft_length = std::stoul(value);
+    } else if (flag == "--tokens") {
+      tokens = std::stoul(value);
+    } else if (flag == "--repeats") {
+      repeats = std::stoul(value);
+    } else if (flag == "--threads") {
+      threads = std::stoul(value);
+    } else {
+      std::fprintf(stderr, "gpt_batch: unknown flag %s\n", argv[i]);
+      return 2;
+    }
+  }
+  GptModel target = GptModel::from_file(SPECDEC_MODELS_DIR "/kjv-target.spdc");
+  GptModel draft = GptModel::from_file(SPECDEC_MODELS_DIR "/kjv-draft.spdc");
+  target.set_threads(threads);
+  std::vector<std::vector<token_t>> all_prompts;
+  {
+    std::ifstream in(SPECDEC_MODELS_DIR "/prompts.txt");
+    for (std::string line; std::getline(in, line);) {
+      std::vector<token_t> prompt{'\n'};
+      for (const unsigned char byte : line) prompt.push_back(byte);
+      all_prompts.push_back(std::move(prompt));
+    }
+  }
+  target.target(all_prompts[0], 1);  // warm-up
+  target.reset();
+
+  std::printf(
+      "| T | B | K | speculative tokens/s | plain tokens/s | ratio, median of %zu [min, max] | "
+      "ratio, CPU time | rows/target call (spec, plain) | acceptance | greedy identical |\n"
+      "|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n",
+      repeats);
+  for (const float temperature : temperatures) {
+    for (const std::size_t batch : batches) {
+      std::vector<std::vector<token_t>> prompts;
+      std::vector<specdec::GenerationConfig> configs;
+      for (std::size_t i = 0; i < batch; ++i) {
+        prompts.push_back(all_prompts[i % all_prompts.size()]);
+        specdec::GenerationConfig config;
+        config.max_new_tokens = tokens;
+        config.sampling.temperature = temperature;
+        config.draft_length = draft_length;
+        config.verifier = specdec::VerifierKind::block;  // the demo's default
+        config.seed = i;
+        configs.push_back(config);
+      }
+      std::vector<double> fast, slow, ratios, cpu_ratios;
+      Run last_fast, last_slow;
+      bool identical = true;
+      for (std::size_t r = 0; r < repeats; ++r) {
+        const auto speculative = [&] {
+          return decode(target, draft, specdec::ConfiguredDraftLength{}, prompts, configs);
+        };
+        const auto plain = [&] { return decode(target, draft, NeverDraft{}, prompts, configs); };
+        if (r % 2 == 0) {
+          last_fast = speculative();
+          last_slow = plain();
+        } else {
+          last_slow = plain();
+          last_fast = speculative();
+        }
+        fast.push_back(last_fast.tokens_per_second());
+        slow.push_back(last_slow.tokens_per_second());
+        ratios.push_back(fast.back() / slow.back());
+        cpu_ratios.push_back(last_fast.tokens_per_cpu_second() / last_slow.tokens_per_cpu_second());
+        identical = identical && last_fast.tokens_by_sequence == last_slow.tokens_by_sequence;
+      }
+      std::printf(
+          "| %g | %zu | %zu | %.0f | %.0f | %.2fx [%.2f, %.2f] | %.2fx | %.1f, %.1f | %.3f | %s "
+          "|\n",
+          static_cast<double>(temperature), batch, draft_length, median(fast), median(slow),
+          median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+          *std::max_element(ratios.begin(), ratios.end()), median(cpu_ratios),
+          last_fast.rows_per_call, last_slow.rows_per_call, last_fast.acceptance,
+          temperature > 0 ? "-"
+          : identical     ? "yes"
+                          : "NO");
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
