@@ -162,7 +162,6 @@ class StrategyDecoder {
       if (prompt_checked) return;
       detail::check_prompt_vocabulary(prompt, vocab_size);
       prompt_checked = true;
-      detail::reserve_proposer(proposer_, vocab_size, usable_draft_length, config.sampling);
     };
     // The one target call of a round: a chain to the target itself, a tree to its score_tree
     // (tree.hpp; only a target that has it).
@@ -193,6 +192,11 @@ class StrategyDecoder {
                 RoundState{context, limit, config.sampling, config.logprobs, vocab_size, stats},
                 score, verification_coins, check_prompt_once, buffers_, result.tokens,
                 result.logprobs);
+      // Between rounds (no proposal views the proposer's buffers): sized for the longest
+      // round as soon as V is known (a no-op after the first time).
+      if (vocab_size != 0) {
+        detail::reserve_proposer(proposer_, vocab_size, usable_draft_length, config.sampling);
+      }
 
       // ---- emit up to a stop token; budget, context limit, callback ----------------------
       finished = detail::end_chunk(result, chunk_start, config, context.size());

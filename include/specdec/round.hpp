@@ -143,8 +143,9 @@ inline void check_target_vocab(std::size_t& vocab_size, std::size_t got, std::si
   check_vocab_size(vocab_size, got, "target model");
 }
 
-/// Once a generation's vocabulary is known: the proposer sizes its buffers for the longest round
-/// (ModelProposer::reserve), so that a round drafting after plain ones allocates nothing.
+/// Between rounds, once a generation's vocabulary is known: the proposer sizes its buffers for
+/// the longest round (ModelProposer::reserve), so that a round drafting after plain ones
+/// allocates nothing. Never while a proposal is alive (it views those buffers).
 template <class ProposerT>
 void reserve_proposer(ProposerT& proposer, std::size_t vocab_size, std::size_t max_draft,
                       const SamplingParams& params) {

@@ -309,7 +309,6 @@ class BatchedDecoder {
         if (prompt_checked) return;
         detail::check_prompt_vocabulary(prompt, vocab_size);
         prompt_checked = true;
-        detail::reserve_proposer(proposer, vocab_size, usable_draft_length, config.sampling);
       };
     }
     [[nodiscard]] auto verification_coins() {
@@ -570,6 +569,12 @@ class BatchedDecoder {
                         s.verification_coins(), s.vocabulary_known(), s.buffers, s.result.tokens,
                         s.result.logprobs);
       s.proposed.reset();
+      // Between rounds (no proposal views the proposer's buffers): sized for the longest
+      // round as soon as V is known (a no-op after the first time).
+      if (s.vocab_size != 0) {
+        detail::reserve_proposer(s.proposer, s.vocab_size, s.usable_draft_length,
+                                 s.config.sampling);
+      }
       ++stats_.rounds;
       const std::size_t emitted_before = s.result.stats.emitted;
       const bool finished = detail::end_chunk(s.result, chunk_start, s.config, s.context.size());

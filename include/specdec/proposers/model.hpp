@@ -82,9 +82,9 @@ class ModelProposer {
   /// \{
 
   /// \brief Sizes every buffer for rounds of up to `max_draft` tokens over `vocab_size` ids.
-  /// The decoders call it as soon as a generation's vocabulary is known (its first target
-  /// call): a policy may keep the first rounds plain, and the first round that drafts must not
-  /// be the one that allocates.
+  /// The decoders call it between rounds once a generation's vocabulary is known (a policy
+  /// may keep the first rounds plain, and the first round that drafts must not be the one
+  /// that allocates). Not during a round: it may move the buffers the proposal views.
   void reserve(std::size_t vocab_size, std::size_t max_draft, const SamplingParams& params) {
     detail::ensure_size(tokens_, max_draft);
     detail::ensure_size(normalizers_, max_draft);
