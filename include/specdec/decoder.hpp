@@ -183,6 +183,7 @@ class StrategyDecoder {
                                rng.uniform01());
     };
 
+    bool proposer_sized = false;  // reserve_proposer, once V is known
     bool finished = config.max_new_tokens == 0;
     while (!finished) {
       const std::size_t limit =
@@ -193,9 +194,10 @@ class StrategyDecoder {
                 score, verification_coins, check_prompt_once, buffers_, result.tokens,
                 result.logprobs);
       // Between rounds (no proposal views the proposer's buffers): sized for the longest
-      // round as soon as V is known (a no-op after the first time).
-      if (vocab_size != 0) {
+      // round once, as soon as V is known.
+      if (!proposer_sized && vocab_size != 0) {
         detail::reserve_proposer(proposer_, vocab_size, usable_draft_length, config.sampling);
+        proposer_sized = true;
       }
 
       // ---- emit up to a stop token; budget, context limit, callback ----------------------

@@ -339,6 +339,7 @@ class BatchedDecoder {
     std::size_t limit = 0;       // this round's
     std::size_t vocab_size = 0;  // learned from its first model call
     bool prompt_checked = false;
+    bool proposer_sized = false;                             // reserve_proposer, once V is known
     std::optional<detail::RoundStart> round_start;           // batched drafting's round
     std::optional<DraftRequest> draft_request;               //   "
     bool drafting = false;                                   //   "
@@ -570,10 +571,11 @@ class BatchedDecoder {
                         s.result.logprobs);
       s.proposed.reset();
       // Between rounds (no proposal views the proposer's buffers): sized for the longest
-      // round as soon as V is known (a no-op after the first time).
-      if (s.vocab_size != 0) {
+      // round once, as soon as V is known.
+      if (!s.proposer_sized && s.vocab_size != 0) {
         detail::reserve_proposer(s.proposer, s.vocab_size, s.usable_draft_length,
                                  s.config.sampling);
+        s.proposer_sized = true;
       }
       ++stats_.rounds;
       const std::size_t emitted_before = s.result.stats.emitted;
