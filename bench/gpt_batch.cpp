@@ -2,16 +2,19 @@
 //
 // For every batch size B and temperature, B held-out prompts (models/prompts.txt, from the
 // first) are decoded at once by BatchedDecoder over the example GPT's batched forward
-// (score_batch / draft_batch): speculative (the draft GPT proposes a fixed K per round) and
-// plain (no drafts: one row per sequence per target call, the same forward). Each repetition
-// runs both, in alternating order, in this one process, so a pair sees the same machine state;
-// the table gives the medians of total tokens/s (all sequences' tokens / wall time) and the
-// median of the per-repetition ratios, and the same ratio from the process's CPU time (one
-// thread per call: CPU time is the run's time without what other processes took, and without
-// the time the process was stopped). Sequence i has seed i (T > 0).
+// (score_batch / draft_batch): speculative with a fixed K per round (-k), speculative with
+// the goodput policy (draft lengths planned for the whole batch, K <= --goodput-k, its cost
+// curves measured by measure_batch_call_costs once per B, before the repetitions), and plain
+// (no drafts: one row per sequence per target call, the same forward). Each repetition runs
+// all three, in rotating order, in this one process, so they see the same machine state; the
+// table gives the medians of total tokens/s (all sequences' tokens / wall time) and the
+// median of the per-repetition ratios to plain, and the same ratio from the process's CPU time
+// (one thread per call: CPU time is the run's time without what other processes took, and
+// without the time the process was stopped), and goodput's ratio to the fixed K. Sequence i
+// has seed i (T > 0).
 //
-//   gpt_batch [--batches 1,2,4,8] [--temperatures 0,1] [-k 4] [--tokens 200] [--repeats 5]
-//             [--threads 1]
+//   gpt_batch [--batches 1,2,4,8] [--temperatures 0,1] [-k 8] [--goodput-k 16] [--tokens 200]
+//             [--repeats 5] [--threads 1]
 
 #include <algorithm>
 #include <chrono>
@@ -60,9 +63,10 @@ struct Run {
 template <class Policy>
 Run decode(GptModel& target, GptModel& draft, Policy policy,
            const std::vector<std::vector<token_t>>& prompts,
-           const std::vector<specdec::GenerationConfig>& configs) {
+           const std::vector<specdec::GenerationConfig>& configs,
+           const specdec::BatchGoodputOptions& costs = {}) {
   specdec::BatchedDecoder<GptModel, specdec::ModelProposer<GptModel>, Policy> decoder(
-      target, specdec::ModelProposer<GptModel>(draft), std::move(policy));
+      target, specdec::ModelProposer<GptModel>(draft), std::move(policy), {}, costs);
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = cpu_seconds();
   for (std::size_t i = 0; i < prompts.size(); ++i) decoder.add(i, prompts[i], configs[i]);
@@ -104,7 +108,7 @@ std::vector<std::size_t> size_list(std::string_view text) {
 int main(int argc, char** argv) {
   std::vector<std::size_t> batches{1, 2, 4, 8};
   std::vector<float> temperatures{0.0f, 1.0f};
-  std::size_t draft_length = 4, tokens = 200, repeats = 5, threads = 1;
+  std::size_t draft_length = 8, goodput_cap = 16, tokens = 200, repeats = 5, threads = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view flag = argv[i];
     const std::string value = argv[i + 1];
@@ -115,6 +119,8 @@ int main(int argc, char** argv) {
       for (const std::size_t t : size_list(value)) temperatures.push_back(static_cast<float>(t));
     } else if (flag == "-k") {
       draft_length = std::stoul(value);
+    } else if (flag == "--goodput-k") {
+      goodput_cap = std::stoul(value);
     } else if (flag == "--tokens") {
       tokens = std::stoul(value);
     } else if (flag == "--repeats") {
@@ -142,14 +148,16 @@ int main(int argc, char** argv) {
   target.reset();
 
   std::printf(
-      "| T | B | K | speculative tokens/s | plain tokens/s | ratio, median of %zu [min, max] | "
-      "ratio, CPU time | rows/target call (spec, plain) | acceptance | greedy identical |\n"
-      "|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n",
-      repeats);
+      "| T | B | plain tokens/s | K = %zu tokens/s | goodput tokens/s | K = %zu / plain, median "
+      "of %zu [min, max] | goodput / plain [min, max] | goodput / K = %zu | CPU time: K, goodput "
+      "/ plain | rows/target call (K, goodput) | acceptance (K, goodput) | greedy identical |\n"
+      "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n",
+      draft_length, draft_length, repeats, draft_length);
   for (const float temperature : temperatures) {
     for (const std::size_t batch : batches) {
       std::vector<std::vector<token_t>> prompts;
-      std::vector<specdec::GenerationConfig> configs;
+      std::vector<specdec::GenerationConfig> fixed_configs, goodput_configs;
+      std::vector<token_t> context;  // the prompts back to back: measure_batch_call_costs'
       for (std::size_t i = 0; i < batch; ++i) {
         prompts.push_back(all_prompts[i % all_prompts.size()]);
         specdec::GenerationConfig config;
@@ -158,36 +166,65 @@ int main(int argc, char** argv) {
         config.draft_length = draft_length;
         config.verifier = specdec::VerifierKind::block;  // the demo's default
         config.seed = i;
-        configs.push_back(config);
+        fixed_configs.push_back(config);
+        config.draft_length = goodput_cap;
+        config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
+        goodput_configs.push_back(config);
       }
-      std::vector<double> fast, slow, ratios, cpu_ratios;
-      Run last_fast, last_slow;
+      for (std::size_t i = 0; context.size() < std::max<std::size_t>(64, 2 * goodput_cap + 2);
+           ++i) {
+        const auto& prompt = all_prompts[i % all_prompts.size()];
+        context.insert(context.end(), prompt.begin(), prompt.end());
+      }
+      const specdec::BatchGoodputOptions costs =
+          specdec::measure_batch_call_costs(draft, target, context, batch, goodput_cap, 3)
+              .goodput_options();
+      std::vector<double> plain_rate, fixed_rate, goodput_rate, fixed_ratio, goodput_ratio,
+          versus_fixed, fixed_cpu, goodput_cpu;
+      Run plain_run, fixed_run, goodput_run;
       bool identical = true;
       for (std::size_t r = 0; r < repeats; ++r) {
-        const auto speculative = [&] {
-          return decode(target, draft, specdec::ConfiguredDraftLength{}, prompts, configs);
-        };
-        const auto plain = [&] { return decode(target, draft, NeverDraft{}, prompts, configs); };
-        if (r % 2 == 0) {
-          last_fast = speculative();
-          last_slow = plain();
-        } else {
-          last_slow = plain();
-          last_fast = speculative();
+        for (std::size_t turn = 0; turn < 3; ++turn) {
+          switch ((turn + r) % 3) {
+            case 0:
+              plain_run = decode(target, draft, NeverDraft{}, prompts, fixed_configs);
+              break;
+            case 1:
+              fixed_run =
+                  decode(target, draft, specdec::ConfiguredDraftLength{}, prompts, fixed_configs);
+              break;
+            default:
+              goodput_run = decode(target, draft, specdec::ConfiguredDraftLength{}, prompts,
+                                   goodput_configs, costs);
+              break;
+          }
         }
-        fast.push_back(last_fast.tokens_per_second());
-        slow.push_back(last_slow.tokens_per_second());
-        ratios.push_back(fast.back() / slow.back());
-        cpu_ratios.push_back(last_fast.tokens_per_cpu_second() / last_slow.tokens_per_cpu_second());
-        identical = identical && last_fast.tokens_by_sequence == last_slow.tokens_by_sequence;
+        plain_rate.push_back(plain_run.tokens_per_second());
+        fixed_rate.push_back(fixed_run.tokens_per_second());
+        goodput_rate.push_back(goodput_run.tokens_per_second());
+        fixed_ratio.push_back(fixed_rate.back() / plain_rate.back());
+        goodput_ratio.push_back(goodput_rate.back() / plain_rate.back());
+        versus_fixed.push_back(goodput_rate.back() / fixed_rate.back());
+        fixed_cpu.push_back(fixed_run.tokens_per_cpu_second() / plain_run.tokens_per_cpu_second());
+        goodput_cpu.push_back(goodput_run.tokens_per_cpu_second() /
+                              plain_run.tokens_per_cpu_second());
+        identical = identical && fixed_run.tokens_by_sequence == plain_run.tokens_by_sequence &&
+                    goodput_run.tokens_by_sequence == plain_run.tokens_by_sequence;
       }
+      const auto low = [](const std::vector<double>& v) {
+        return *std::min_element(v.begin(), v.end());
+      };
+      const auto high = [](const std::vector<double>& v) {
+        return *std::max_element(v.begin(), v.end());
+      };
       std::printf(
-          "| %g | %zu | %zu | %.0f | %.0f | %.2fx [%.2f, %.2f] | %.2fx | %.1f, %.1f | %.3f | %s "
-          "|\n",
-          static_cast<double>(temperature), batch, draft_length, median(fast), median(slow),
-          median(ratios), *std::min_element(ratios.begin(), ratios.end()),
-          *std::max_element(ratios.begin(), ratios.end()), median(cpu_ratios),
-          last_fast.rows_per_call, last_slow.rows_per_call, last_fast.acceptance,
+          "| %g | %zu | %.0f | %.0f | %.0f | %.2fx [%.2f, %.2f] | %.2fx [%.2f, %.2f] | %.2f | "
+          "%.2fx, %.2fx | %.1f, %.1f | %.3f, %.3f | %s |\n",
+          static_cast<double>(temperature), batch, median(plain_rate), median(fixed_rate),
+          median(goodput_rate), median(fixed_ratio), low(fixed_ratio), high(fixed_ratio),
+          median(goodput_ratio), low(goodput_ratio), high(goodput_ratio), median(versus_fixed),
+          median(fixed_cpu), median(goodput_cpu), fixed_run.rows_per_call,
+          goodput_run.rows_per_call, fixed_run.acceptance, goodput_run.acceptance,
           temperature > 0 ? "-"
           : identical     ? "yes"
                           : "NO");

@@ -98,9 +98,12 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
                          sequence has its own seed (--seed + its index) and text, printed per
                          sequence at the end; then plain batched decoding of the same prompts
                          (the same batched forward, no drafts) for comparison. Chains drafted
-                         by the draft model (no --tree, --proposer model); the draft policy
-                         defaults to fixed with K = 8 (-k and --draft-policy fixed | schedule
-                         | confidence choose others)
+                         by the draft model (no --tree, --proposer model). With goodput (the
+                         default) one plan per step sets every sequence's draft length from
+                         its acceptance and the cost of the batch's calls (timed before
+                         decoding with --draft-costs measure: target calls of 1 .. B (K + 1)
+                         rows, draft calls of 1 .. B sequences); plain batched steps where
+                         no drafted row pays
   --prompts FILE         --batch's prompts, one per line, cycled if fewer than B (default
                          <source dir>/models/prompts.txt)
   --json                 print a JSON summary (with the text) instead of streaming
@@ -245,15 +248,12 @@ Options parse_args(int argc, char** argv) {
     }
     if (prompt_given)
       throw UsageError("--batch reads its prompts from --prompts FILE, not --prompt");
-    if (config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
-        (draft_length_given || policy_given)) {
-      throw UsageError(
-          "--batch: the goodput policy (-k auto, --draft-policy goodput) times one sequence's "
-          "calls, not a batch's; use -k K or --draft-policy fixed|schedule|confidence");
-    }
     options.decoder.proposer = Proposer::model;
+    if (!draft_length_given && !policy_given) {
+      config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;  // "-k auto"
+    }
     if (!draft_length_given) {
-      const bool adaptive = policy_given;  // (goodput refused above)
+      const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
       config.draft_length = adaptive ? kAutoDraftLengthCap : kFixedDraftLength;
     }
     specdec::examples::validate_config(config);
@@ -524,12 +524,13 @@ std::vector<BatchSequence> batch_sequences(const Options& options, std::size_t m
 }
 
 /// Decodes every sequence at once with `proposer` and `policy` (BatchedDecoder), all added
-/// before the first step.
+/// before the first step; `costs` is the goodput plan's cost model (batch/goodput.hpp).
 template <class Policy>
 BatchRun run_batched(GptModel& target, specdec::ModelProposer<GptModel> proposer, Policy policy,
-                     const std::vector<BatchSequence>& sequences) {
+                     const std::vector<BatchSequence>& sequences,
+                     specdec::BatchGoodputOptions costs = {}) {
   specdec::BatchedDecoder<GptModel, specdec::ModelProposer<GptModel>, Policy> decoder(
-      target, proposer, std::move(policy));
+      target, proposer, std::move(policy), {}, std::move(costs));
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     decoder.add(i, sequences[i].prompt, sequences[i].config);
@@ -699,10 +700,28 @@ int run_batch(Options& options) {
   target.target(sequences[0].prompt, 1);
   target.reset();
 
+  // goodput with measured costs: the batch's calls timed (target calls of 1 .. B (K + 1) rows,
+  // draft calls of 1 .. B sequences) on the prompts, outside both timings; the sequences' ids
+  // are released after, so both runs start with empty caches.
+  specdec::BatchGoodputOptions costs;
+  if (options.measure_costs &&
+      options.config.draft_length_policy.kind == specdec::DraftLengthKind::goodput) {
+    std::vector<token_t> context;
+    const std::size_t wanted = std::max<std::size_t>(64, 2 * (options.config.draft_length + 1));
+    while (context.size() < std::min(wanted, max_context)) {
+      for (const BatchSequence& sequence : sequences) {
+        context.insert(context.end(), sequence.prompt.begin(), sequence.prompt.end());
+      }
+    }
+    context.resize(std::min(wanted, max_context));
+    costs = specdec::measure_batch_call_costs(draft, target, context, sequences.size(),
+                                              options.config.draft_length, 3)
+                .goodput_options();
+  }
   // Both runs start with empty caches (a sequence's are released when it leaves) and pay for
   // their prompts.
   const BatchRun fast = run_batched(target, specdec::ModelProposer<GptModel>(draft),
-                                    specdec::ConfiguredDraftLength{}, sequences);
+                                    specdec::ConfiguredDraftLength{}, sequences, costs);
   BatchRun slow;
   if (options.baseline) {
     slow = run_batched(target, specdec::ModelProposer<GptModel>(draft), NeverDraft{}, sequences);

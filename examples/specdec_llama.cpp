@@ -88,7 +88,9 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
                              target alone, B rows per call); prints each sequence's text, the
                              per-sequence and total tokens/s and the ratio. Prompts from
                              --prompts, cycled. With the draft model only (no --tree, no
-                             --spec-type ngram-simple); goodput learns its costs online;
+                             --spec-type ngram-simple); with goodput one plan per step sets
+                             every sequence's draft length from its acceptance and the cost of
+                             the batch's calls (timed first with --draft-costs measure);
                              sequence i samples with seed -s + i
   --prompts FILE             one prompt per line, for --parallel (default: the shipped
                              models/prompts.txt)
@@ -671,6 +673,26 @@ int run_parallel(Options& options) {
   target.reset();
   draft.reset();
 
+  // goodput: one plan per step sets every sequence's draft length (batch/goodput.hpp), from cost
+  // curves timed here (target calls of 1 .. B (K + 1) rows, draft calls of 1 .. B sequences),
+  // before decoding and outside its timing; --draft-costs online learns them while decoding.
+  specdec::BatchGoodputOptions costs;
+  if (config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
+      options.measure_costs) {
+    const std::size_t wanted = std::max<std::size_t>(64, 2 * (config.draft_length + 1));
+    const std::size_t size = std::min<std::size_t>(wanted, per_sequence - 1);
+    std::vector<token_t> context;
+    while (context.size() < size) {
+      for (const auto& prompt : prompts)
+        context.insert(context.end(), prompt.begin(), prompt.end());
+    }
+    context.resize(size);
+    costs = specdec::measure_batch_call_costs(draft, target, context, width, config.draft_length, 3)
+                .goodput_options();
+    target.reset();
+    draft.reset();
+  }
+
   // Paired runs: speculative then plain, each from an empty KV cache; the medians are printed
   // (the other figures are the last run's).
   BatchRun fast, slow;
@@ -679,7 +701,9 @@ int run_parallel(Options& options) {
     target.reset();
     draft.reset();
     {
-      specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft));
+      specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft),
+                                      specdec::ConfiguredDraftLength{},
+                                      specdec::ConfiguredVerifier{}, costs);
       fast = run_batch(decoder, prompts, config);
     }
     fast_rates.push_back(fast.tokens_per_second());

@@ -5,4 +5,5 @@
 
 #include "specdec/batch/decoder.hpp"
 #include "specdec/batch/draft.hpp"
+#include "specdec/batch/goodput.hpp"
 #include "specdec/batch/target.hpp"

@@ -44,8 +44,11 @@ std::vector<double> cell_probabilities(const specdec::testing::Law& law) {
   return probabilities;
 }
 
+/// With `goodput`, both settings use the goodput policy and the batch plans their draft lengths
+/// (batch/goodput.hpp) against `costs`: lengths that change with the batch and the verdicts.
 template <class Target, class Draft>
-void expect_target_law(Target& target, Draft& draft, bool batched, const char* what) {
+void expect_target_law(Target& target, Draft& draft, bool batched, const char* what,
+                       bool goodput = false, const specdec::BatchGoodputOptions& costs = {}) {
   ScriptedPair pair;
   pair.target_model.vocab = kVocab;
   pair.perturbation.vocab = kVocab;
@@ -61,12 +64,17 @@ void expect_target_law(Target& target, Draft& draft, bool batched, const char* w
   hot.max_new_tokens = kLength;
   hot.draft_length = 3;
   hot.verifier = specdec::VerifierKind::block;
+  if (goodput) {
+    cool.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
+    hot.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
+  }
   const GenerationConfig* settings[2] = {&cool, &hot};
 
   target = Target(pair.target<float>());
   draft = Draft(pair.draft<float>());
-  specdec::BatchedDecoder<Target, ModelProposer<Draft>> decoder(target,
-                                                                ModelProposer<Draft>(draft));
+  specdec::BatchedDecoder<Target, ModelProposer<Draft>> decoder(target, ModelProposer<Draft>(draft),
+                                                                {}, {}, costs);
+  std::size_t drafted_rows = 0, rows = 0;
   std::vector<std::uint64_t> counts[2] = {std::vector<std::uint64_t>(kVocab * kVocab * kVocab),
                                           std::vector<std::uint64_t>(kVocab * kVocab * kVocab)};
   sequence_id next = 0;
@@ -82,6 +90,8 @@ void expect_target_law(Target& target, Draft& draft, bool batched, const char* w
     }
     for (const specdec::FinishedSequence& done : decoder.step()) {
       ASSERT_FALSE(done.error);
+      drafted_rows += done.result.stats.drafted;
+      rows += done.result.stats.drafted + done.result.stats.rounds;
       ASSERT_EQ(done.result.tokens.size(), kLength);
       std::size_t cell = 0;
       for (const token_t token : done.result.tokens) {
@@ -104,6 +114,10 @@ void expect_target_law(Target& target, Draft& draft, bool batched, const char* w
     EXPECT_GT(fit.p_value, kMinPValue) << what << ", setting " << s << ": chi2 = " << fit.statistic
                                        << " over " << fit.cells << " cells";
   }
+  if (goodput) {  // the plan drafted, but not every row it could
+    EXPECT_GT(drafted_rows, rows / 5) << what;
+    EXPECT_LT(drafted_rows, rows * 2 / 3) << what;
+  }
   // Batched: the target call is shared by the batch's sequences; else one per sequence round.
   if (batched) {
     EXPECT_GT(decoder.stats().rounds_per_target_call(), 2.0) << what;
@@ -124,6 +138,23 @@ TEST(BatchedExactnessTest, FirstTokensFollowTheTargetLawWithPerSequenceCalls) {
   ScriptedPair::Target<float> target = pair.target<float>();
   ScriptedPair::Draft<float> draft = pair.draft<float>();
   expect_target_law(target, draft, false, "per-sequence calls");
+}
+
+// The goodput sequences' draft lengths planned for the batch (a call costs little more up to 6
+// rows, then a step per row): they change with the batch's content and the verdicts.
+TEST(BatchedExactnessTest, FirstTokensFollowTheTargetLawWithDraftLengthsPlannedForTheBatch) {
+  ScriptedPair pair;
+  BatchedScriptedTarget target(pair.target<float>());
+  BatchedScriptedDraft draft(pair.draft<float>());
+  specdec::BatchGoodputOptions costs;
+  for (std::size_t n = 1; n <= kBatch * 4; ++n) {
+    costs.target_call_costs.push_back(n <= 6 ? 1.0 + 0.03 * static_cast<double>(n)
+                                             : 0.4 * static_cast<double>(n) - 1.0);
+  }
+  for (std::size_t n = 1; n <= kBatch; ++n) {
+    costs.draft_call_costs.push_back(0.05 + 0.01 * static_cast<double>(n));
+  }
+  expect_target_law(target, draft, true, "planned draft lengths", true, costs);
 }
 
 }  // namespace

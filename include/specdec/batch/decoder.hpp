@@ -16,6 +16,14 @@
 /// StrategyDecoder gives it alone, whatever else is in the batch, as long as the models' rows do
 /// not depend on the batch (docs/design.md, "Batched decoding").
 ///
+/// Draft lengths. A sequence whose policy is the goodput one (DraftLengthKind::goodput) does
+/// not choose its draft length alone: before each step one plan over the whole batch
+/// (batch/goodput.hpp) weighs every such sequence's expected acceptance against the cost of
+/// the step's shared calls, and their policies follow it; where no drafted row pays, the step
+/// is exactly plain batched decoding. Such a sequence's law is still its target's and its
+/// greedy tokens the same as alone, but its draft lengths depend on the batch, so its sampled
+/// tokens for a seed do too (the other policies keep them batch-independent).
+///
 /// Errors. add() rejects a duplicate id or a bad request (std::invalid_argument naming the
 /// sequence) and leaves the batch unchanged. An error of one sequence (its proposal, its rows,
 /// its strategies, its callback) ends that sequence only: step() returns it with a
@@ -46,6 +54,7 @@
 #include <vector>
 
 #include "specdec/batch/draft.hpp"
+#include "specdec/batch/goodput.hpp"
 #include "specdec/batch/target.hpp"
 #include "specdec/coins.hpp"
 #include "specdec/decoder.hpp"
@@ -53,6 +62,7 @@
 #include "specdec/detail/model_traits.hpp"
 #include "specdec/detail/timer.hpp"
 #include "specdec/draft_length/configured.hpp"
+#include "specdec/draft_length/goodput.hpp"
 #include "specdec/generation.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/proposers/model.hpp"
@@ -129,6 +139,19 @@ namespace detail {
   }
 }
 
+/// The goodput policy inside a sequence's policy, if that is what it runs: its draft lengths
+/// are then planned for the whole batch (batch/goodput.hpp).
+template <class Policy>
+[[nodiscard]] GoodputDraftLength* batch_planned_policy(Policy& policy) noexcept {
+  if constexpr (std::is_same_v<Policy, GoodputDraftLength>) {
+    return &policy;
+  } else if constexpr (std::is_same_v<Policy, ConfiguredDraftLength>) {
+    return policy.kind() == DraftLengthKind::goodput ? &policy.goodput() : nullptr;
+  } else {
+    return nullptr;
+  }
+}
+
 /// Whether a proposer's drafting can be shared: a ModelProposer over a BatchedDraftModel (whose
 /// draft_batch, if it declares one, is checked).
 template <class Proposer>
@@ -166,12 +189,19 @@ class BatchedDecoder {
   using ChunkCallback = std::function<bool(std::span<const token_t>)>;
 
   /// \brief Binds the target (not owned); `proposer`, `policy`, `verifier` are the prototypes
-  /// every sequence copies.
-  BatchedDecoder(Target& target, Proposer proposer, Policy policy = {}, Verifier verifier = {})
+  /// every sequence copies. `batch_goodput` is the cost model of the draft lengths planned for
+  /// the sequences whose policy is the goodput one (batch/goodput.hpp; default: measured from
+  /// the decoder's own calls).
+  /// \throws std::invalid_argument for bad BatchGoodputOptions.
+  BatchedDecoder(Target& target, Proposer proposer, Policy policy = {}, Verifier verifier = {},
+                 BatchGoodputOptions batch_goodput = {})
       : target_(&target),
         proposer_(std::move(proposer)),
         policy_(std::move(policy)),
-        verifier_(std::move(verifier)) {}
+        verifier_(std::move(verifier)),
+        planner_(std::move(batch_goodput)) {
+    planner_.set_call_shape(BatchedTargetModel<Target>, kBatchedDraft);
+  }
 
   /// \brief Releases every sequence still in the batch from the models (release(id)).
   ~BatchedDecoder() {
@@ -212,6 +242,8 @@ class BatchedDecoder {
     score_requests_.reserve(capacity);
     draft_requests_.reserve(capacity);
     in_call_.reserve(capacity);
+    longest_draft_ = std::max(longest_draft_, sequence->usable_draft_length);
+    planner_.reserve(capacity, longest_draft_);
     sequences_.push_back(std::move(sequence));
     ++stats_.sequences_added;
   }
@@ -260,6 +292,8 @@ class BatchedDecoder {
   [[nodiscard]] std::size_t size() const noexcept { return sequences_.size(); }
   [[nodiscard]] bool contains(sequence_id id) const noexcept { return find(id) != nullptr; }
   [[nodiscard]] const BatchStats& stats() const noexcept { return stats_; }
+  /// \brief The batch-wide goodput plan (its cost curves, its last step's plan).
+  [[nodiscard]] const BatchGoodputPlanner& planner() const noexcept { return planner_; }
 
  private:
   /// One sequence's generation: StrategyDecoder::run's state, kept between steps.
@@ -339,7 +373,12 @@ class BatchedDecoder {
     std::size_t limit = 0;       // this round's
     std::size_t vocab_size = 0;  // learned from its first model call
     bool prompt_checked = false;
-    bool proposer_sized = false;                             // reserve_proposer, once V is known
+    bool proposer_sized = false;            // reserve_proposer, once V is known
+    bool prefilled = false;                 // its first target call (which read the prompt) is done
+    bool draft_prefilled = false;           // its first draft call (which read the prompt) is done
+    GoodputDraftLength* planned = nullptr;  // this step: its goodput policy, if the batch plans
+    std::size_t plan_index = 0;             //   its draft length (its entry in the plan)
+    std::size_t plain_steps = 0;            // consecutive planned steps left plain (probes)
     std::optional<detail::RoundStart> round_start;           // batched drafting's round
     std::optional<DraftRequest> draft_request;               //   "
     bool drafting = false;                                   //   "
@@ -394,16 +433,36 @@ class BatchedDecoder {
     std::throw_with_nested(std::runtime_error(message));
   }
 
-  /// The seam for a batch-wide draft length: here each sequence's round drafts what its own
-  /// policy lets it, within its budget and context (as StrategyDecoder). A policy that weighs
-  /// every sequence's expected acceptance against the batched call's cost would set the
-  /// limits here, for all sequences at once, before any proposer runs.
+  /// Every sequence's limit for this step, before any proposer runs: within its budget and
+  /// context (as StrategyDecoder); for the sequences whose policy is the goodput one, from one
+  /// plan over the whole batch (batch/goodput.hpp), which their policies then follow.
   void choose_limits() {
+    planner_.clear();
+    bool planning = false;
     for (auto& sequence : sequences_) {
       Sequence& s = *sequence;
       if (!s.active()) continue;
       s.limit = detail::round_limit(s.config, s.usable_draft_length, s.result.stats.emitted,
                                     s.context.size());
+      s.planned = detail::batch_planned_policy(s.policy);
+      if (s.planned != nullptr && s.limit > 0) {
+        s.plan_index = planner_.add_planned(s.planned->expected_acceptance(s.limit),
+                                            s.planned->optimistic_acceptance(),
+                                            s.plain_steps >= planner_.options().probe_interval);
+        planning = true;
+      } else {
+        s.planned = nullptr;
+        s.plan_index = planner_.add_fixed(s.limit);
+      }
+    }
+    if (!planning) return;
+    planner_.solve();
+    for (auto& sequence : sequences_) {
+      Sequence& s = *sequence;
+      if (!s.active() || s.planned == nullptr) continue;
+      s.limit = planner_.length(s.plan_index);
+      s.planned->follow_batch_plan(s.limit, planner_.threshold());
+      s.plain_steps = s.limit == 0 ? s.plain_steps + 1 : 0;
     }
   }
 
@@ -416,13 +475,22 @@ class BatchedDecoder {
       for (auto& sequence : sequences_) {
         Sequence& s = *sequence;
         const std::size_t draft_calls_before = s.result.stats.draft_calls;
+        const double draft_seconds_before = s.result.stats.draft_seconds;
         guarded(s, [&] {
           s.proposed.emplace(propose_round(s.proposer, s.policy, s.draft_coins, s.round_state(),
                                            s.vocabulary_known(), s.buffers));
         });
         // Each sequence's proposer called the draft itself: one row per call.
-        stats_.draft_calls += s.result.stats.draft_calls - draft_calls_before;
-        stats_.draft_rows += s.result.stats.draft_calls - draft_calls_before;
+        const std::size_t calls = s.result.stats.draft_calls - draft_calls_before;
+        stats_.draft_calls += calls;
+        stats_.draft_rows += calls;
+        if (calls > 0) {
+          if (s.draft_prefilled) {
+            planner_.observe_draft_call(1, (s.result.stats.draft_seconds - draft_seconds_before) /
+                                               static_cast<double>(calls));
+          }
+          s.draft_prefilled = true;
+        }
       }
     }
   }
@@ -472,6 +540,12 @@ class BatchedDecoder {
       ++stats_.draft_calls;
       stats_.draft_rows += in_call_.size();
       stats_.draft_seconds += seconds;
+      // A call that read some sequence's prompt says nothing about a step's cost.
+      if (std::all_of(in_call_.begin(), in_call_.end(),
+                      [](const Sequence* s) { return s->draft_prefilled; })) {
+        planner_.observe_draft_call(in_call_.size(), seconds);
+      }
+      for (Sequence* s : in_call_) s->draft_prefilled = true;
       for (std::size_t i = 0; i < in_call_.size(); ++i) {
         Sequence& s = *in_call_[i];
         ++s.result.stats.draft_calls;
@@ -528,6 +602,11 @@ class BatchedDecoder {
       ++stats_.target_calls;
       stats_.target_rows += total_rows;
       stats_.target_seconds += seconds;
+      if (std::all_of(in_call_.begin(), in_call_.end(),
+                      [](const Sequence* s) { return s->prefilled; })) {
+        planner_.observe_target_call(total_rows, seconds);
+      }
+      for (Sequence* s : in_call_) s->prefilled = true;
       std::size_t first_row = 0;
       for (std::size_t i = 0; i < in_call_.size(); ++i) {
         Sequence& s = *in_call_[i];
@@ -555,6 +634,10 @@ class BatchedDecoder {
           ++stats_.target_calls;
           stats_.target_rows += request.rows;
           stats_.target_seconds += s.result.stats.target_seconds - before;
+          if (s.prefilled) {
+            planner_.observe_target_call(request.rows, s.result.stats.target_seconds - before);
+          }
+          s.prefilled = true;
           commit(s, detail::as_target_rows(result, request.rows));
         });
       }
@@ -600,6 +683,13 @@ class BatchedDecoder {
       DecodeStats& stats = s.result.stats;
       stats.total_seconds = detail::seconds_since(s.start);
       stats.library_seconds = stats.total_seconds - stats.draft_seconds - stats.target_seconds;
+      // What a goodput sequence learnt of the pair (its acceptance calibration by the draft's
+      // probability, which carries over between generations as in StrategyDecoder) is where
+      // the next sequence starts; the other policies' prototypes stay as given, so their
+      // sequences decode as alone.
+      if (s.error == nullptr && detail::batch_planned_policy(s.policy) != nullptr) {
+        policy_ = s.policy;
+      }
       out.push_back({s.id, std::move(s.result), s.error});
       ++stats_.sequences_finished;
       release(s.id);
@@ -617,6 +707,8 @@ class BatchedDecoder {
   std::vector<DraftStepRequest> draft_requests_;      // (sequences) one batched draft call
   std::vector<Sequence*> in_call_;                    // (sequences) who is in that call
   BatchStats stats_;
+  BatchGoodputPlanner planner_;
+  std::size_t longest_draft_ = 0;  // the longest usable draft length of any sequence that joined
   detail::HeldResult<typename detail::chain_call_result<Target>::type>
       chain_result_;  // the last per-sequence call's rows, until the next call
   struct NoBatchCall {

@@ -171,10 +171,12 @@ class GoodputDraftLength {
     guard_.start_generation();
     guard_trial_ = false;
     last_rows_ = 0;  // the first round reads the prompt: a shape of its own
+    batch_plan_.reset();
     refresh_costs();
   }
 
   [[nodiscard]] bool draft_more(const DraftState& state) {
+    if (batch_plan_) return follows_batch_plan(state);
     const std::size_t j = state.drafted;
     const std::size_t max_length = std::min({state.limit, cap_, round_cap_});
     if (j >= max_length) return false;
@@ -219,6 +221,15 @@ class GoodputDraftLength {
     calibration_.observe(report.token_probabilities, report.drafted, report.accepted,
                          options_.forgetting);
     last_rows_ = report.drafted + 1;
+    if (batch_plan_) {
+      // A batch's round: its timings are the batch's calls, which the batch's plan measures
+      // (batch/goodput.hpp); here only the acceptance is learnt.
+      batch_plan_.reset();
+      plain_streak_ = report.drafted == 0 ? plain_streak_ + 1 : 0;
+      predicted_ = false;
+      first_round_ = false;
+      return;
+    }
     if (report.drafted == 0) {
       ++plain_streak_;
     } else {
@@ -304,6 +315,30 @@ class GoodputDraftLength {
     return estimates;
   }
 
+  /// \name Draft lengths planned for a batch
+  /// BatchedDecoder plans every sequence's draft length at once, against the cost of the
+  /// batch's shared calls (batch/goodput.hpp): the policy supplies what it expects of the
+  /// sequence's next tokens, then follows the plan for one round. Its own costs, guard and
+  /// probes are not used in such rounds (the batch's plan measures and probes); its acceptance
+  /// calibration learns from them as from any round.
+  /// \{
+
+  /// \brief The acceptance expected of each of the next round's first `limit` tokens, given
+  /// the ones before it (as estimates_for at no token drafted; valid until the next call).
+  [[nodiscard]] std::span<const double> expected_acceptance(std::size_t limit) {
+    return estimates_for(DraftState{0, limit, {}}).acceptance;
+  }
+  /// \brief What a probe wagers on: an optimistic acceptance from the recent verdicts.
+  [[nodiscard]] double optimistic_acceptance() const noexcept { return calibration_.optimistic(); }
+  /// \brief The next round drafts up to `planned` tokens, and stops before token j + 1 (j >= 1)
+  /// when the survival the drafted tokens' probabilities give it falls below `threshold` (the
+  /// plan's marginal survival: the row is no longer worth its cost). With sampled block
+  /// verification the plan is drafted whole (see whole_rounds_).
+  void follow_batch_plan(std::size_t planned, double threshold) noexcept {
+    batch_plan_ = BatchPlan{planned, threshold};
+  }
+  /// \}
+
   [[nodiscard]] const GoodputOptions& options() const noexcept { return options_; }
   /// \brief Consecutive rounds run as plain target steps so far.
   [[nodiscard]] std::size_t plain_streak() const noexcept { return plain_streak_; }
@@ -345,6 +380,16 @@ class GoodputDraftLength {
     GoodputEstimates optimistic = estimates;
     optimistic.acceptance = std::span<const double>(optimistic_.data(), max_length);
     return best_draft_length(optimistic, max_length) > 0;
+  }
+
+  /// draft_more in a round a batch planned (follow_batch_plan).
+  [[nodiscard]] bool follows_batch_plan(const DraftState& state) {
+    const std::size_t j = state.drafted;
+    if (j >= std::min(state.limit, batch_plan_->length)) return false;
+    if (j == 0 || whole_rounds_) return true;
+    const GoodputEstimates estimates = estimates_for(state);
+    const double next = estimates.acceptance.empty() ? 0.0 : estimates.acceptance[0];
+    return estimates.survival[j - 1] * next >= batch_plan_->threshold;
   }
 
   /// GoodputOptions::plain_guard, when timings decide anyway.
@@ -464,6 +509,11 @@ class GoodputDraftLength {
   std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or
                                                                      // less in an exploring round
   RoundPrediction last_prediction_{};
+  struct BatchPlan {
+    std::size_t length = 0;
+    double threshold = 0;
+  };
+  std::optional<BatchPlan> batch_plan_;  // this round's, set by follow_batch_plan
   // plain_guard: carried over between generate() calls (it describes the pair on this host)
   detail::DraftingGuard guard_{};
   static constexpr std::size_t kFirstGuardWait = 8, kMaxGuardWait = 256;

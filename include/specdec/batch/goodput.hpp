@@ -1,0 +1,375 @@
+#pragma once
+/// \file
+/// \brief Draft lengths for a whole batch from one goodput optimisation: BatchGoodputOptions
+/// (the cost model: fixed curves or measured) and BatchGoodputPlanner, which BatchedDecoder
+/// runs before every step for the sequences whose policy is the goodput one.
+///
+/// The figure of merit is the step's, not a sequence's: a step in which sequence s drafts m_s
+/// tokens emits sum_s (1 + sum_{i <= m_s} P_{s,i}) tokens in expectation (P_{s,i}: the
+/// probability that its drafted tokens 1..i are all accepted, from the sequence's own
+/// acceptance calibration, GoodputDraftLength::expected_acceptance), and costs one target call
+/// of R = sum_s (m_s + 1) rows, T(R), plus the draft calls: with batched drafting, call k
+/// advances every sequence with m_s >= k, so the step pays D(r_1) + ... + D(r_max), r_k
+/// sequences each. The plan maximises tokens / cost over all (m_s):
+///
+///  - For a given number of drafted rows E, the most tokens come from the E largest P_{s,i}
+///    across the batch (each sequence's P is non-increasing in i, so taking them in that order
+///    keeps every sequence's rows a prefix). The planner sorts the candidates once and walks
+///    E = 0, 1, ... evaluating the rate of each prefix exactly (T at R rows, the draft calls
+///    the prefix implies), and keeps the best. A curve with steps and dips (a CPU engine's row
+///    tiles) is read where it is: a prefix that lands in a dip wins on its own cost.
+///  - E = 0 is plain batched decoding, one row per sequence: when no prefix beats it, every
+///    sequence's limit is 0, so the step makes no draft call and scores no extra row.
+///  - A sequence left plain for probe_interval steps is given one row anyway when drafting
+///    some length at its optimistic acceptance would beat the plan's rate, as the
+///    single-sequence policy probes: without verdicts its acceptance could not recover. Not
+///    when even that does not pay: then those sequences stay exactly plain.
+///  - The marginal survival of the plan (the smallest P taken) is each sequence's threshold:
+///    while drafting, a sequence stops early when the survival its drafted tokens' actual
+///    probabilities give the next token falls below it.
+///
+/// Costs. Fixed curves (BatchGoodputOptions::target_call_costs / draft_call_costs, e.g. from
+/// measure_batch_call_costs) make the draft lengths independent of timings, so a sequence's
+/// sampled tokens are the same for the same seed. Otherwise the curves are learnt from the
+/// step's own calls (detail::MeasuredCosts, the single-sequence policy's estimator: per row
+/// count, extrapolated from the counts below where unseen), not counting calls that read a
+/// prompt. As with the single-sequence policy, the output law of every sequence is its
+/// target's whatever the draft lengths: the plan reads only the draft's side of the round and
+/// earlier verdicts.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "specdec/detail/error.hpp"
+#include "specdec/detail/goodput_estimators.hpp"
+
+namespace specdec {
+
+/// \brief How BatchedDecoder plans draft lengths for the goodput sequences of a batch.
+struct BatchGoodputOptions {
+  /// [n - 1] = the cost of one target call scoring n rows in total, over all its sequences
+  /// (any unit, the same as draft_call_costs). Empty: measured from the decoder's calls.
+  /// Beyond the last entry the curve continues along its last step.
+  std::vector<double> target_call_costs{};
+  /// [n - 1] = the cost of one batched draft call advancing n sequences (with a draft that is
+  /// not batched: [0] is one sequence's draft call). Given together with target_call_costs.
+  std::vector<double> draft_call_costs{};
+  /// Steps a sequence is left plain before a probe (one drafted row) is considered.
+  std::size_t probe_interval = 16;
+
+  [[nodiscard]] bool fixed_costs() const noexcept { return !target_call_costs.empty(); }
+
+  /// \throws std::invalid_argument naming the field: one curve without the other, a cost that
+  /// is not finite or not positive, probe_interval = 0.
+  void validate() const {
+    if (target_call_costs.empty() != draft_call_costs.empty()) {
+      detail::throw_invalid_argument(
+          "BatchGoodputOptions: target_call_costs has ", target_call_costs.size(),
+          " entries and draft_call_costs ", draft_call_costs.size(),
+          "; expected both curves (fixed costs) or neither (measured)");
+    }
+    const auto check = [](const std::vector<double>& costs, const char* name) {
+      for (std::size_t i = 0; i < costs.size(); ++i) {
+        if (!std::isfinite(costs[i]) || !(costs[i] > 0)) {
+          detail::throw_invalid_argument("BatchGoodputOptions::", name, "[", i, "] = ", costs[i],
+                                         "; expected a finite cost > 0");
+        }
+      }
+    };
+    check(target_call_costs, "target_call_costs");
+    check(draft_call_costs, "draft_call_costs");
+    if (probe_interval == 0) {
+      detail::throw_invalid_argument("BatchGoodputOptions::probe_interval = 0; expected >= 1");
+    }
+  }
+};
+
+/// \brief The batch-wide goodput plan (file comment). Allocation-free per step once reserve()
+/// has sized it for the batch.
+class BatchGoodputPlanner {
+ public:
+  BatchGoodputPlanner() = default;
+  explicit BatchGoodputPlanner(BatchGoodputOptions options) : options_(std::move(options)) {
+    options_.validate();
+  }
+
+  /// \brief How the models are called: one target call for all sequences (score_batch) or
+  /// one per sequence; one draft call per drafted position for all sequences, or per sequence.
+  void set_call_shape(bool shared_target_call, bool shared_draft_call) noexcept {
+    shared_target_ = shared_target_call;
+    shared_draft_ = shared_draft_call;
+  }
+
+  /// \brief Sizes every buffer for `sequences` sequences of up to `max_length` drafted tokens.
+  void reserve(std::size_t sequences, std::size_t max_length) {
+    const std::size_t rows = sequences * (max_length + 1);
+    if (sequences_.capacity() < sequences) sequences_.reserve(sequences);
+    if (candidates_.capacity() < sequences * max_length) {
+      candidates_.reserve(sequences * max_length);
+    }
+    if (draft_rows_.size() < max_length + 1) draft_rows_.resize(max_length + 1);
+    if (target_table_.size() < rows) target_table_.resize(rows);
+    if (draft_table_.size() < sequences) draft_table_.resize(sequences);
+    if (!options_.fixed_costs()) {
+      target_measured_.resize(rows);
+      draft_measured_.resize(sequences);
+    }
+    refresh_costs();
+  }
+
+  /// \name One step's plan
+  /// clear(); add() per sequence; solve(); then length(i) / probing(i) / threshold().
+  /// \{
+  void clear() noexcept {
+    sequences_.clear();
+    candidates_.clear();
+  }
+
+  /// \brief Adds a sequence. A planned one (its policy is goodput) gives the acceptance of
+  /// each token it may draft (its round limit), what a probe wagers on, and whether its probe
+  /// is due; one that is not planned drafts `fixed_length` (its own policy decides; it counts
+  /// in the step's rows and calls). Returns its index.
+  std::size_t add_planned(std::span<const double> acceptance, double optimistic,
+                          bool probe_due) {
+    Entry entry;
+    entry.planned = true;
+    entry.optimistic = optimistic;
+    entry.probe_due = probe_due;
+    double survival = 1.0;
+    for (std::size_t i = 0; i < acceptance.size(); ++i) {
+      survival *= std::clamp(acceptance[i], 0.0, 1.0);
+      candidates_.push_back({survival, sequences_.size(), i});
+    }
+    entry.limit = acceptance.size();
+    sequences_.push_back(entry);
+    return sequences_.size() - 1;
+  }
+  std::size_t add_fixed(std::size_t fixed_length) {
+    Entry entry;
+    entry.length = fixed_length;
+    entry.limit = fixed_length;
+    sequences_.push_back(entry);
+    return sequences_.size() - 1;
+  }
+
+  /// \brief Chooses every planned sequence's length (file comment).
+  void solve() {
+    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+      if (a.survival != b.survival) return a.survival > b.survival;
+      if (a.sequence != b.sequence) return a.sequence < b.sequence;
+      return a.index < b.index;
+    });
+    std::size_t longest = 0;
+    for (const Entry& entry : sequences_) {
+      if (entry.planned) longest = std::max(longest, entry.limit);
+    }
+    // Every cap on the planned lengths (each draft call costs something of its own, so a plan
+    // whose longest sequence drafts fewer tokens needs fewer calls): the best prefix under it.
+    Best best;
+    for (std::size_t cap = 1; cap <= longest; ++cap) walk(cap, kAll, &best);
+    walk(best.cap, best.taken, nullptr);
+    // Probes: one row for a sequence left plain long enough, if drafting some length at its
+    // optimistic acceptance would beat the plan's rate. (Judging the single row alone kept a
+    // batch of 8 plain for good where one more row cost more than the rows after it: the
+    // acceptance never had a verdict to recover from.)
+    for (Entry& entry : sequences_) {
+      if (!entry.planned || entry.length > 0 || !entry.probe_due || entry.limit == 0) continue;
+      if (!optimism_pays(entry)) continue;
+      entry.length = 1;
+      entry.probing = true;
+      tokens_ += entry.optimistic;
+      target_cost_ = shared_target_ ? target_cost(rows_ + 1)
+                                    : target_cost_ + target_cost(2) - target_cost(1);
+      draft_cost_ += add_draft_row(1);
+      ++rows_;
+    }
+  }
+
+  [[nodiscard]] std::size_t length(std::size_t index) const noexcept {
+    return sequences_[index].length;
+  }
+  [[nodiscard]] bool probing(std::size_t index) const noexcept {
+    return sequences_[index].probing;
+  }
+  /// \brief The plan's marginal survival (1 when nothing is drafted).
+  [[nodiscard]] double threshold() const noexcept { return threshold_; }
+  /// \brief The plan's expected tokens, rows and cost (in the curves' unit).
+  [[nodiscard]] double expected_tokens() const noexcept { return tokens_; }
+  [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
+  [[nodiscard]] double expected_cost() const noexcept { return target_cost_ + draft_cost_; }
+  /// \}
+
+  /// \name Measured costs (ignored with fixed curves)
+  /// \{
+  void observe_target_call(std::size_t rows, double seconds) noexcept {
+    if (options_.fixed_costs() || rows == 0) return;
+    target_measured_.observe(rows - 1, -1.0, seconds);
+    refresh_costs();
+  }
+  void observe_draft_call(std::size_t rows, double seconds) noexcept {
+    if (options_.fixed_costs() || rows == 0) return;
+    draft_measured_.observe(rows - 1, -1.0, seconds);
+    draft_seen_ = true;
+    refresh_costs();
+  }
+  /// \}
+
+  [[nodiscard]] const BatchGoodputOptions& options() const noexcept { return options_; }
+  /// \brief The target curve in use: [n - 1] = T(n).
+  [[nodiscard]] std::span<const double> target_costs() const noexcept { return target_table_; }
+  /// \brief The draft curve in use: [n - 1] = D(n).
+  [[nodiscard]] std::span<const double> draft_costs() const noexcept { return draft_table_; }
+
+ private:
+  struct Entry {
+    bool planned = false;
+    bool probe_due = false;
+    bool probing = false;
+    double optimistic = 0;
+    std::size_t limit = 0;
+    std::size_t length = 0;  // the plan's (a fixed sequence's: its own)
+  };
+  struct Candidate {
+    double survival = 0;  // P_{s,i}: what one more row of sequence s is worth, in tokens
+    std::size_t sequence = 0;
+    std::size_t index = 0;  // i - 1
+  };
+
+  static constexpr std::size_t kAll = std::numeric_limits<std::size_t>::max();
+  struct Best {
+    double rate = 0;
+    std::size_t cap = 0;    // planned lengths at most this
+    std::size_t taken = 0;  // the first `taken` candidates under the cap
+  };
+
+  /// Starts the step over with every planned sequence plain (fixed ones at their lengths),
+  /// then takes the candidates under `cap` in order, up to `count` of them, and leaves the step
+  /// at the prefix taken. With `best`, every prefix (the plain step included) is evaluated and
+  /// the best so far kept in *best.
+  void walk(std::size_t cap, std::size_t count, Best* best) {
+    std::fill(draft_rows_.begin(), draft_rows_.end(), std::size_t{0});
+    tokens_ = 0;
+    rows_ = 0;
+    target_cost_ = 0;
+    draft_cost_ = 0;
+    threshold_ = 1.0;
+    for (Entry& entry : sequences_) {
+      if (entry.planned) entry.length = 0;
+      entry.probing = false;
+      tokens_ += 1.0;  // a fixed sequence's drafted tokens are its policy's business
+      rows_ += entry.length + 1;
+      if (!shared_target_) target_cost_ += target_cost(entry.length + 1);
+      for (std::size_t k = 1; k <= entry.length; ++k) draft_cost_ += add_draft_row(k);
+    }
+    if (shared_target_) target_cost_ = target_cost(rows_);
+    if (best != nullptr && rate() > best->rate * (1 + kTieTolerance)) *best = {rate(), 0, 0};
+    std::size_t taken = 0;
+    for (const Candidate& candidate : candidates_) {
+      if (taken == count) break;
+      if (candidate.index >= cap) continue;
+      Entry& entry = sequences_[candidate.sequence];
+      tokens_ += candidate.survival;
+      if (shared_target_) {
+        target_cost_ = target_cost(rows_ + 1);
+      } else {
+        target_cost_ += target_cost(entry.length + 2) - target_cost(entry.length + 1);
+      }
+      ++rows_;
+      ++entry.length;
+      draft_cost_ += add_draft_row(entry.length);
+      threshold_ = candidate.survival;
+      ++taken;
+      if (best != nullptr && rate() > best->rate * (1 + kTieTolerance)) {
+        *best = {rate(), cap, taken};
+      }
+    }
+  }
+
+  /// Whether `entry` (plain in the plan) drafting m tokens, for some m up to its limit, each
+  /// accepted at its optimistic rate, would beat the plan's rate.
+  [[nodiscard]] bool optimism_pays(const Entry& entry) const noexcept {
+    double tokens = tokens_, survival = 1, draft = draft_cost_;
+    for (std::size_t m = 1; m <= entry.limit; ++m) {
+      tokens += (survival *= entry.optimistic);
+      draft += draft_row_cost(m);
+      const double target = shared_target_
+                                ? target_cost(rows_ + m)
+                                : target_cost_ + target_cost(m + 1) - target_cost(1);
+      if (tokens / (target + draft) > rate() * (1 + kTieTolerance)) return true;
+    }
+    return false;
+  }
+
+  [[nodiscard]] double rate() const noexcept {
+    return tokens_ / (target_cost_ + draft_cost_);
+  }
+
+  /// A curve at n >= 1 entries, continued past its end along its last step.
+  [[nodiscard]] static double at(std::span<const double> curve, std::size_t n) noexcept {
+    if (n == 0) return 0.0;
+    if (n <= curve.size()) return curve[n - 1];
+    const double last = curve.back();
+    const double step = curve.size() >= 2 ? std::max(0.0, last - curve[curve.size() - 2]) : last;
+    return last + step * static_cast<double>(n - curve.size());
+  }
+  [[nodiscard]] double target_cost(std::size_t rows) const noexcept {
+    return at(target_table_, rows);
+  }
+  /// What the k-th draft row of a sequence adds: with shared draft calls, one more row in the
+  /// k-th call (a new call if it is its first row); else one call of its own.
+  [[nodiscard]] double draft_row_cost(std::size_t k) const noexcept {
+    if (!shared_draft_) return at(draft_table_, 1);
+    const std::size_t before = k < draft_rows_.size() ? draft_rows_[k] : 0;
+    return at(draft_table_, before + 1) - at(draft_table_, before);
+  }
+  /// draft_row_cost(k), then counts the row.
+  double add_draft_row(std::size_t k) noexcept {
+    const double cost = draft_row_cost(k);
+    if (k < draft_rows_.size()) ++draft_rows_[k];
+    return cost;
+  }
+
+  void refresh_costs() noexcept {
+    if (options_.fixed_costs()) {
+      for (std::size_t n = 1; n <= target_table_.size(); ++n) {
+        target_table_[n - 1] = at(options_.target_call_costs, n);
+      }
+      for (std::size_t n = 1; n <= draft_table_.size(); ++n) {
+        draft_table_[n - 1] = at(options_.draft_call_costs, n);
+      }
+      return;
+    }
+    // Until measured: unit target calls, 5 % more per row, and a draft call at 5 % of a
+    // target call of as many rows (the measured curves replace them as calls are timed).
+    target_measured_.fill_verify(target_table_);
+    if (draft_seen_) {
+      draft_measured_.fill_verify(draft_table_);
+    } else {
+      for (std::size_t n = 1; n <= draft_table_.size(); ++n) {
+        draft_table_[n - 1] = kPriorDraftShare * at(target_table_, n);
+      }
+    }
+  }
+
+  static constexpr double kTieTolerance = 1e-9;
+  static constexpr double kPriorDraftShare = 0.05;
+  BatchGoodputOptions options_{};
+  bool shared_target_ = true;
+  bool shared_draft_ = true;
+  std::vector<Entry> sequences_;
+  std::vector<Candidate> candidates_;
+  std::vector<std::size_t> draft_rows_;  // [k]: sequences drafting a k-th token this step
+  std::vector<double> target_table_;     // [n - 1] = T(n)
+  std::vector<double> draft_table_;      // [n - 1] = D(n)
+  detail::MeasuredCosts target_measured_, draft_measured_;
+  bool draft_seen_ = false;
+  double tokens_ = 0, target_cost_ = 0, draft_cost_ = 0, threshold_ = 1;
+  std::size_t rows_ = 0;
+};
+
+}  // namespace specdec

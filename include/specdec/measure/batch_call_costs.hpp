@@ -1,0 +1,183 @@
+#pragma once
+/// \file
+/// \brief measure_batch_call_costs: measure_call_costs for a batch. Times a batched target's
+/// call of n rows in total, over up to `sequences` sequences (n = 1 .. sequences x
+/// (max_draft + 1)), and a batched draft's call advancing r sequences (r = 1 .. sequences),
+/// and hands both curves to the batch's goodput plan as fixed costs
+/// (BatchCallCosts::goodput_options, batch/goodput.hpp).
+///
+/// Why before decoding: online, the plan learns T(n) only at the row counts the steps happen
+/// to use, and a batch's curve spans hundreds of row counts (B = 32 sequences drafting 8
+/// tokens each is a 288-row call), with the steps and dips of the engine's kernels where the
+/// rows outgrow a tile. Measured once at load time, the whole curve is known, and with fixed
+/// costs the draft lengths no longer depend on timings.
+///
+/// Row counts up to 32 are all timed; above, every eighth or so (n, then n + n / 8), and the
+/// curve between two timed counts is the line through them: a call of a few hundred rows
+/// costs tens of small ones, and timing every count of a 32-sequence batch would take minutes.
+/// Each point is the lower quartile of `repeats` calls (a call preempted for a scheduler slice
+/// only ever adds time), the row counts interleaved, every shape called twice in a row and the
+/// second call timed (an engine may prepare each call shape anew: the steady state is what
+/// decoding runs in), as measure_call_costs does. A call of n rows gives every sequence
+/// n / B rows, the first n mod B one more (fewer than B rows: n sequences of one row, a
+/// batch's plain step at n sequences); every sequence's rows follow its own positions after
+/// the last call's, walked through the second half of `context` again and again. The
+/// sequences use ids first_id .. first_id + sequences - 1 and are released from both models
+/// (release(id), if they have it) at the end, so a decoder may use those ids afterwards. A
+/// measurement tool: it allocates, and it calls the models many times.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "specdec/batch/draft.hpp"
+#include "specdec/batch/goodput.hpp"
+#include "specdec/batch/target.hpp"
+#include "specdec/detail/error.hpp"
+#include "specdec/measure/call_costs.hpp"
+#include "specdec/types.hpp"
+
+namespace specdec {
+
+/// \brief A batched pair's measured call costs, in seconds.
+struct BatchCallCosts {
+  std::vector<double> target_seconds;  ///< [n - 1]: one target call of n rows in total
+  std::vector<double> draft_seconds;   ///< [r - 1]: one draft call advancing r sequences
+
+  /// \brief T(n) / T(1), n = 1 .. target_seconds.size().
+  [[nodiscard]] std::vector<double> target_ratios() const {
+    std::vector<double> ratios(target_seconds);
+    for (double& ratio : ratios) ratio /= target_seconds.front();
+    return ratios;
+  }
+
+  /// \brief `base` with these curves as its fixed costs (BatchGoodputOptions::fixed_costs);
+  /// its probe interval is kept.
+  /// \throws std::invalid_argument when a curve is empty or not positive.
+  [[nodiscard]] BatchGoodputOptions goodput_options(BatchGoodputOptions base = {}) const {
+    base.target_call_costs = target_seconds;
+    base.draft_call_costs = draft_seconds;
+    if (target_seconds.empty() || draft_seconds.empty()) {
+      detail::throw_invalid_argument(
+          "BatchCallCosts::goodput_options: no measured calls; expected the result of "
+          "measure_batch_call_costs()");
+    }
+    base.validate();
+    return base;
+  }
+};
+
+/// \brief Times `target.score_batch` and `draft.draft_batch` (see the file comment), after one
+/// untimed warm-up call of each shape's largest. Throws std::invalid_argument for sequences =
+/// 0, repeats = 0, or a context too short for max_draft + 1 rows per sequence in its second
+/// half (at least 2 (max_draft + 1) tokens); a model's own exception passes through (the
+/// sequences are released first).
+template <BatchedDraftModel Draft, BatchedTargetModel Target>
+[[nodiscard]] BatchCallCosts measure_batch_call_costs(Draft& draft, Target& target,
+                                                      std::span<const token_t> context,
+                                                      std::size_t sequences,
+                                                      std::size_t max_draft,
+                                                      std::size_t repeats = 5,
+                                                      sequence_id first_id = 0) {
+  const std::size_t per_sequence = max_draft + 1;
+  if (sequences == 0 || repeats == 0 || context.size() < 2 * per_sequence) {
+    detail::throw_invalid_argument(
+        "measure_batch_call_costs: ", sequences, " sequences, context of ", context.size(),
+        " tokens, max_draft = ", max_draft, ", repeats = ", repeats,
+        "; expected sequences >= 1, repeats >= 1 and a context of at least 2 (max_draft + 1) "
+        "tokens");
+  }
+  const auto release_all = [&] {
+    for (std::size_t s = 0; s < sequences; ++s) {
+      if constexpr (detail::HasRelease<Target>) target.release(first_id + s);
+      if constexpr (detail::HasRelease<Draft>) draft.release(first_id + s);
+    }
+  };
+  using clock = std::chrono::steady_clock;
+  constexpr std::size_t kAllRowsUpTo = 32;
+  const std::size_t max_rows = sequences * per_sequence;
+  const std::size_t lowest = std::min(context.size() / 2, context.size() - per_sequence);
+  std::vector<std::size_t> target_position(sequences, lowest);
+  std::vector<std::size_t> draft_position(sequences, lowest);
+  std::vector<ScoreRequest> score(sequences);
+  std::vector<DraftStepRequest> step(sequences);
+
+  // One target call of n rows in total; returns its seconds.
+  const auto target_call = [&](std::size_t n) {
+    const std::size_t in_call = std::min(n, sequences);
+    for (std::size_t s = 0; s < in_call; ++s) {
+      const std::size_t rows = n / in_call + (s < n % in_call ? 1 : 0);
+      std::size_t& position = target_position[s];
+      if (position + rows > context.size()) position = lowest;
+      score[s] = ScoreRequest{first_id + s, context.first(position + rows), position + 1, rows};
+      position += rows;
+    }
+    const auto start = clock::now();
+    (void)target.score_batch(std::span<const ScoreRequest>(score.data(), in_call));
+    return std::chrono::duration<double>(clock::now() - start).count();
+  };
+  // One draft call advancing r sequences by a token each; returns its seconds.
+  const auto draft_call = [&](std::size_t r) {
+    for (std::size_t s = 0; s < r; ++s) {
+      std::size_t& position = draft_position[s];
+      if (position + 1 > context.size()) position = lowest;
+      step[s] = DraftStepRequest{first_id + s, context.first(position + 1)};
+      ++position;
+    }
+    const auto start = clock::now();
+    (void)draft.draft_batch(std::span<const DraftStepRequest>(step.data(), r));
+    return std::chrono::duration<double>(clock::now() - start).count();
+  };
+
+  BatchCallCosts costs;
+  try {
+    // Warm-up: every sequence's prompt read (positions up to `lowest`), every shape allocated.
+    for (std::size_t s = 0; s < sequences; ++s) {
+      score[s] = ScoreRequest{first_id + s, context.first(lowest), lowest, 1};
+      step[s] = DraftStepRequest{first_id + s, context.first(lowest)};
+    }
+    (void)target.score_batch(std::span<const ScoreRequest>(score));
+    (void)draft.draft_batch(std::span<const DraftStepRequest>(step));
+    (void)target_call(max_rows);
+    std::vector<std::size_t> timed;  // the row counts timed
+    for (std::size_t n = 1; n <= max_rows; n += n < kAllRowsUpTo ? 1 : n / 8) timed.push_back(n);
+    if (timed.back() != max_rows) timed.push_back(max_rows);
+    std::vector<std::vector<double>> target_times(timed.size(), std::vector<double>(repeats));
+    std::vector<std::vector<double>> draft_times(sequences, std::vector<double>(repeats));
+    for (std::size_t repeat = 0; repeat < repeats; ++repeat) {
+      for (std::size_t i = 0; i < timed.size(); ++i) {
+        (void)target_call(timed[i]);  // after another shape
+        target_times[i][repeat] = target_call(timed[i]);
+      }
+      for (std::size_t r = 1; r <= sequences; ++r) {
+        (void)draft_call(r);
+        draft_times[r - 1][repeat] = draft_call(r);
+      }
+    }
+    costs.target_seconds.resize(max_rows);
+    for (std::size_t i = 0; i < timed.size(); ++i) {
+      costs.target_seconds[timed[i] - 1] =
+          std::max(detail::lower_quartile_of(target_times[i]), 1e-9);
+      if (i == 0) continue;
+      const double low = costs.target_seconds[timed[i - 1] - 1];
+      const double high = costs.target_seconds[timed[i] - 1];
+      for (std::size_t n = timed[i - 1] + 1; n < timed[i]; ++n) {
+        const double t = static_cast<double>(n - timed[i - 1]) /
+                         static_cast<double>(timed[i] - timed[i - 1]);
+        costs.target_seconds[n - 1] = low + t * (high - low);
+      }
+    }
+    for (auto& times : draft_times) {
+      costs.draft_seconds.push_back(std::max(detail::lower_quartile_of(times), 1e-9));
+    }
+  } catch (...) {
+    release_all();
+    throw;
+  }
+  release_all();
+  return costs;
+}
+
+}  // namespace specdec

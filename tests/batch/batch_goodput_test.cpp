@@ -1,0 +1,442 @@
+// Draft lengths planned for a whole batch (batch/goodput.hpp): the plan is the best allocation
+// of drafted rows across sequences, checked by enumerating every allocation; it drafts less
+// per sequence as the batch fills the target's call, is exactly plain batched decoding where no
+// row pays, probes only where optimism pays; through BatchedDecoder the goodput sequences follow
+// it, greedy output stays the target's, and fixed costs make sampled output reproducible.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "specdec/batch.hpp"
+#include "specdec/decoder.hpp"
+#include "specdec/measure/batch_call_costs.hpp"
+#include "specdec/testing.hpp"
+
+#include "batch_models.hpp"
+
+namespace {
+
+using specdec::BatchedDecoder;
+using specdec::BatchGoodputOptions;
+using specdec::BatchGoodputPlanner;
+using specdec::GenerationConfig;
+using specdec::ModelProposer;
+using specdec::token_t;
+using specdec::testing::ScriptedPair;
+using specdec_test::BatchedScriptedDraft;
+using specdec_test::BatchedScriptedTarget;
+
+/// A curve of n = 1 .. size entries from f(n).
+std::vector<double> curve(std::size_t size, const std::function<double(std::size_t)>& f) {
+  std::vector<double> out(size);
+  for (std::size_t n = 1; n <= size; ++n) out[n - 1] = f(n);
+  return out;
+}
+
+BatchGoodputOptions fixed(std::vector<double> target, std::vector<double> draft) {
+  BatchGoodputOptions options;
+  options.target_call_costs = std::move(target);
+  options.draft_call_costs = std::move(draft);
+  return options;
+}
+
+/// The step's expected rate for given lengths, written out as the planner's file comment
+/// defines it: tokens sum_s (1 + sum_{i <= m_s} P_{s,i}); one target call of sum_s (m_s + 1)
+/// rows; draft call k over the sequences with m_s >= k.
+double rate_of(const std::vector<std::vector<double>>& acceptance,
+               const std::vector<std::size_t>& lengths, const BatchGoodputOptions& options) {
+  double tokens = 0;
+  std::size_t rows = 0;
+  std::size_t longest = 0;
+  for (std::size_t s = 0; s < lengths.size(); ++s) {
+    double survival = 1;
+    tokens += 1;
+    for (std::size_t i = 0; i < lengths[s]; ++i) tokens += (survival *= acceptance[s][i]);
+    rows += lengths[s] + 1;
+    longest = std::max(longest, lengths[s]);
+  }
+  double cost = options.target_call_costs.at(rows - 1);
+  for (std::size_t k = 1; k <= longest; ++k) {
+    std::size_t in_call = 0;
+    for (const std::size_t m : lengths) in_call += m >= k;
+    cost += options.draft_call_costs.at(in_call - 1);
+  }
+  return tokens / cost;
+}
+
+/// The best rate over every allocation (0 .. limit per sequence), by enumeration.
+double best_rate(const std::vector<std::vector<double>>& acceptance,
+                 const BatchGoodputOptions& options) {
+  std::vector<std::size_t> lengths(acceptance.size(), 0);
+  double best = 0;
+  for (;;) {
+    best = std::max(best, rate_of(acceptance, lengths, options));
+    std::size_t s = 0;
+    while (s < lengths.size() && lengths[s] == acceptance[s].size()) lengths[s++] = 0;
+    if (s == lengths.size()) return best;
+    ++lengths[s];
+  }
+}
+
+struct Planned {
+  std::vector<std::size_t> lengths;
+  std::vector<bool> probing;
+  double rate = 0;
+};
+
+Planned plan(BatchGoodputPlanner& planner, const std::vector<std::vector<double>>& acceptance,
+             const BatchGoodputOptions& options, double optimistic = 0,
+             bool probe_due = false) {
+  std::size_t longest = 0;
+  for (const auto& a : acceptance) longest = std::max(longest, a.size());
+  planner.reserve(acceptance.size(), longest);
+  planner.clear();
+  for (const auto& a : acceptance) (void)planner.add_planned(a, optimistic, probe_due);
+  planner.solve();
+  Planned out;
+  for (std::size_t s = 0; s < acceptance.size(); ++s) {
+    out.lengths.push_back(planner.length(s));
+    out.probing.push_back(planner.probing(s));
+  }
+  out.rate = rate_of(acceptance, out.lengths, options);
+  return out;
+}
+
+// ---- the plan against every allocation ----------------------------------------------------------
+
+// With draft calls whose cost is a sum over their rows, a step's cost depends only on how many
+// rows are drafted, so the largest survivals are the best rows to draft: the plan must equal
+// the best allocation, on curves with steps and dips.
+TEST(BatchGoodputPlanner, WithDraftCostsPerRowThePlanIsTheBestAllocation) {
+  std::mt19937 random(20261204);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (int instance = 0; instance < 300; ++instance) {
+    const std::size_t sequences = 1 + instance % 3;
+    const std::size_t limit = 1 + (instance / 3) % 4;
+    std::vector<std::vector<double>> acceptance(sequences);
+    for (auto& a : acceptance) {
+      for (std::size_t i = 0; i < limit; ++i) a.push_back(0.1 + 0.9 * uniform(random));
+    }
+    const std::size_t rows = sequences * (limit + 1);
+    // A rising curve with random steps and dips (a CPU engine's row tiles).
+    double level = 1.0;
+    const BatchGoodputOptions options = fixed(
+        curve(rows,
+              [&](std::size_t) {
+                level *= 0.9 + 0.5 * uniform(random);
+                return level;
+              }),
+        curve(sequences, [&](std::size_t n) { return 0.08 * static_cast<double>(n); }));
+    BatchGoodputPlanner planner(options);
+    const Planned got = plan(planner, acceptance, options);
+    EXPECT_NEAR(got.rate, best_rate(acceptance, options), 1e-12) << "instance " << instance;
+    EXPECT_NEAR(planner.expected_tokens() / planner.expected_cost(), got.rate, 1e-12);
+  }
+}
+
+// With a fixed cost per draft call the best allocation also weighs how many calls the longest
+// sequence needs; the plan ranks rows by survival alone, so it may miss it, by little.
+TEST(BatchGoodputPlanner, WithACostPerDraftCallThePlanIsWithinTwoPercentOfTheBest) {
+  std::mt19937 random(7);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  double worst = 1;
+  for (int instance = 0; instance < 300; ++instance) {
+    const std::size_t sequences = 1 + instance % 4;
+    const std::size_t limit = 1 + (instance / 4) % 4;
+    std::vector<std::vector<double>> acceptance(sequences);
+    for (auto& a : acceptance) {
+      for (std::size_t i = 0; i < limit; ++i) a.push_back(0.1 + 0.9 * uniform(random));
+    }
+    const double per_call = 0.05 + 0.2 * uniform(random);
+    const BatchGoodputOptions options = fixed(
+        curve(sequences * (limit + 1),
+              [](std::size_t n) { return 1.0 + 0.1 * static_cast<double>(n - 1); }),
+        curve(sequences, [&](std::size_t n) { return per_call + 0.01 * static_cast<double>(n); }));
+    BatchGoodputPlanner planner(options);
+    const Planned got = plan(planner, acceptance, options);
+    worst = std::min(worst, got.rate / best_rate(acceptance, options));
+  }
+  EXPECT_GT(worst, 0.98);
+}
+
+// ---- shapes ---------------------------------------------------------------------------------------
+
+// A memory-bound target: a call costs the same up to 16 rows, then grows with them. Drafting
+// fills the call's free rows; once plain decoding of the batch fills them, every drafted row
+// costs its full share and the step is plain.
+TEST(BatchGoodputPlanner, DraftsLessPerSequenceAsTheBatchFillsTheCall) {
+  const std::vector<double> target =
+      curve(32 * 9, [](std::size_t n) { return std::max(1.0, static_cast<double>(n) / 16.0); });
+  std::size_t previous = 9;
+  for (const std::size_t batch : {1u, 2u, 4u, 8u, 16u, 32u}) {
+    const BatchGoodputOptions options =
+        fixed(target, curve(32, [](std::size_t n) { return 0.02 + 0.002 * n; }));
+    BatchGoodputPlanner planner(options);
+    const Planned got =
+        plan(planner, std::vector<std::vector<double>>(batch, std::vector<double>(8, 0.8)),
+             options);
+    const std::size_t most = *std::max_element(got.lengths.begin(), got.lengths.end());
+    const std::size_t least = *std::min_element(got.lengths.begin(), got.lengths.end());
+    EXPECT_LE(most, previous) << "B = " << batch;
+    EXPECT_LE(most - least, 1u) << "B = " << batch << ": alike sequences, alike lengths";
+    if (batch >= 16) {
+      EXPECT_EQ(most, 0u) << "B = " << batch;
+    }
+    if (batch <= 2) {
+      EXPECT_GE(least, 4u) << "B = " << batch;
+    }
+    previous = most;
+  }
+}
+
+TEST(BatchGoodputPlanner, TheSequenceWhoseDraftIsBetterDraftsMore) {
+  const BatchGoodputOptions options =
+      fixed(curve(3 * 9, [](std::size_t n) { return 1.0 + 0.1 * static_cast<double>(n - 1); }),
+            curve(3, [](std::size_t n) { return 0.05 * static_cast<double>(n); }));
+  BatchGoodputPlanner planner(options);
+  const Planned got = plan(planner,
+                           {std::vector<double>(8, 0.95), std::vector<double>(8, 0.6),
+                            std::vector<double>(8, 0.1)},
+                           options);
+  EXPECT_GT(got.lengths[0], got.lengths[1]);
+  EXPECT_GE(got.lengths[1], got.lengths[2]);
+  EXPECT_EQ(got.lengths[2], 0u);
+  EXPECT_NEAR(got.rate, best_rate({std::vector<double>(8, 0.95), std::vector<double>(8, 0.6),
+                                   std::vector<double>(8, 0.1)},
+                                  options),
+              1e-12);
+}
+
+// Every extra row costs as much as a whole one-row call: no acceptance below 1 pays, and even
+// an optimistic probe would not, so the plan is plain for every sequence.
+TEST(BatchGoodputPlanner, WhenNoRowPaysEverySequenceIsPlainAndNoProbeIsMade) {
+  const BatchGoodputOptions options =
+      fixed(curve(4 * 9, [](std::size_t n) { return static_cast<double>(n); }),
+            curve(4, [](std::size_t n) { return 0.1 * static_cast<double>(n); }));
+  BatchGoodputPlanner planner(options);
+  const Planned got = plan(planner, std::vector<std::vector<double>>(4, std::vector<double>(8, 0.99)),
+                           options, /*optimistic=*/1.0, /*probe_due=*/true);
+  for (std::size_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(got.lengths[s], 0u);
+    EXPECT_FALSE(got.probing[s]);
+  }
+  EXPECT_EQ(planner.rows(), 4u);
+  EXPECT_DOUBLE_EQ(planner.threshold(), 1.0);
+}
+
+// A draft believed useless (acceptance 0.05) is left plain; once its probe is due, one row is
+// drafted if the optimistic acceptance would pay for it, and only then.
+TEST(BatchGoodputPlanner, AProbeIsOneRowAndOnlyWhenDueAndOptimismPays) {
+  const BatchGoodputOptions options =
+      fixed(curve(2 * 9, [](std::size_t n) { return 1.0 + 0.2 * static_cast<double>(n - 1); }),
+            curve(2, [](std::size_t n) { return 0.05 * static_cast<double>(n); }));
+  const std::vector<std::vector<double>> useless(2, std::vector<double>(8, 0.05));
+  BatchGoodputPlanner planner(options);
+  Planned got = plan(planner, useless, options, /*optimistic=*/0.9, /*probe_due=*/false);
+  EXPECT_EQ(got.lengths, (std::vector<std::size_t>{0, 0}));
+  got = plan(planner, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
+  EXPECT_EQ(got.lengths, (std::vector<std::size_t>{1, 1}));
+  EXPECT_TRUE(got.probing[0] && got.probing[1]);
+  got = plan(planner, useless, options, /*optimistic=*/0.2, /*probe_due=*/true);
+  EXPECT_EQ(got.lengths, (std::vector<std::size_t>{0, 0}));
+}
+
+// Sequences the plan does not drive (another policy) count in the call's rows: with a free
+// call up to 8 rows, a fixed sequence drafting 5 (6 rows) leaves the planned one (1 row) a
+// single free row.
+TEST(BatchGoodputPlanner, AFixedSequencesRowsCountInTheCall) {
+  const BatchGoodputOptions options =
+      fixed(curve(16, [](std::size_t n) { return n <= 8 ? 1.0 : static_cast<double>(n) / 2.0; }),
+            curve(2, [](std::size_t n) { return 0.001 * static_cast<double>(n); }));
+  BatchGoodputPlanner planner(options);
+  planner.reserve(2, 7);
+  planner.clear();
+  (void)planner.add_fixed(5);
+  const std::size_t planned = planner.add_planned(std::vector<double>(7, 0.9), 0, false);
+  planner.solve();
+  EXPECT_EQ(planner.length(planned), 1u);
+  EXPECT_EQ(planner.rows(), 8u);
+}
+
+TEST(BatchGoodputPlanner, MeasuredCostsAreReadWhereSeenAndExtrapolatedFromBelow) {
+  BatchGoodputPlanner planner;  // measured
+  planner.reserve(2, 3);
+  for (int i = 0; i < 3; ++i) {
+    planner.observe_target_call(2, 0.010);
+    planner.observe_target_call(4, 0.014);
+  }
+  const auto costs = planner.target_costs();
+  ASSERT_EQ(costs.size(), 8u);
+  EXPECT_DOUBLE_EQ(costs[1], 0.010);
+  EXPECT_DOUBLE_EQ(costs[3], 0.014);
+  EXPECT_NEAR(costs[5], 0.018, 1e-12);  // the line through 2 and 4 rows
+  // Until a draft call is timed, a draft call costs 5 % of a target call of as many rows.
+  EXPECT_NEAR(planner.draft_costs()[1], 0.05 * 0.010, 1e-12);
+  for (int i = 0; i < 3; ++i) planner.observe_draft_call(2, 0.001);
+  EXPECT_DOUBLE_EQ(planner.draft_costs()[1], 0.001);
+}
+
+TEST(BatchGoodputOptions, RejectsBadCurvesNamingTheField) {
+  const auto message = [](const BatchGoodputOptions& options) {
+    try {
+      options.validate();
+    } catch (const std::invalid_argument& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(fixed({1.0, 1.1}, {})).find("both curves"), std::string::npos);
+  EXPECT_NE(message(fixed({1.0, -1.0}, {0.1})).find("target_call_costs[1] = -1"),
+            std::string::npos);
+  EXPECT_NE(message(fixed({1.0}, {0.0})).find("draft_call_costs[0] = 0"), std::string::npos);
+  BatchGoodputOptions no_probes;
+  no_probes.probe_interval = 0;
+  EXPECT_NE(message(no_probes).find("probe_interval"), std::string::npos);
+  EXPECT_THROW(BatchGoodputPlanner(fixed({1.0}, {})), std::invalid_argument);
+  EXPECT_EQ(message(fixed({1.0}, {0.1})), "no error");
+}
+
+// ---- through BatchedDecoder -------------------------------------------------------------------------
+
+ScriptedPair make_pair() {
+  ScriptedPair pair;
+  pair.target_model.vocab = 8;
+  pair.perturbation.vocab = 8;
+  pair.noise = 0.3;
+  return pair;
+}
+
+GenerationConfig goodput_config(float temperature, std::uint64_t seed) {
+  GenerationConfig config;
+  config.sampling.temperature = temperature;
+  config.max_new_tokens = 60;
+  config.draft_length = 8;
+  config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
+  config.seed = seed;
+  return config;
+}
+
+using Decoder = BatchedDecoder<BatchedScriptedTarget, ModelProposer<BatchedScriptedDraft>>;
+
+struct BatchRun {
+  std::map<specdec::sequence_id, std::vector<token_t>> tokens;
+  specdec::BatchStats stats;
+};
+
+/// Four goodput sequences (two greedy, two sampled) decoded together under `options`.
+BatchRun run_batch(const ScriptedPair& pair, const BatchGoodputOptions& options) {
+  BatchedScriptedTarget target(pair.target<float>());
+  BatchedScriptedDraft draft(pair.draft<float>());
+  Decoder decoder(target, ModelProposer<BatchedScriptedDraft>(draft), {}, {}, options);
+  const std::vector<std::vector<token_t>> prompts = {{1, 2}, {3}, {4, 5, 6}, {7}};
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    decoder.add(i, prompts[i], goodput_config(i < 2 ? 0.0f : 1.0f, 40 + i));
+  }
+  BatchRun run;
+  for (specdec::FinishedSequence& done : decoder.run()) {
+    EXPECT_FALSE(done.error);
+    run.tokens[done.id] = done.result.tokens;
+  }
+  run.stats = decoder.stats();
+  EXPECT_EQ(target.broken_promises, 0u);
+  return run;
+}
+
+std::vector<token_t> greedy_alone(const ScriptedPair& pair, std::vector<token_t> prompt) {
+  auto target = pair.target<float>();
+  specdec::AutoregressiveDecoder plain(target);
+  return plain.generate(prompt, goodput_config(0.0f, 1)).tokens;
+}
+
+// Every drafted row costs a whole call: the goodput sequences' steps are exactly plain batched
+// decoding: one row per sequence, no draft call.
+TEST(BatchedDecoderGoodput, WhereNoRowPaysTheStepsArePlainBatchedDecoding) {
+  const ScriptedPair pair = make_pair();
+  const BatchRun run = run_batch(pair, fixed(curve(4 * 9, [](std::size_t n) { return 1.0 * static_cast<double>(n); }),
+                                        curve(4, [](std::size_t n) { return 0.1 * static_cast<double>(n); })));
+  EXPECT_EQ(run.stats.draft_calls, 0u);
+  EXPECT_EQ(run.stats.draft_rows, 0u);
+  EXPECT_EQ(run.stats.target_rows, run.stats.rounds);
+  EXPECT_EQ(run.tokens.at(0), greedy_alone(pair, {1, 2}));
+  EXPECT_EQ(run.tokens.at(1), greedy_alone(pair, {3}));
+}
+
+// Cheap rows: every sequence drafts, the calls carry several rows per sequence, and greedy
+// output is still the target's argmax path.
+TEST(BatchedDecoderGoodput, WhereRowsAreCheapTheSequencesDraftAndGreedyIsTheTargets) {
+  const ScriptedPair pair = make_pair();
+  const BatchRun run =
+      run_batch(pair, fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * (n - 1); }),
+                            curve(4, [](std::size_t n) { return 0.02 + 0.005 * n; })));
+  EXPECT_GT(run.stats.draft_calls, 0u);
+  EXPECT_GT(run.stats.rows_per_target_call(), 2.0 * run.stats.rounds_per_target_call());
+  EXPECT_EQ(run.tokens.at(0), greedy_alone(pair, {1, 2}));
+  EXPECT_EQ(run.tokens.at(1), greedy_alone(pair, {3}));
+}
+
+// With fixed curves the plan depends on no timing: the same batch gives the same tokens.
+TEST(BatchedDecoderGoodput, FixedCostsMakeSampledOutputReproducible) {
+  const ScriptedPair pair = make_pair();
+  const BatchGoodputOptions options =
+      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.15 * (n - 1); }),
+            curve(4, [](std::size_t n) { return 0.05 + 0.01 * n; }));
+  const BatchRun first = run_batch(pair, options);
+  const BatchRun second = run_batch(pair, options);
+  EXPECT_EQ(first.tokens, second.tokens);
+  EXPECT_EQ(first.stats.target_rows, second.stats.target_rows);
+  EXPECT_GT(first.stats.draft_calls, 0u);
+}
+
+// Measured costs (the default): the decoder times its calls into the plan's curves.
+TEST(BatchedDecoderGoodput, MeasuredCostsAreLearntFromTheCalls) {
+  const ScriptedPair pair = make_pair();
+  const BatchRun run = run_batch(pair, {});
+  EXPECT_EQ(run.tokens.at(0), greedy_alone(pair, {1, 2}));
+  EXPECT_EQ(run.tokens.at(1), greedy_alone(pair, {3}));
+  EXPECT_GT(run.stats.target_calls, 0u);
+}
+
+TEST(BatchedDecoderGoodput, BadOptionsAreRejectedByTheConstructor) {
+  const ScriptedPair pair = make_pair();
+  BatchedScriptedTarget target(pair.target<float>());
+  BatchedScriptedDraft draft(pair.draft<float>());
+  EXPECT_THROW(Decoder(target, ModelProposer<BatchedScriptedDraft>(draft), {}, {},
+                       fixed({1.0}, {})),
+               std::invalid_argument);
+}
+
+// ---- measure_batch_call_costs ------------------------------------------------------------------------
+
+TEST(MeasureBatchCallCosts, TimesEveryRowCountAndDraftWidthWithinTheContractAndReleases) {
+  const ScriptedPair pair = make_pair();
+  BatchedScriptedTarget target(pair.target<float>());
+  BatchedScriptedDraft draft(pair.draft<float>());
+  std::vector<token_t> context;
+  for (int i = 0; i < 24; ++i) context.push_back(static_cast<token_t>(i % 8));
+  const specdec::BatchCallCosts costs =
+      specdec::measure_batch_call_costs(draft, target, context, 3, 4, 3, /*first_id=*/7);
+  ASSERT_EQ(costs.target_seconds.size(), 15u);  // 3 sequences x (4 + 1) rows
+  ASSERT_EQ(costs.draft_seconds.size(), 3u);
+  for (const double t : costs.target_seconds) EXPECT_GT(t, 0.0);
+  EXPECT_EQ(target.broken_promises, 0u);
+  EXPECT_EQ(draft.broken_promises, 0u);
+  EXPECT_EQ(target.released, (std::vector<specdec::sequence_id>{7, 8, 9}));
+  EXPECT_EQ(draft.released, (std::vector<specdec::sequence_id>{7, 8, 9}));
+  const BatchGoodputOptions options = costs.goodput_options();
+  EXPECT_EQ(options.target_call_costs, costs.target_seconds);
+  EXPECT_DOUBLE_EQ(costs.target_ratios().front(), 1.0);
+  EXPECT_THROW((void)specdec::measure_batch_call_costs(draft, target, context, 0, 4),
+               std::invalid_argument);
+  EXPECT_THROW((void)specdec::measure_batch_call_costs(draft, target, context, 2, 12),
+               std::invalid_argument);
+}
+
+}  // namespace
