@@ -200,7 +200,11 @@ class BatchedDecoder {
         policy_(std::move(policy)),
         verifier_(std::move(verifier)),
         planner_(std::move(batch_goodput)) {
-    planner_.set_call_shape(BatchedTargetModel<Target>, kBatchedDraft);
+    bool micro_batches = false;
+    if constexpr (detail::HasBatchCallShape<Target>) {
+      micro_batches = target.batch_call_shape() == BatchCallShape::equal_micro_batches;
+    }
+    planner_.set_call_shape(BatchedTargetModel<Target>, kBatchedDraft, micro_batches);
   }
 
   /// \brief Releases every sequence still in the batch from the models (release(id)).
@@ -272,8 +276,10 @@ class BatchedDecoder {
     if (sequences_.empty()) return finished;
     ++stats_.steps;
     for (auto& sequence : sequences_) sequence->in_round = true;
+    const auto start = std::chrono::steady_clock::now();
     propose_all();
     score_and_commit_all();
+    if (planned_step_ && !prompt_step_) planner_.observe_step(detail::seconds_since(start));
     for (auto& sequence : sequences_) sequence->in_round = false;
     remove_finished(finished);
     return finished;
@@ -439,28 +445,37 @@ class BatchedDecoder {
   void choose_limits() {
     planner_.clear();
     bool planning = false;
+    prompt_step_ = false;
     for (auto& sequence : sequences_) {
       Sequence& s = *sequence;
       if (!s.active()) continue;
       s.limit = detail::round_limit(s.config, s.usable_draft_length, s.result.stats.emitted,
                                     s.context.size());
       s.planned = detail::batch_planned_policy(s.policy);
+      prompt_step_ = prompt_step_ || !s.prefilled;
       if (s.planned != nullptr && s.limit > 0) {
+        // A sequence that has not drafted yet probes after one plain step: its acceptance is
+        // the prior's until a verdict comes, and waiting probe_interval steps for the first
+        // one left short generations plain for a good part of their length.
+        const std::size_t wait =
+            s.result.stats.drafted == 0 ? 1 : planner_.options().probe_interval;
         s.plan_index = planner_.add_planned(s.planned->expected_acceptance(s.limit),
                                             s.planned->optimistic_acceptance(),
-                                            s.plain_steps >= planner_.options().probe_interval);
+                                            s.plain_steps >= wait, s.plain_steps > 0);
         planning = true;
       } else {
         s.planned = nullptr;
         s.plan_index = planner_.add_fixed(s.limit);
       }
     }
+    planned_step_ = planning;
     if (!planning) return;
     planner_.solve();
     for (auto& sequence : sequences_) {
       Sequence& s = *sequence;
       if (!s.active() || s.planned == nullptr) continue;
       s.limit = planner_.length(s.plan_index);
+      prompt_step_ = prompt_step_ || (s.limit > 0 && !s.draft_prefilled);
       s.planned->follow_batch_plan(s.limit, planner_.threshold());
       s.plain_steps = s.limit == 0 ? s.plain_steps + 1 : 0;
     }
@@ -607,6 +622,7 @@ class BatchedDecoder {
         planner_.observe_target_call(total_rows, seconds);
       }
       for (Sequence* s : in_call_) s->prefilled = true;
+      planner_.last_call(total_rows);
       std::size_t first_row = 0;
       for (std::size_t i = 0; i < in_call_.size(); ++i) {
         Sequence& s = *in_call_[i];
@@ -709,6 +725,8 @@ class BatchedDecoder {
   BatchStats stats_;
   BatchGoodputPlanner planner_;
   std::size_t longest_draft_ = 0;  // the longest usable draft length of any sequence that joined
+  bool planned_step_ = false;      // this step's lengths came from the plan
+  bool prompt_step_ = false;       // this step's calls read some sequence's prompt
   detail::HeldResult<typename detail::chain_call_result<Target>::type>
       chain_result_;  // the last per-sequence call's rows, until the next call
   struct NoBatchCall {

@@ -59,6 +59,10 @@ struct BatchGoodputOptions {
   /// [n - 1] = the cost of one batched draft call advancing n sequences (with a draft that is
   /// not batched: [0] is one sequence's draft call). Given together with target_call_costs.
   std::vector<double> draft_call_costs{};
+  /// With fixed curves: the extra cost of a target call whose total rows differ from the
+  /// previous call's (an engine that prepares each call shape anew: llama.cpp builds a new
+  /// compute graph), in the curves' unit; 0: none.
+  double target_switch_cost = 0;
   /// Steps a sequence is left plain before a probe (one drafted row) is considered.
   std::size_t probe_interval = 16;
 
@@ -68,10 +72,10 @@ struct BatchGoodputOptions {
   /// is not finite or not positive, probe_interval = 0.
   void validate() const {
     if (target_call_costs.empty() != draft_call_costs.empty()) {
-      detail::throw_invalid_argument(
-          "BatchGoodputOptions: target_call_costs has ", target_call_costs.size(),
-          " entries and draft_call_costs ", draft_call_costs.size(),
-          "; expected both curves (fixed costs) or neither (measured)");
+      detail::throw_invalid_argument("BatchGoodputOptions: target_call_costs has ",
+                                     target_call_costs.size(), " entries and draft_call_costs ",
+                                     draft_call_costs.size(),
+                                     "; expected both curves (fixed costs) or neither (measured)");
     }
     const auto check = [](const std::vector<double>& costs, const char* name) {
       for (std::size_t i = 0; i < costs.size(); ++i) {
@@ -83,6 +87,10 @@ struct BatchGoodputOptions {
     };
     check(target_call_costs, "target_call_costs");
     check(draft_call_costs, "draft_call_costs");
+    if (!std::isfinite(target_switch_cost) || target_switch_cost < 0) {
+      detail::throw_invalid_argument("BatchGoodputOptions::target_switch_cost = ",
+                                     target_switch_cost, "; expected a finite cost >= 0");
+    }
     if (probe_interval == 0) {
       detail::throw_invalid_argument("BatchGoodputOptions::probe_interval = 0; expected >= 1");
     }
@@ -100,9 +108,13 @@ class BatchGoodputPlanner {
 
   /// \brief How the models are called: one target call for all sequences (score_batch) or
   /// one per sequence; one draft call per drafted position for all sequences, or per sequence.
-  void set_call_shape(bool shared_target_call, bool shared_draft_call) noexcept {
+  /// `equal_micro_batches`: the shared target call costs one pass per distinct row count
+  /// (BatchCallShape::equal_micro_batches, batch/target.hpp), T of the rows each pass takes.
+  void set_call_shape(bool shared_target_call, bool shared_draft_call,
+                      bool equal_micro_batches = false) noexcept {
     shared_target_ = shared_target_call;
     shared_draft_ = shared_draft_call;
+    micro_batches_ = shared_target_call && equal_micro_batches;
   }
 
   /// \brief Sizes every buffer for `sequences` sequences of up to `max_length` drafted tokens.
@@ -113,6 +125,7 @@ class BatchGoodputPlanner {
       candidates_.reserve(sequences * max_length);
     }
     if (draft_rows_.size() < max_length + 1) draft_rows_.resize(max_length + 1);
+    if (sequences_at_rows_.size() < max_length + 2) sequences_at_rows_.resize(max_length + 2);
     if (target_table_.size() < rows) target_table_.resize(rows);
     if (draft_table_.size() < sequences) draft_table_.resize(sequences);
     if (!options_.fixed_costs()) {
@@ -132,12 +145,16 @@ class BatchGoodputPlanner {
 
   /// \brief Adds a sequence. A planned one (its policy is goodput) gives the acceptance of
   /// each token it may draft (its round limit), what a probe wagers on, and whether its probe
-  /// is due; one that is not planned drafts `fixed_length` (its own policy decides; it counts
-  /// in the step's rows and calls). Returns its index.
-  std::size_t add_planned(std::span<const double> acceptance, double optimistic,
-                          bool probe_due) {
+  /// is due, and whether its last step was plain (`resuming`: its draft's first call then also
+  /// catches up on the tokens the plain steps emitted, one more pass on an engine that cuts
+  /// unequal rows into micro-batches, charged as one more one-sequence draft call); one that is
+  /// not planned drafts `fixed_length` (its own policy decides; it counts in the step's rows
+  /// and calls). Returns its index.
+  std::size_t add_planned(std::span<const double> acceptance, double optimistic, bool probe_due,
+                          bool resuming = false) {
     Entry entry;
     entry.planned = true;
+    entry.resuming = resuming;
     entry.optimistic = optimistic;
     entry.probe_due = probe_due;
     double survival = 1.0;
@@ -168,10 +185,13 @@ class BatchGoodputPlanner {
     for (const Entry& entry : sequences_) {
       if (entry.planned) longest = std::max(longest, entry.limit);
     }
-    // Every cap on the planned lengths (each draft call costs something of its own, so a plan
-    // whose longest sequence drafts fewer tokens needs fewer calls): the best prefix under it.
+    // Caps on the planned lengths (each draft call costs something of its own, so a plan
+    // whose longest sequence drafts fewer tokens needs fewer calls): the best prefix under
+    // each of 1, 2, 4, ... and the longest limit, not every cap: a step of 32 sequences
+    // drafting up to 16 tokens walks 512 candidates per cap, every step.
     Best best;
-    for (std::size_t cap = 1; cap <= longest; ++cap) walk(cap, kAll, &best);
+    for (std::size_t cap = 1; cap < longest; cap *= 2) walk(cap, kAll, &best);
+    if (longest > 0) walk(longest, kAll, &best);
     walk(best.cap, best.taken, nullptr);
     // Probes: one row for a sequence left plain long enough, if drafting some length at its
     // optimistic acceptance would beat the plan's rate. (Judging the single row alone kept a
@@ -183,7 +203,10 @@ class BatchGoodputPlanner {
       entry.length = 1;
       entry.probing = true;
       tokens_ += entry.optimistic;
-      target_cost_ = shared_target_ ? target_cost(rows_ + 1)
+      count_rows(1, -1);
+      count_rows(2, +1);
+      draft_cost_ += resume_cost(entry);
+      target_cost_ = shared_target_ ? shared_call_cost(rows_ + 1)
                                     : target_cost_ + target_cost(2) - target_cost(1);
       draft_cost_ += add_draft_row(1);
       ++rows_;
@@ -193,16 +216,49 @@ class BatchGoodputPlanner {
   [[nodiscard]] std::size_t length(std::size_t index) const noexcept {
     return sequences_[index].length;
   }
-  [[nodiscard]] bool probing(std::size_t index) const noexcept {
-    return sequences_[index].probing;
-  }
+  [[nodiscard]] bool probing(std::size_t index) const noexcept { return sequences_[index].probing; }
   /// \brief The plan's marginal survival (1 when nothing is drafted).
   [[nodiscard]] double threshold() const noexcept { return threshold_; }
   /// \brief The plan's expected tokens, rows and cost (in the curves' unit).
   [[nodiscard]] double expected_tokens() const noexcept { return tokens_; }
   [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
-  [[nodiscard]] double expected_cost() const noexcept { return target_cost_ + draft_cost_; }
+  [[nodiscard]] double expected_cost() const noexcept { return cost(); }
   /// \}
+
+  /// \brief The rows of the target call just made: a plan of other rows pays the switch
+  /// cost (BatchGoodputOptions::target_switch_cost).
+  void last_call(std::size_t rows) noexcept { last_rows_ = rows; }
+
+  /// \brief The wall time of the step just planned (its model calls and the library's work),
+  /// for the correction of drafting's costs: the curves price calls as measured alone, and a
+  /// step that drafts pays more than its calls' sum where the engine rebuilds its graphs for
+  /// changing shapes, a draft catches up, rows split into micro-batches. Seconds per unit of
+  /// predicted cost are kept for steps that drafted and for plain ones (moving averages, one
+  /// preempted step moving them by at most 10 %); their ratio (1 to 3) scales the cost a plan
+  /// adds above the plain step. (On llama.cpp's CPU backend with the shipped pair's Q8_0
+  /// weights, plans from the measured curves alone ran at 0.85-0.93x of plain batched
+  /// decoding.) While steps are plain the correction fades (halving in ~35 steps), so that
+  /// drafting is tried and measured again. Steps that read a prompt are not observed.
+  void observe_step(double seconds) noexcept {
+    if (!(seconds > 0) || !(plain_cost_ > 0)) return;
+    using Costs = detail::MeasuredCosts;
+    if (rows_ == plain_rows()) {
+      plain_per_unit_ = Costs::smoothed(plain_per_unit_, seconds / plain_cost_, plain_samples_);
+      plain_samples_ = std::min(plain_samples_ + 1.0, kMaxCorrectionSamples);
+      correction_ = 1.0 + (correction_ - 1.0) * kCorrectionFading;
+    } else {
+      const double predicted = target_cost_ + draft_cost_ + switch_cost(rows_);
+      drafting_per_unit_ =
+          Costs::smoothed(drafting_per_unit_, seconds / predicted, drafting_samples_);
+      drafting_samples_ = std::min(drafting_samples_ + 1.0, kMaxCorrectionSamples);
+    }
+    if (plain_samples_ >= kCorrectionSamples && drafting_samples_ >= kCorrectionSamples &&
+        plain_per_unit_ > 0) {
+      correction_ = std::clamp(drafting_per_unit_ / plain_per_unit_, 1.0, kMaxCorrection);
+    }
+  }
+  /// \brief The correction observe_step applies to drafting's costs (1: none).
+  [[nodiscard]] double correction() const noexcept { return correction_; }
 
   /// \name Measured costs (ignored with fixed curves)
   /// \{
@@ -230,6 +286,7 @@ class BatchGoodputPlanner {
     bool planned = false;
     bool probe_due = false;
     bool probing = false;
+    bool resuming = false;
     double optimistic = 0;
     std::size_t limit = 0;
     std::size_t length = 0;  // the plan's (a fixed sequence's: its own)
@@ -253,6 +310,7 @@ class BatchGoodputPlanner {
   /// the best so far kept in *best.
   void walk(std::size_t cap, std::size_t count, Best* best) {
     std::fill(draft_rows_.begin(), draft_rows_.end(), std::size_t{0});
+    std::fill(sequences_at_rows_.begin(), sequences_at_rows_.end(), std::size_t{0});
     tokens_ = 0;
     rows_ = 0;
     target_cost_ = 0;
@@ -263,10 +321,13 @@ class BatchGoodputPlanner {
       entry.probing = false;
       tokens_ += 1.0;  // a fixed sequence's drafted tokens are its policy's business
       rows_ += entry.length + 1;
+      count_rows(entry.length + 1, +1);
       if (!shared_target_) target_cost_ += target_cost(entry.length + 1);
       for (std::size_t k = 1; k <= entry.length; ++k) draft_cost_ += add_draft_row(k);
     }
-    if (shared_target_) target_cost_ = target_cost(rows_);
+    if (shared_target_) target_cost_ = shared_call_cost(rows_);
+    // The step without planned drafting: what the correction scales from.
+    plain_cost_ = target_cost_ + draft_cost_ + switch_cost(rows_);
     if (best != nullptr && rate() > best->rate * (1 + kTieTolerance)) *best = {rate(), 0, 0};
     std::size_t taken = 0;
     for (const Candidate& candidate : candidates_) {
@@ -274,14 +335,16 @@ class BatchGoodputPlanner {
       if (candidate.index >= cap) continue;
       Entry& entry = sequences_[candidate.sequence];
       tokens_ += candidate.survival;
+      count_rows(entry.length + 1, -1);
+      count_rows(entry.length + 2, +1);
       if (shared_target_) {
-        target_cost_ = target_cost(rows_ + 1);
+        target_cost_ = shared_call_cost(rows_ + 1);
       } else {
         target_cost_ += target_cost(entry.length + 2) - target_cost(entry.length + 1);
       }
       ++rows_;
       ++entry.length;
-      draft_cost_ += add_draft_row(entry.length);
+      draft_cost_ += add_draft_row(entry.length) + resume_cost(entry);
       threshold_ = candidate.survival;
       ++taken;
       if (best != nullptr && rate() > best->rate * (1 + kTieTolerance)) {
@@ -293,21 +356,75 @@ class BatchGoodputPlanner {
   /// Whether `entry` (plain in the plan) drafting m tokens, for some m up to its limit, each
   /// accepted at its optimistic rate, would beat the plan's rate.
   [[nodiscard]] bool optimism_pays(const Entry& entry) const noexcept {
-    double tokens = tokens_, survival = 1, draft = draft_cost_;
+    double tokens = tokens_, survival = 1, draft = draft_cost_ + resume_cost(entry);
     for (std::size_t m = 1; m <= entry.limit; ++m) {
       tokens += (survival *= entry.optimistic);
       draft += draft_row_cost(m);
-      const double target = shared_target_
-                                ? target_cost(rows_ + m)
-                                : target_cost_ + target_cost(m + 1) - target_cost(1);
-      if (tokens / (target + draft) > rate() * (1 + kTieTolerance)) return true;
+      // (With equal micro-batches: its m rows above the others' as one more pass, at most.)
+      const double target = !shared_target_  ? target_cost_ + target_cost(m + 1) - target_cost(1)
+                            : micro_batches_ ? target_cost_ + target_cost(m)
+                                             : target_cost(rows_ + m);
+      if (tokens / (target + draft + switch_cost(rows_ + m)) > rate() * (1 + kTieTolerance)) {
+        return true;
+      }
     }
     return false;
   }
 
-  [[nodiscard]] double rate() const noexcept {
-    return tokens_ / (target_cost_ + draft_cost_);
+  /// The step's rows with nothing planned drafted.
+  [[nodiscard]] std::size_t plain_rows() const noexcept {
+    std::size_t rows = 0;
+    for (const Entry& entry : sequences_) rows += entry.planned ? 1 : entry.length + 1;
+    return rows;
   }
+
+  /// What a resuming sequence's first drafted row adds (see add_planned).
+  [[nodiscard]] double resume_cost(const Entry& entry) const noexcept {
+    return entry.resuming && entry.length <= 1 ? at(draft_table_, 1) : 0.0;
+  }
+
+  void count_rows(std::size_t rows, int change) noexcept {
+    if (rows < sequences_at_rows_.size()) {
+      sequences_at_rows_[rows] =
+          change > 0 ? sequences_at_rows_[rows] + 1 : sequences_at_rows_[rows] - 1;
+    }
+  }
+  /// The shared target call at `rows` rows in total, distributed as sequences_at_rows_ says:
+  /// T(rows), or with equal micro-batches one pass per run of row levels that the same
+  /// sequences reach (level l is reached by the sequences with at least l rows).
+  [[nodiscard]] double shared_call_cost(std::size_t rows) const noexcept {
+    if (!micro_batches_ || sequences_at_rows_.empty()) return target_cost(rows);
+    double cost = 0;
+    std::size_t reaching = 0, run = 0, run_reaching = 0;
+    for (std::size_t level = sequences_at_rows_.size() - 1; level >= 1; --level) {
+      reaching += sequences_at_rows_[level];
+      if (reaching != run_reaching && run > 0) {
+        cost += target_cost(run * run_reaching);
+        run = 0;
+      }
+      run_reaching = reaching;
+      if (reaching > 0) ++run;
+    }
+    if (run > 0) cost += target_cost(run * run_reaching);
+    return cost;
+  }
+
+  /// The switch cost spread over the kAmortizedSteps steps a plan usually lasts, as the
+  /// single-sequence policy does: charged in full it made a plan stick to the last step's
+  /// rows (on the example GPT, B = 1, greedy: 10 rows a step at 0.61 acceptance, 0.83 of the
+  /// fixed K = 8 chain, where the plan drafted 6 at 0.84 without it).
+  [[nodiscard]] double switch_cost(std::size_t rows) const noexcept {
+    return last_rows_ != 0 && rows != last_rows_
+               ? options_.target_switch_cost / static_cast<double>(kAmortizedSteps)
+               : 0.0;
+  }
+  /// The step's cost: the curves' prediction, its part above the plain step's scaled by the
+  /// correction (observe_step).
+  [[nodiscard]] double cost() const noexcept {
+    const double predicted = target_cost_ + draft_cost_ + switch_cost(rows_);
+    return plain_cost_ + correction_ * (predicted - plain_cost_);
+  }
+  [[nodiscard]] double rate() const noexcept { return tokens_ / cost(); }
 
   /// A curve at n >= 1 entries, continued past its end along its last step.
   [[nodiscard]] static double at(std::span<const double> curve, std::size_t n) noexcept {
@@ -357,10 +474,13 @@ class BatchGoodputPlanner {
   }
 
   static constexpr double kTieTolerance = 1e-9;
+  static constexpr std::size_t kAmortizedSteps = 4;
   static constexpr double kPriorDraftShare = 0.05;
   BatchGoodputOptions options_{};
   bool shared_target_ = true;
   bool shared_draft_ = true;
+  bool micro_batches_ = false;
+  std::vector<std::size_t> sequences_at_rows_;  // [r]: sequences with r rows in the walk's step
   std::vector<Entry> sequences_;
   std::vector<Candidate> candidates_;
   std::vector<std::size_t> draft_rows_;  // [k]: sequences drafting a k-th token this step
@@ -370,6 +490,13 @@ class BatchGoodputPlanner {
   bool draft_seen_ = false;
   double tokens_ = 0, target_cost_ = 0, draft_cost_ = 0, threshold_ = 1;
   std::size_t rows_ = 0;
+  std::size_t last_rows_ = 0;  // the last target call's (0: none yet)
+  double plain_cost_ = 0;      // the walk's step with nothing planned drafted
+  static constexpr double kCorrectionSamples = 4, kMaxCorrectionSamples = 16;
+  static constexpr double kCorrectionFading = 0.98, kMaxCorrection = 3;
+  double plain_per_unit_ = 0, plain_samples_ = 0;
+  double drafting_per_unit_ = 0, drafting_samples_ = 0;
+  double correction_ = 1;
 };
 
 }  // namespace specdec

@@ -21,6 +21,15 @@
 ///
 ///   void release(specdec::sequence_id id) noexcept;
 ///
+/// Optional, for an engine whose call cost is not one pass over all the call's rows:
+///
+///   specdec::BatchCallShape batch_call_shape() const noexcept;
+///
+/// equal_micro_batches: the engine cuts a call into micro-batches that take the same number of
+/// rows from every sequence still in them (llama.cpp's split KV cache, split_equal), so a call
+/// costs one pass per distinct row count. BatchedDecoder's goodput plan (batch/goodput.hpp)
+/// prices a step that way.
+///
 /// BatchedDecoder calls it once for every sequence that leaves the batch (finished, failed,
 /// cancelled, dropped with a failed batched call, or still in the batch when the decoder is
 /// destroyed), after the sequence's last call; the model frees what it kept for `id`, and the
@@ -48,7 +57,18 @@ struct ScoreRequest {
   std::size_t rows = 0;       ///< n: the rows wanted, as TargetModel's n (drafted + 1)
 };
 
+/// \brief How a batched target's call cost grows with its sequences' rows (file comment).
+enum class BatchCallShape {
+  one_pass,             ///< all rows in one pass: the cost is T(total rows)
+  equal_micro_batches,  ///< one pass per distinct row count, each over the sequences it spans
+};
+
 namespace detail {
+
+template <class M>
+concept HasBatchCallShape = requires(const M& model) {
+  { model.batch_call_shape() } -> std::convertible_to<BatchCallShape>;
+};
 
 template <class M>
 concept HasScoreBatch = requires(M& model, std::span<const ScoreRequest> requests) {

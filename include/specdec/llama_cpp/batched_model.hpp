@@ -117,6 +117,15 @@ class BatchedModel {
     reset();
   }
   ~BatchedModel() { llama_batch_free(batch_); }
+
+  /// \brief How a call's cost grows with the sequences' rows (batch/target.hpp): a split KV
+  /// cache cuts a call into micro-batches of equal rows per sequence (one pass per distinct
+  /// row count); a unified one decodes it in one pass.
+  [[nodiscard]] BatchCallShape batch_call_shape() const noexcept {
+    const bool split =
+        llama_n_seq_max(context_) > 1 && llama_n_ctx_seq(context_) < llama_n_ctx(context_);
+    return split ? BatchCallShape::equal_micro_batches : BatchCallShape::one_pass;
+  }
   BatchedModel(const BatchedModel&) = delete;
   BatchedModel& operator=(const BatchedModel&) = delete;
   BatchedModel(BatchedModel&& other) noexcept

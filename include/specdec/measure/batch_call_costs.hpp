@@ -15,12 +15,15 @@
 /// Row counts up to 32 are all timed; above, every eighth or so (n, then n + n / 8), and the
 /// curve between two timed counts is the line through them: a call of a few hundred rows
 /// costs tens of small ones, and timing every count of a 32-sequence batch would take minutes.
+/// A call of n rows gives the same rows to each of c sequences, c the largest divisor of n up
+/// to `sequences` (one micro-batch on an engine that cuts calls into equal ones), or where no
+/// divisor fits the context, n / B each and one more to the first n mod B.
 /// Each point is the lower quartile of `repeats` calls (a call preempted for a scheduler slice
 /// only ever adds time), the row counts interleaved, every shape called twice in a row and the
 /// second call timed (an engine may prepare each call shape anew: the steady state is what
-/// decoding runs in), as measure_call_costs does. A call of n rows gives every sequence
-/// n / B rows, the first n mod B one more (fewer than B rows: n sequences of one row, a
-/// batch's plain step at n sequences); every sequence's rows follow its own positions after
+/// a step of unchanged rows runs in), as measure_call_costs does; the first, minus the
+/// second, gives the cost of a change of shape (BatchCallCosts::target_switch_seconds). Every
+/// sequence's rows follow its own positions after
 /// the last call's, walked through the second half of `context` again and again. The
 /// sequences use ids first_id .. first_id + sequences - 1 and are released from both models
 /// (release(id), if they have it) at the end, so a decoder may use those ids afterwards. A
@@ -45,6 +48,9 @@ namespace specdec {
 struct BatchCallCosts {
   std::vector<double> target_seconds;  ///< [n - 1]: one target call of n rows in total
   std::vector<double> draft_seconds;   ///< [r - 1]: one draft call advancing r sequences
+  /// The extra time of a target call whose total rows differ from the previous call's (the
+  /// median over the timed row counts of the quartiles' difference; >= 0)
+  double target_switch_seconds = 0;
 
   /// \brief T(n) / T(1), n = 1 .. target_seconds.size().
   [[nodiscard]] std::vector<double> target_ratios() const {
@@ -59,6 +65,7 @@ struct BatchCallCosts {
   [[nodiscard]] BatchGoodputOptions goodput_options(BatchGoodputOptions base = {}) const {
     base.target_call_costs = target_seconds;
     base.draft_call_costs = draft_seconds;
+    base.target_switch_cost = target_switch_seconds;
     if (target_seconds.empty() || draft_seconds.empty()) {
       detail::throw_invalid_argument(
           "BatchCallCosts::goodput_options: no measured calls; expected the result of "
@@ -77,8 +84,7 @@ struct BatchCallCosts {
 template <BatchedDraftModel Draft, BatchedTargetModel Target>
 [[nodiscard]] BatchCallCosts measure_batch_call_costs(Draft& draft, Target& target,
                                                       std::span<const token_t> context,
-                                                      std::size_t sequences,
-                                                      std::size_t max_draft,
+                                                      std::size_t sequences, std::size_t max_draft,
                                                       std::size_t repeats = 5,
                                                       sequence_id first_id = 0) {
   const std::size_t per_sequence = max_draft + 1;
@@ -106,7 +112,16 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
 
   // One target call of n rows in total; returns its seconds.
   const auto target_call = [&](std::size_t n) {
-    const std::size_t in_call = std::min(n, sequences);
+    std::size_t in_call = std::min(n, sequences);
+    // Equal rows per sequence where some divisor allows it: one micro-batch on an engine that
+    // cuts calls into equal micro-batches (BatchCallShape::equal_micro_batches), so the point
+    // is one pass of n rows, which is what the plan prices each pass at.
+    for (std::size_t c = in_call; c >= 1; --c) {
+      if (n % c == 0 && n / c <= context.size() - lowest) {
+        in_call = c;
+        break;
+      }
+    }
     for (std::size_t s = 0; s < in_call; ++s) {
       const std::size_t rows = n / in_call + (s < n % in_call ? 1 : 0);
       std::size_t& position = target_position[s];
@@ -145,10 +160,11 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
     for (std::size_t n = 1; n <= max_rows; n += n < kAllRowsUpTo ? 1 : n / 8) timed.push_back(n);
     if (timed.back() != max_rows) timed.push_back(max_rows);
     std::vector<std::vector<double>> target_times(timed.size(), std::vector<double>(repeats));
+    std::vector<std::vector<double>> changed_times(timed.size(), std::vector<double>(repeats));
     std::vector<std::vector<double>> draft_times(sequences, std::vector<double>(repeats));
     for (std::size_t repeat = 0; repeat < repeats; ++repeat) {
       for (std::size_t i = 0; i < timed.size(); ++i) {
-        (void)target_call(timed[i]);  // after another shape
+        changed_times[i][repeat] = target_call(timed[i]);  // after another shape
         target_times[i][repeat] = target_call(timed[i]);
       }
       for (std::size_t r = 1; r <= sequences; ++r) {
@@ -156,6 +172,12 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
         draft_times[r - 1][repeat] = draft_call(r);
       }
     }
+    std::vector<double> switches;
+    for (std::size_t i = 0; i < timed.size(); ++i) {
+      switches.push_back(detail::lower_quartile_of(changed_times[i]) -
+                         detail::lower_quartile_of(target_times[i]));
+    }
+    costs.target_switch_seconds = std::max(0.0, detail::median_of(switches));
     costs.target_seconds.resize(max_rows);
     for (std::size_t i = 0; i < timed.size(); ++i) {
       costs.target_seconds[timed[i] - 1] =
@@ -164,8 +186,8 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
       const double low = costs.target_seconds[timed[i - 1] - 1];
       const double high = costs.target_seconds[timed[i] - 1];
       for (std::size_t n = timed[i - 1] + 1; n < timed[i]; ++n) {
-        const double t = static_cast<double>(n - timed[i - 1]) /
-                         static_cast<double>(timed[i] - timed[i - 1]);
+        const double t =
+            static_cast<double>(n - timed[i - 1]) / static_cast<double>(timed[i] - timed[i - 1]);
         costs.target_seconds[n - 1] = low + t * (high - low);
       }
     }
