@@ -167,8 +167,15 @@ class PhasePool {
 
   void work(std::size_t thread) noexcept {
     std::uint64_t word = state_.load(std::memory_order_acquire);
+    // stop_ is checked again after a failed claim: a claim that fails refreshes `word`, and the
+    // word it finds may be stop_workers' own, which never changes again. (A worker descheduled
+    // with a word of a job's last phase, whose items the caller finished before the pool was
+    // destroyed, then waited for that word to change, and the destructor's join for it: the
+    // pool's test hung in ~1 of 200 runs under load.)
     while (!stop_.load(std::memory_order_acquire)) {
-      if (!claim_and_run(word, thread)) word = wait_for_change(word);
+      if (!claim_and_run(word, thread) && !stop_.load(std::memory_order_acquire)) {
+        word = wait_for_change(word);
+      }
     }
   }
 

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "specdec/detail/error.hpp"
+#include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/goodput_estimators.hpp"
 
 namespace specdec {
@@ -177,7 +178,7 @@ class BatchGoodputPlanner {
   /// \brief Chooses every planned sequence's length (file comment).
   void solve() {
     std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
-      if (a.survival != b.survival) return a.survival > b.survival;
+      if (!detail::exactly_equal(a.survival, b.survival)) return a.survival > b.survival;
       if (a.sequence != b.sequence) return a.sequence < b.sequence;
       return a.index < b.index;
     });
