@@ -8,7 +8,9 @@
 #   scripts/install-llama-cpp.sh --tools    also llama.cpp's own programs that
 #                                           bench/llama_cpp_compare.py runs side by side with
 #                                           specdec (llama-completion, llama-speculative-simple,
-#                                           llama-speculative, llama-bench)
+#                                           llama-speculative, llama-bench), the batched
+#                                           comparison's (llama-batched-bench, llama-parallel)
+#                                           and llama-tokenize
 #
 # Debian has no llama.cpp package; the npm package node-llama-cpp carries llama.cpp's own source
 # tree as a git bundle (llama/gitRelease.bundle). We fetch a pinned version of it from the npm
@@ -37,7 +39,7 @@ esac
 # Always ggml-rpc-server (tests/llama_cpp/llama_cpp_rpc_test); the comparison's tools on request.
 programs=(ggml-rpc-server)
 [ "$want_tools" = 1 ] && programs+=(llama-completion llama-speculative-simple llama-speculative
-                                    llama-bench)
+                                    llama-bench llama-batched-bench llama-parallel llama-tokenize)
 have_programs() {
   local program
   for program in "${programs[@]}"; do [ -x "$prefix/bin/$program" ] || return 1; done

@@ -6,13 +6,17 @@
 // with a logits processor, token-level and block verification, every built-in draft-length
 // policy, n-gram lookup alone and before the draft model, tree drafts (fixed and budgeted
 // shapes, every sibling mode, both tree verifiers, a target with score_tree and the pathwise
-// adapter); it checks that greedy speculative decoding reproduces greedy plain decoding.
+// adapter), string-level drafting by a draft of another tokenizer; it checks that greedy
+// speculative decoding reproduces greedy plain decoding.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <span>
 #include <specdec/specdec.hpp>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -29,6 +33,35 @@ float base_logit(std::size_t length, specdec::token_t last, std::size_t token) {
   h ^= h >> 29;
   return static_cast<float>(h >> 40) / static_cast<float>(1u << 24) * 8.0f - 4.0f;
 }
+
+// The target's tokenizer for string-level drafting: token i stands for the byte 'A' + i % 50.
+struct LetterTokenizer {
+  static constexpr std::size_t kLetters = 50;
+  [[nodiscard]] std::string_view bytes(specdec::token_t id) const {
+    static const std::string letters = [] {
+      std::string all;
+      for (std::size_t i = 0; i < kLetters; ++i) all += static_cast<char>('A' + i);
+      return all;
+    }();
+    return std::string_view(letters).substr(static_cast<std::size_t>(id) % kLetters, 1);
+  }
+  void encode(std::string_view text, std::vector<specdec::token_t>& out) const {
+    for (const char c : text) out.push_back(static_cast<specdec::token_t>(c - 'A'));
+  }
+};
+
+// A byte-level draft that writes only those letters.
+struct ByteDraft {
+  std::vector<float> row = std::vector<float>(256);
+  std::span<const float> operator()(std::span<const specdec::token_t> context) {
+    for (std::size_t b = 0; b < row.size(); ++b) {
+      row[b] = b >= 'A' && b < 'A' + LetterTokenizer::kLetters
+                   ? base_logit(context.size(), context.back(), b)
+                   : -std::numeric_limits<float>::infinity();
+    }
+    return row;
+  }
+};
 
 struct Target {
   std::vector<float> rows;
@@ -153,6 +186,23 @@ int main() {
       sampled_tokens += combined.generate(prompt, config).tokens.size();
       config.sampling.temperature = 0.0f;
     }
+  }
+  // String-level drafting: a byte-level draft's text, re-tokenized by the target's tokenizer.
+  const specdec::ByteTokenizer draft_bytes;
+  const LetterTokenizer letters;
+  ByteDraft byte_draft;
+  specdec::StringLevelDecoder string_level(byte_draft, draft_bytes, target, letters);
+  for (const specdec::VerifierKind verifier :
+       {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
+    config.verifier = verifier;
+    config.sampling.temperature = 0.0f;
+    if (string_level.generate(prompt, config).tokens != greedy_plain.tokens) {
+      std::fprintf(stderr,
+                   "consumer warnings test: FAILED, string-level drafting changed greedy\n");
+      return 1;
+    }
+    config.sampling.temperature = 1.0f;
+    sampled_tokens += string_level.generate(prompt, config).tokens.size();
   }
   // Tree drafts: every sibling mode, fixed and budgeted shapes, both tree verifiers; a target
   // with score_tree and one served by chain calls per path.

@@ -1,0 +1,469 @@
+#pragma once
+/// \file
+/// \brief StringLevelProposer: a draft with a tokenizer of its own drafts TEXT, and that text,
+/// re-tokenized by the target's tokenizer, is the proposal (string-level exact match, SLEM;
+/// Timor et al., ICML 2025). Draft and target may have any vocabularies: nothing is shared but
+/// the bytes.
+///
+/// Exactness: the proposal is a deterministic function of the committed tokens and of the
+/// draft's own coins, so every proposed token is reported as a point mass. Verification then
+/// accepts x with probability p(x) (sampled) or iff x is the target's argmax (greedy), and on a
+/// rejection samples from p without x: the output is the target's law, at every temperature
+/// and filter, with the token and block verifiers, whatever the draft proposed (the same
+/// argument as n-gram lookup, docs/design.md, "Model-free drafting"). That is why the seam
+/// handling below may be approximate: it only decides what is proposed, never what is emitted.
+///
+/// A round:
+///  1. sync: the committed target tokens are spelled into the committed text (each token's
+///     bytes, kept incrementally: only the part after the prefix shared with the previous
+///     round's context is spelled again). The draft's context is the draft tokenizer's tokens
+///     of that text after `draft_prefix`. A tokenizer does not tokenize a text piece by piece
+///     as it tokenizes the whole ("th" + "e" vs "the"), so the draft tokens are kept up to the
+///     first changed byte minus `draft_look_behind` tokens, and the rest of the text is
+///     tokenized again (a KV-cached draft keeps its cache for the prefix it still shares).
+///  2. draft: one draft call per draft token, sampled from the draft's row after temperature
+///     and filters in the draft's own vocabulary (greedy: its argmax). The logits processor
+///     is not applied to the draft: it is written for the target's ids. Its bytes are appended
+///     to the round's draft text.
+///  3. re-tokenize: the target tokenizer's tokens of the last `target_look_behind` committed
+///     tokens' text followed by the draft text; if they start with those committed tokens
+///     (the seam agrees), the rest is the proposal, else the draft text is tokenized alone (a
+///     seam fallback, counted). The last token of a text still growing may merge with the
+///     next bytes, so only the tokens before it are proposed while the draft runs (unless the
+///     target tokenizer declares one_token_per_byte, text_tokenizer.hpp); if a later
+///     re-tokenization changes a token already proposed, the round stops there (counted).
+///  4. The policy is asked before every proposed (target) token, as by every proposer. A
+///     token's probability for the policy (DraftState::token_probabilities) is the draft's:
+///     each draft token's q(d) is shared geometrically among its bytes, and a target token
+///     gets the product over its bytes (1 at T = 0 for a point-mass draft: the argmax's
+///     softmax probability is used instead when the policy reads it).
+///  A draft token with no bytes (a special token) ends the drafting; the draft's
+///  `draft_eos` is proposed as the target's `target_eos` if that is set.
+///
+/// Cost: one draft call per draft token (a multi-byte draft token proposes several target
+/// tokens of a byte-level target per call: the reason to use one); the re-tokenization of the
+/// round's draft text after each draft token (texts of a few dozen bytes). Buffers are kept
+/// from round to round and grow with the generation's text; the tokenizers' own encode may
+/// allocate.
+///
+/// Errors: a tokenizer whose tokens do not spell the text it was given, a draft row of
+/// another width than the draft's first, NaN / +inf draft logits: std::invalid_argument /
+/// std::domain_error naming what was wrong. The next generate() starts clean (begin()).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "specdec/coins.hpp"
+#include "specdec/detail/error.hpp"
+#include "specdec/detail/kernels/argmax.hpp"
+#include "specdec/detail/model_traits.hpp"
+#include "specdec/detail/timer.hpp"
+#include "specdec/generation.hpp"
+#include "specdec/proposal.hpp"
+#include "specdec/proposers/model.hpp"
+#include "specdec/sampling.hpp"
+#include "specdec/sampling/laws.hpp"
+#include "specdec/sampling/softmax.hpp"
+#include "specdec/strategies.hpp"
+#include "specdec/target_rows.hpp"
+#include "specdec/text_tokenizer.hpp"
+#include "specdec/types.hpp"
+
+namespace specdec {
+
+/// \brief How StringLevelProposer joins the two tokenizations (see the file comment).
+struct StringLevelOptions {
+  static constexpr std::size_t kMaxLookBehind = 64;
+
+  /// Draft tokens its context starts with before the text (its BOS, a system prefix).
+  std::vector<token_t> draft_prefix{};
+  /// Draft tokens before the first changed byte that are tokenized again with the new text.
+  std::size_t draft_look_behind = 2;
+  /// Committed target tokens tokenized again with the draft text, to join it at the seam.
+  std::size_t target_look_behind = 1;
+  /// The draft's end-of-text token (-1: none); drafting ends there.
+  token_t draft_eos = -1;
+  /// What draft_eos is proposed as (-1: nothing; drafting just ends). Needs draft_eos.
+  token_t target_eos = -1;
+  /// The most draft calls a round makes per token it may propose (a target whose tokens are
+  /// longer than the draft's needs several per token); >= 1.
+  std::size_t max_draft_calls_per_token = 4;
+
+  /// \brief Throws std::invalid_argument naming the bad field.
+  void validate() const {
+    if (draft_look_behind > kMaxLookBehind || target_look_behind > kMaxLookBehind) {
+      detail::throw_invalid_argument("StringLevelOptions: draft_look_behind = ", draft_look_behind,
+                                     ", target_look_behind = ", target_look_behind,
+                                     "; expected at most ", kMaxLookBehind, " tokens each");
+    }
+    if (draft_eos < -1 || target_eos < -1 || (target_eos >= 0 && draft_eos < 0)) {
+      detail::throw_invalid_argument(
+          "StringLevelOptions: draft_eos = ", draft_eos, ", target_eos = ", target_eos,
+          "; expected ids >= 0 or -1 (none), and a draft_eos for a target_eos to stand for");
+    }
+    for (const token_t token : draft_prefix) {
+      if (token < 0) {
+        detail::throw_invalid_argument("StringLevelOptions: draft_prefix holds token ", token,
+                                       "; expected ids >= 0");
+      }
+    }
+    if (max_draft_calls_per_token == 0) {
+      detail::throw_invalid_argument(
+          "StringLevelOptions: max_draft_calls_per_token = 0; expected >= 1");
+    }
+  }
+};
+
+/// \brief What a StringLevelProposer has done (cumulative over its life): the counters a user
+/// reads to see how well the two tokenizations join.
+struct StringLevelWork {
+  std::size_t rounds = 0;                 ///< propose() calls
+  std::size_t draft_calls = 0;            ///< draft model calls (one per draft token)
+  std::size_t draft_tokens = 0;           ///< draft tokens with text (bytes) drafted
+  std::size_t drafted_bytes = 0;          ///< their bytes
+  std::size_t proposed_tokens = 0;        ///< target tokens proposed
+  std::size_t seam_fallbacks = 0;         ///< re-tokenizations whose seam disagreed
+  std::size_t retokenization_stops = 0;   ///< rounds stopped because a proposed token changed
+  std::size_t resynced_draft_tokens = 0;  ///< draft context tokens tokenized again by sync
+
+  /// \brief Target tokens proposed per draft call (0 before any call).
+  [[nodiscard]] double tokens_per_draft_call() const noexcept {
+    return draft_calls == 0
+               ? 0.0
+               : static_cast<double>(proposed_tokens) / static_cast<double>(draft_calls);
+  }
+};
+
+/// \brief String-level drafting (a Proposer; see the file comment).
+///
+/// \tparam Draft a DraftModel over the draft's own ids (float rows; double rows for the exact
+/// harness, testing.hpp)
+/// \tparam DraftTokenizer, TargetTokenizer TextTokenizer (text_tokenizer.hpp)
+/// The draft and both tokenizers are held by reference (not owned; they must outlive this).
+template <class Draft, TextTokenizer DraftTokenizer, TextTokenizer TargetTokenizer>
+class StringLevelProposer {
+  using Row = detail::draft_result_t<Draft>;
+  using RowSpan = decltype(detail::view_row(std::declval<const Row&>()));
+
+ public:
+  /// The logits' scalar: float for a DraftModel; double for the exact harness's models.
+  using Scalar = std::remove_const_t<typename RowSpan::element_type>;
+  using scalar_type = Scalar;
+
+  /// \throws std::invalid_argument for options that fail StringLevelOptions::validate.
+  StringLevelProposer(Draft& draft, const DraftTokenizer& draft_tokenizer,
+                      const TargetTokenizer& target_tokenizer, StringLevelOptions options = {})
+      : draft_(&draft),
+        draft_tokenizer_(&draft_tokenizer),
+        target_tokenizer_(&target_tokenizer),
+        options_(validated(std::move(options))),
+        draft_context_(options_.draft_prefix) {}
+
+  /// \brief Starts a generate(): forgets the previous text.
+  void begin(const GenerationConfig& config) {
+    synced_.clear();
+    token_ends_.clear();
+    text_.clear();
+    draft_context_.assign(options_.draft_prefix.begin(), options_.draft_prefix.end());
+    draft_ends_.clear();
+    size_round_buffers(config.usable_draft_length());
+  }
+
+  /// \brief Sizes the round buffers for rounds of up to `max_draft` proposed tokens (the
+  /// draft-side row buffers are sized by the first draft call: the draft's V is its own).
+  void reserve(std::size_t /*target vocab_size*/, std::size_t max_draft,
+               const SamplingParams& /*params*/) {
+    size_round_buffers(max_draft);
+  }
+
+  template <class Coins>
+  Proposal<Scalar> propose(DraftRequest& request, Coins& coins) {
+    ++work_.rounds;
+    sync(std::span<const token_t>(request.context.data(), request.committed));
+    const std::size_t limit = request.limit;
+    size_round_buffers(limit);
+    start_round();
+    const std::size_t max_calls = limit * options_.max_draft_calls_per_token;
+
+    std::size_t proposed = 0;
+    while (proposed < limit) {
+      if (!request.draft_more(DraftState{
+              proposed, limit, std::span<const double>(probabilities_.data(), proposed)})) {
+        break;
+      }
+      while (ready_ <= proposed && !drafting_done_) {
+        if (round_calls_ == max_calls) {
+          finish_drafting();
+          break;
+        }
+        draw_draft_token(request, coins, proposed);
+      }
+      if (ready_ <= proposed) break;
+      const token_t token = encoded_[proposed];
+      tokens_[proposed] = token;
+      probabilities_[proposed] = token_probability(token);
+      ++proposed;
+    }
+    draft_context_.resize(round_base_);  // the drafted tokens leave the draft's context
+    work_.proposed_tokens += proposed;
+
+    Proposal<Scalar> proposal;
+    proposal.tokens = std::span<const token_t>(tokens_.data(), proposed);
+    proposal.point_mass = std::span<const std::uint8_t>(point_mass_.data(), proposed);
+    proposal.token_probabilities = std::span<const double>(probabilities_.data(), proposed);
+    return proposal;
+  }
+
+  [[nodiscard]] const StringLevelOptions& options() const noexcept { return options_; }
+  [[nodiscard]] const StringLevelWork& work() const noexcept { return work_; }
+  /// \brief The draft's context as of the last propose(): draft_prefix, then the draft
+  /// tokenizer's tokens of the committed text.
+  [[nodiscard]] std::span<const token_t> draft_context() const noexcept { return draft_context_; }
+  /// \brief The committed text as of the last propose().
+  [[nodiscard]] std::string_view committed_text() const noexcept { return text_; }
+
+ private:
+  static StringLevelOptions validated(StringLevelOptions options) {
+    options.validate();
+    return options;
+  }
+
+  void size_round_buffers(std::size_t limit) {
+    detail::ensure_size(tokens_, limit);
+    detail::ensure_size(probabilities_, limit);
+    if (point_mass_.size() < limit) point_mass_.resize(limit, std::uint8_t{1});
+  }
+
+  /// Appends the encoding of `text` by `tokenizer` to `out` and checks that it spells `text`;
+  /// returns the number of tokens appended.
+  template <class Tokenizer>
+  static std::size_t encode_checked(const Tokenizer& tokenizer, std::string_view text,
+                                    std::vector<token_t>& out, const char* side) {
+    const std::size_t before = out.size();
+    tokenizer.encode(text, out);
+    std::size_t at = 0;
+    for (std::size_t i = before; i < out.size(); ++i) {
+      const std::string_view piece = tokenizer.bytes(out[i]);
+      if (piece.empty() || text.substr(at, piece.size()) != piece) {
+        detail::throw_invalid_argument(
+            "StringLevelProposer: the ", side, " tokenizer's token ", out[i], " (", piece.size(),
+            " bytes) at byte ", at, " of a ", text.size(),
+            "-byte text does not spell the text there; expected encode() to append tokens "
+            "whose bytes are the text exactly, with no special tokens");
+      }
+      at += piece.size();
+    }
+    if (at != text.size()) {
+      detail::throw_invalid_argument("StringLevelProposer: the ", side,
+                                     " tokenizer's tokens spell ", at, " of the ", text.size(),
+                                     " bytes of the text; expected all of them");
+    }
+    return out.size() - before;
+  }
+
+  /// Brings the committed text and the draft's context up to `committed` (the file comment's
+  /// step 1).
+  void sync(std::span<const token_t> committed) {
+    std::size_t shared = 0;
+    const std::size_t limit = std::min(synced_.size(), committed.size());
+    while (shared < limit && synced_[shared] == committed[shared]) ++shared;
+    if (shared == synced_.size() && shared == committed.size()) return;
+    const std::size_t first_changed = shared == 0 ? 0 : token_ends_[shared - 1];
+    synced_.resize(shared);
+    token_ends_.resize(shared);
+    text_.resize(first_changed);
+    for (std::size_t i = shared; i < committed.size(); ++i) {
+      text_ += target_tokenizer_->bytes(committed[i]);
+      synced_.push_back(committed[i]);
+      token_ends_.push_back(text_.size());
+    }
+    // Draft tokens wholly before the first changed byte, less the look-behind, are kept.
+    std::size_t kept = static_cast<std::size_t>(
+        std::upper_bound(draft_ends_.begin(), draft_ends_.end(), first_changed) -
+        draft_ends_.begin());
+    kept = kept > options_.draft_look_behind ? kept - options_.draft_look_behind : 0;
+    const std::size_t from = kept == 0 ? 0 : draft_ends_[kept - 1];
+    draft_ends_.resize(kept);
+    draft_context_.resize(options_.draft_prefix.size() + kept);
+    if (from == text_.size()) return;
+    const std::size_t before = draft_context_.size();
+    work_.resynced_draft_tokens += encode_checked(
+        *draft_tokenizer_, std::string_view(text_).substr(from), draft_context_, "draft");
+    std::size_t end = from;
+    for (std::size_t i = before; i < draft_context_.size(); ++i) {
+      end += draft_tokenizer_->bytes(draft_context_[i]).size();
+      draft_ends_.push_back(end);
+    }
+  }
+
+  void start_round() {
+    round_base_ = draft_context_.size();
+    draft_text_.clear();
+    byte_log_probability_.clear();
+    encoded_.clear();
+    ready_ = 0;
+    round_calls_ = 0;
+    drafting_done_ = false;
+    proposed_bytes_ = 0;
+    const std::size_t look = std::min(options_.target_look_behind, synced_.size());
+    seam_tokens_ = std::span<const token_t>(synced_.data() + synced_.size() - look, look);
+    const std::size_t seam_start =
+        synced_.size() == look ? 0 : token_ends_[synced_.size() - look - 1];
+    seam_text_ = std::string_view(text_).substr(seam_start);
+  }
+
+  /// Drafting is over: every token of the draft text is final.
+  void finish_drafting() {
+    drafting_done_ = true;
+    ready_ = encoded_.size();
+  }
+
+  /// One draft call and its token (the file comment's steps 2 and 3).
+  template <class Coins>
+  void draw_draft_token(DraftRequest& request, Coins& coins, std::size_t proposed) {
+    ++round_calls_;
+    auto&& row = detail::timed_call(request.stats.draft_seconds, [&]() -> decltype(auto) {
+      return (*draft_)(std::span<const token_t>(draft_context_));
+    });
+    ++request.stats.draft_calls;
+    ++work_.draft_calls;
+    const std::span<const Scalar> logits = detail::view_row(row);
+    detail::check_vocab_size(draft_vocab_size_, logits.size(), "string-level draft model");
+    double probability = 1.0;
+    const SamplingParams& params = request.params;
+    const std::size_t position = draft_context_.size();
+    const token_t token = detail::on_model_row(
+        [&]() -> token_t {
+          if (params.greedy()) {
+            if (!request.reads_token_probabilities()) return argmax(logits);
+            const auto [best, log_probability] = detail::argmax_and_log_probability(logits);
+            probability = std::exp(static_cast<double>(log_probability));
+            return best;
+          }
+          detail::ensure_size(weights_, logits.size());
+          detail::ensure_size(block_sums_, weight_block_count(logits.size()));
+          const std::span<Scalar> weights(weights_.data(), logits.size());
+          const std::span<Scalar> block_sums(block_sums_.data(), weight_block_count(logits.size()));
+          const TokenDistribution<Scalar> q =
+              process_logits(logits, params, filter_scratch_, weights, block_sums);
+          const token_t drawn = coins.draw(WeightsLaw<Scalar>{weights, block_sums});
+          probability =
+              static_cast<double>(weights[static_cast<std::size_t>(drawn)] / q.normalizer);
+          return drawn;
+        },
+        "string-level draft model logits for draft position ", position);
+
+    const std::string_view piece = draft_tokenizer_->bytes(token);
+    if (piece.empty() || token == options_.draft_eos) {
+      finish_drafting();
+      if (token == options_.draft_eos && options_.target_eos >= 0) {
+        encoded_.push_back(options_.target_eos);
+        pending_eos_probability_ = probability;
+        ready_ = encoded_.size();
+      }
+      return;
+    }
+    ++work_.draft_tokens;
+    work_.drafted_bytes += piece.size();
+    draft_context_.push_back(token);
+    draft_text_ += piece;
+    const double share = std::log(probability) / static_cast<double>(piece.size());
+    byte_log_probability_.insert(byte_log_probability_.end(), piece.size(), share);
+    retokenize(proposed);
+  }
+
+  /// The target tokens of the round's draft text, joined at the seam; stops the round if a
+  /// token already proposed changed.
+  void retokenize(std::size_t proposed) {
+    encoded_.clear();
+    bool seam_agrees = false;
+    if (!seam_tokens_.empty()) {
+      joined_.assign(seam_text_);
+      joined_ += draft_text_;
+      encode_checked(*target_tokenizer_, joined_, encoded_, "target");
+      seam_agrees = encoded_.size() > seam_tokens_.size() &&
+                    std::equal(seam_tokens_.begin(), seam_tokens_.end(), encoded_.begin());
+      if (seam_agrees) {
+        encoded_.erase(encoded_.begin(),
+                       encoded_.begin() + static_cast<std::ptrdiff_t>(seam_tokens_.size()));
+      } else {
+        ++work_.seam_fallbacks;
+        encoded_.clear();
+      }
+    }
+    if (!seam_agrees) encode_checked(*target_tokenizer_, draft_text_, encoded_, "target");
+    if (encoded_.size() < proposed ||
+        !std::equal(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(proposed),
+                    encoded_.begin())) {
+      ++work_.retokenization_stops;
+      encoded_.assign(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(proposed));
+      drafting_done_ = true;
+      ready_ = proposed;
+      return;
+    }
+    // The last token may still merge with the next draft bytes, unless no token spans bytes.
+    if constexpr (requires { requires TargetTokenizer::one_token_per_byte; }) {
+      ready_ = encoded_.size();
+    } else {
+      ready_ = encoded_.empty() ? 0 : encoded_.size() - 1;
+    }
+  }
+
+  /// The policy's probability of the next proposed token: the product of its bytes' shares.
+  double token_probability(token_t token) {
+    if (proposed_bytes_ == draft_text_.size()) return pending_eos_probability_;  // target_eos
+    const std::size_t length = target_tokenizer_->bytes(token).size();
+    double log_probability = 0;
+    for (std::size_t b = proposed_bytes_; b < proposed_bytes_ + length; ++b) {
+      log_probability += byte_log_probability_[b];
+    }
+    proposed_bytes_ += length;
+    return std::exp(log_probability);
+  }
+
+  Draft* draft_;
+  const DraftTokenizer* draft_tokenizer_;
+  const TargetTokenizer* target_tokenizer_;
+  StringLevelOptions options_;
+  StringLevelWork work_{};
+  std::size_t draft_vocab_size_ = 0;
+
+  // The committed text (sync).
+  std::vector<token_t> synced_;          // committed target tokens
+  std::vector<std::size_t> token_ends_;  // end byte of each in text_
+  std::string text_;                     // their bytes
+  std::vector<token_t> draft_context_;   // draft_prefix + the draft tokens of text_
+  std::vector<std::size_t> draft_ends_;  // end byte in text_ of each draft token (not prefix)
+
+  // The round.
+  std::size_t round_base_ = 0;  // draft_context_'s size before the drafted tokens
+  std::span<const token_t> seam_tokens_{};
+  std::string_view seam_text_{};
+  std::string draft_text_;                    // the bytes drafted this round
+  std::vector<double> byte_log_probability_;  // per byte of draft_text_: its share of log q(d)
+  std::string joined_;                        // seam text + draft text
+  std::vector<token_t> encoded_;              // the target tokens of the draft text
+  std::size_t ready_ = 0;                     // encoded_[0, ready_) are final
+  std::size_t round_calls_ = 0;
+  std::size_t proposed_bytes_ = 0;  // bytes of draft_text_ the proposed tokens spell
+  double pending_eos_probability_ = 1.0;
+  bool drafting_done_ = false;
+  std::vector<token_t> tokens_;           // (K) proposed target tokens
+  std::vector<double> probabilities_;     // (K) their probabilities for the policy
+  std::vector<std::uint8_t> point_mass_;  // (K) all 1
+
+  // The draft's row.
+  std::vector<Scalar> weights_;
+  std::vector<Scalar> block_sums_;
+  std::vector<Scalar> filter_scratch_;
+};
+
+}  // namespace specdec
