@@ -14,8 +14,10 @@
 #                 shipped draft with 32 unused tokens <|pad_0|>.. appended (zero rows; 288
 #                 tokens against the target's 256: near-identical, as padded families are), and
 #                 <dir>/tiny-disjoint.gguf, the tiny draft with its tokens written "<0xBB>" (no
-#                 token text in common with the others: a pair that must be refused). About a
-#                 second each.
+#                 token text in common with the others: a pair that must be refused), and
+#                 <dir>/kjv-bpe-draft-f16.gguf, the BPE draft (models/kjv-bpe-draft.spdc) with
+#                 its GPT-2 BPE vocabulary (models/kjv-bpe.tokenizer): another tokenizer, which
+#                 specdec-llama drafts by text. About a second each.
 #   <target>_quantized (built on request: cmake --build build --target <target>_quantized) the
 #                 shipped pair quantized by gguf-py, <dir>/kjv-{target,draft}-{q8_0,q4_0}.gguf
 #                 (what CPU users of llama.cpp run; bench/llama_cpp_compare.py --weights q8_0).
@@ -89,6 +91,16 @@ function(specdec_add_gguf_models target)
     COMMAND ${run} convert ${common} --outtype f16 --pad 32 "${spdc}" "${gguf}"
     DEPENDS "${script}" "${spdc}"
     COMMENT "GGUF: kjv-draft-padded-f16.gguf (32 unused tokens appended)" VERBATIM)
+  list(APPEND outputs "${gguf}")
+
+  # The BPE draft (a tokenizer of its own: drafts for the byte-level target by text).
+  set(spdc "${_specdec_gguf_root}/models/kjv-bpe-draft.spdc")
+  set(tokenizer "${_specdec_gguf_root}/models/kjv-bpe.tokenizer")
+  set(gguf "${ARG_OUTPUT_DIR}/kjv-bpe-draft-f16.gguf")
+  add_custom_command(OUTPUT "${gguf}"
+    COMMAND ${run} convert ${common} --outtype f16 --tokenizer "${tokenizer}" "${spdc}" "${gguf}"
+    DEPENDS "${script}" "${spdc}" "${tokenizer}"
+    COMMENT "GGUF: kjv-bpe-draft-f16.gguf (GPT-2 BPE vocabulary of 1024 tokens)" VERBATIM)
   list(APPEND outputs "${gguf}")
 
   set(tiny_shape --vocab 16 --layers 1 --d-model 32 --heads 2 --d-ff 64 --context 128)

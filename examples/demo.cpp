@@ -19,6 +19,7 @@
 
 #include "cli_args.hpp"
 #include "decoder_ladder.hpp"
+#include "gpt/bpe_tokenizer.hpp"
 #include "gpt/gpt_model.hpp"
 #include "text_stream.hpp"
 
@@ -90,6 +91,11 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
                          (and greedy output) are the same for any N
   --threads-draft N      threads of one draft call, >= 1 (default 1: the draft's calls are
                          too small to share)
+  --draft-tokenizer FILE the draft's own BPE tokenizer (models/kjv-bpe.tokenizer): the
+                         draft (e.g. --draft models/kjv-bpe-draft.spdc) writes text in those
+                         tokens, and the byte-level target verifies its bytes (string-level
+                         exact match; chains, --proposer model; goodput learns the costs
+                         online, per byte)
   --target PATH          target weights (default <source dir>/models/kjv-target.spdc)
   --draft PATH           draft weights (default <source dir>/models/kjv-draft.spdc)
   --batch B              decode B prompts at once (B >= 1): one target call per step scores
@@ -141,6 +147,8 @@ struct Options {
   bool measure_costs = true;  // --draft-costs
   std::size_t batch = 0;      // --batch B; 0: one sequence, streamed
   std::string prompts_path = SPECDEC_MODELS_DIR "/prompts.txt";
+  std::string draft_tokenizer;  // --draft-tokenizer FILE: the draft drafts text (by BPE tokens)
+  specdec::StringLevelWork text_work;  // what drafting by text did (filled by run)
 };
 
 /// --threads / --threads-draft: 1 .. GptModel::kMaxThreads.
@@ -228,6 +236,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--threads-draft") options.draft_threads = parse_threads(flag, value());
     else if (flag == "--target") options.target_path = value();
     else if (flag == "--draft") options.draft_path = value();
+    else if (flag == "--draft-tokenizer") options.draft_tokenizer = value();
     else if (flag == "--json") options.json = true;
     else if (flag == "--no-baseline") options.baseline = false;
     else if (flag == "--no-baseline-text") options.baseline_text = false;
@@ -238,6 +247,15 @@ Options parse_args(int argc, char** argv) {
   if (siblings && !tree) throw UsageError("--siblings needs --tree or --tree-budget");
   if (prompts_given && options.batch == 0) {
     throw UsageError("--prompts needs --batch B (one sequence takes --prompt TEXT)");
+  }
+  if (!options.draft_tokenizer.empty()) {
+    if (options.batch > 0 || tree || (proposer && *proposer != Proposer::model)) {
+      throw UsageError(
+          "--draft-tokenizer drafts chains of text with the draft model: not with --batch, "
+          "--tree, --tree-budget or --proposer ngram|both");
+    }
+    proposer = Proposer::model;
+    options.measure_costs = false;  // a draft call is a draft token, several bytes: online
   }
   if (options.batch > 0) {
     // Batches draft chains with the draft model: BatchedDecoder shares the draft calls of a
@@ -345,6 +363,15 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
         tree_name(*options.decoder.tree).c_str(), name_of(options.decoder.tree->siblings),
         list(stats.drafted_at).c_str(), list(stats.accepted_at).c_str(),
         list(stats.drafted_at_rank).c_str(), list(stats.accepted_at_rank).c_str());
+  }
+  if (!options.draft_tokenizer.empty()) {
+    const specdec::StringLevelWork& work = options.text_work;
+    std::printf(
+        ",\n  \"string_level\": {\"draft_tokenizer\": %s, \"draft_tokens\": %zu, "
+        "\"drafted_bytes\": %zu, \"proposed_tokens\": %zu, \"tokens_per_draft_call\": %.6g, "
+        "\"retokenization_stops\": %zu}",
+        json_string(options.draft_tokenizer).c_str(), work.draft_tokens, work.drafted_bytes,
+        work.proposed_tokens, work.tokens_per_draft_call(), work.retokenization_stops);
   }
   if (options.baseline) {
     const std::string text =
@@ -799,8 +826,23 @@ int run(Options& options) {
     stream.finish();
     return result;
   };
-  const specdec::GenerationResult fast =
-      specdec::examples::run_decoder(options.decoder, config.verifier, draft, target, speculate);
+  specdec::GenerationResult fast;
+  if (!options.draft_tokenizer.empty()) {
+    const auto draft_tokens = specdec::examples::BpeTokenizer::load(options.draft_tokenizer);
+    if (draft_tokens.size() != draft.vocab_size()) {
+      throw UsageError("--draft-tokenizer " + options.draft_tokenizer + " has " +
+                       std::to_string(draft_tokens.size()) + " tokens but the draft " +
+                       options.draft_path + " has a vocabulary of " +
+                       std::to_string(draft.vocab_size()) + "; expected the draft's tokenizer");
+    }
+    const specdec::ByteTokenizer target_tokens;
+    specdec::StringLevelDecoder decoder(draft, draft_tokens, target, target_tokens);
+    fast = speculate(decoder);
+    options.text_work = decoder.proposer().work();
+  } else {
+    fast =
+        specdec::examples::run_decoder(options.decoder, config.verifier, draft, target, speculate);
+  }
   specdec::GenerationResult slow;
   if (options.baseline) {
     target.reset();  // forget the cached prompt: plain decoding pays for it too
@@ -812,6 +854,14 @@ int run(Options& options) {
     print_json(options, fast, slow);
   } else {
     print_comparison(options, fast, slow);
+    if (!options.draft_tokenizer.empty()) {
+      const specdec::StringLevelWork& work = options.text_work;
+      std::printf(
+          "by text: %zu draft tokens (%zu bytes) proposed %zu bytes, %.2f per draft call; "
+          "re-tokenization stops %zu\n",
+          work.draft_tokens, work.drafted_bytes, work.proposed_tokens, work.tokens_per_draft_call(),
+          work.retokenization_stops);
+    }
   }
   const bool greedy_mismatch =
       options.baseline && config.sampling.greedy() && fast.tokens != slow.tokens;

@@ -5,8 +5,8 @@
 #
 # Exit 0: stdout must be the --json summary with the speculative figures, as many new tokens as
 # asked for (-n), and, at --temp 0, speculative and plain outputs identical (with --parallel B:
-# B sequences of -n tokens each, and every one identical). Otherwise: stderr must contain
-# EXPECTED_OUTPUT.
+# B sequences of -n tokens each, and every one identical); and contain EXPECTED_OUTPUT if given.
+# Otherwise: stderr must contain EXPECTED_OUTPUT.
 
 set(cli_args)
 set(after_separator FALSE)
@@ -32,6 +32,12 @@ if(NOT EXPECTED_EXIT EQUAL 0)
     message(FATAL_ERROR "specdec-llama ${shown_args}: stderr lacks '${EXPECTED_OUTPUT}':\n${err}")
   endif()
   return()
+endif()
+if(NOT "${EXPECTED_OUTPUT}" STREQUAL "")
+  string(FIND "${out}" "${EXPECTED_OUTPUT}" found)
+  if(found EQUAL -1)
+    message(FATAL_ERROR "specdec-llama ${shown_args}: stdout lacks '${EXPECTED_OUTPUT}':\n${out}")
+  endif()
 endif()
 # --parallel B: B sequences of -n tokens each, the batch's figures, and greedy outputs identical
 # to plain batched decoding's.

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -45,9 +46,8 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
   -m,  --model PATH          target GGUF (default: the shipped pair's target, f16)
   -md, --model-draft PATH    draft GGUF (also --spec-draft-model; default: the shipped draft).
                              Its vocabulary may be the target's, padded or near-identical
-                             (llama.cpp's rule), or partly shared: the last two draft through
-                             a token map (MappedDraft), chosen and printed before decoding; a
-                             disjoint vocabulary is refused
+                             (llama.cpp's rule), partly shared or another altogether: see
+                             --vocab-bridge; the path is chosen and printed before decoding
   -p,  --prompt TEXT         prompt (default "Psalms 23:1 ")
   -n,  --n-predict N         tokens to generate, >= 1 (also --predict; default 200)
   --spec-draft-n-max K       tokens drafted per target call, or "auto" (the goodput policy,
@@ -64,6 +64,13 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
                              (default draft-simple); --proposer model|ngram|both says the same
   --ngram-min N, --ngram-max N   lookup n-gram lengths (default 4..12 for byte vocabularies,
                              2..5 otherwise)
+  --vocab-bridge auto|map|text   how a draft of another vocabulary drafts: map (through the
+                             tokens both share, MappedDraft: token-level intersection) or text
+                             (the draft writes text in its own tokens, which the target's
+                             tokenizer re-tokenizes: string-level exact match); auto: one
+                             vocabulary as it is, padded or near-identical ones by map, others
+                             by map if at least half the draft's tokens are shared, else by
+                             text (default auto). Either way the output is the target's
   --verifier token|block     how sampled drafts are verified (default token); with a tree:
                              recursive rejection sampling or sequence-level
   --tree WxWxW               draft a tree (W children per node at each depth, e.g. 4x2x2x1),
@@ -105,8 +112,8 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
   -v,  --verbose             llama.cpp's own log on stderr
   -h,  --help                this text
 
-Exit status: 0 ok, 1 runtime error (unloadable model, disjoint vocabularies, greedy outputs
-that differ), 2 bad usage.
+Exit status: 0 ok, 1 runtime error (unloadable model, greedy outputs that differ), 2 bad
+usage.
 )";
 
 constexpr std::size_t kDefaultDraftLength = 8;
@@ -126,7 +133,17 @@ struct Options {
   bool measure_costs = true;  // --draft-costs
   std::size_t parallel = 0;   // --parallel B: sequences decoded at once (0: one, no batch)
   std::string prompts_path = SPECDEC_MODELS_DIR "/prompts.txt";
-  std::size_t repeat = 1;  // --repeat R: paired runs of --parallel
+  std::size_t repeat = 1;             // --repeat R: paired runs of --parallel
+  std::string vocab_bridge = "auto";  // --vocab-bridge auto|map|text
+};
+
+/// The string-level path (--vocab-bridge text): the draft model over its own ids and both
+/// vocabularies as tokenizers, for StringLevelDecoder.
+struct TextBridge {
+  llama::LoadedModel& draft;
+  llama::VocabularyTokenizer draft_tokens;
+  llama::VocabularyTokenizer target_tokens;
+  specdec::StringLevelOptions options;
 };
 
 /// llama.cpp's --spec-type names, or the demo's --proposer names (model, ngram, both).
@@ -247,6 +264,14 @@ Options parse_args(int argc, char** argv) {
     else if (is({"--spec-type", "--proposer"})) options.proposer = parse_spec_type(value());
     else if (is({"--ngram-min"})) options.ngram_min = size_value();
     else if (is({"--ngram-max"})) options.ngram_max = size_value();
+    else if (is({"--vocab-bridge"})) {
+      options.vocab_bridge = value();
+      if (options.vocab_bridge != "auto" && options.vocab_bridge != "map" &&
+          options.vocab_bridge != "text") {
+        throw UsageError("--vocab-bridge expects auto, map or text, got '" +
+                         options.vocab_bridge + "'");
+      }
+    }
     else if (is({"--verifier"})) config.verifier = parse_flag<specdec::VerifierKind>(flag, value());
     else if (is({"--tree"})) {
       tree_options().shape = specdec::examples::parse_tree_flag(flag, value());
@@ -384,6 +409,7 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
   const std::vector<token_t> prompt = llama::tokenize(target.vocab(), prompt_text);
   if (prompt.empty()) throw UsageError("the prompt tokenizes to nothing; give a non-empty -p");
 
+  constexpr bool by_text = std::is_same_v<Drafting, TextBridge>;
   // A mapped draft's context buffers, sized once: no call of it allocates.
   if constexpr (requires { drafting.reserve(std::size_t{}); }) drafting.reserve(config.max_context);
 
@@ -396,26 +422,35 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
 
   // Warm-up outside both timings: the first llama_decode of a shape allocates its graph.
   target(prompt, 1);
-  (void)drafting(prompt);
+  if constexpr (by_text) {
+    const std::vector<token_t> draft_prompt = llama::tokenize(draft.vocab(), prompt_text, false);
+    if (!draft_prompt.empty()) (void)draft(draft_prompt);
+  } else {
+    (void)drafting(prompt);
+  }
   target.reset();
   draft.reset();
   // goodput with measured costs: the pair timed on the prompt (repeated to cover the longest
   // verification call), before decoding and outside its timing.
   std::vector<double> measured_verify_costs;
-  if (config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
-      options.measure_costs && options.proposer != Proposer::ngram && !options.tree) {
-    const std::size_t rows = std::min(config.draft_length + 1, config.max_context / 2);
-    std::vector<token_t> context;
-    while (context.size() < std::max<std::size_t>(4 * rows, 256)) {  // rounds walk its 2nd half
-      context.insert(context.end(), prompt.begin(), prompt.end());
+  // (Not for drafting by text: a draft call there is one draft token, several target tokens;
+  // goodput learns the costs per target token online.)
+  if constexpr (!by_text) {
+    if (config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
+        options.measure_costs && options.proposer != Proposer::ngram && !options.tree) {
+      const std::size_t rows = std::min(config.draft_length + 1, config.max_context / 2);
+      std::vector<token_t> context;
+      while (context.size() < std::max<std::size_t>(4 * rows, 256)) {  // rounds walk its 2nd half
+        context.insert(context.end(), prompt.begin(), prompt.end());
+      }
+      context.resize(std::min(context.size(), config.max_context - 1));
+      config.draft_length_policy.goodput =
+          specdec::measure_call_costs(drafting, target, context, rows, 11)
+              .goodput_options(config.draft_length_policy.goodput);
+      measured_verify_costs = config.draft_length_policy.goodput.verify_costs;
+      target.reset();
+      draft.reset();
     }
-    context.resize(std::min(context.size(), config.max_context - 1));
-    config.draft_length_policy.goodput =
-        specdec::measure_call_costs(drafting, target, context, rows, 11)
-            .goodput_options(config.draft_length_policy.goodput);
-    measured_verify_costs = config.draft_length_policy.goodput.verify_costs;
-    target.reset();
-    draft.reset();
   }
 
   llama::TextDecoder text(target.vocab());
@@ -433,8 +468,21 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
   const auto speculate = [&](auto& decoder) { return decoder.generate(prompt, config, stream); };
   const specdec::examples::DecoderChoice choice{
       .proposer = options.proposer, .tree = options.tree, .ngrams = ngrams};
-  const specdec::GenerationResult fast =
-      specdec::examples::run_decoder(choice, config.verifier, drafting, target, speculate);
+  specdec::GenerationResult fast;
+  specdec::StringLevelWork text_work;
+  if constexpr (by_text) {
+    if (options.tree || options.proposer != Proposer::model) {
+      throw UsageError(
+          "--vocab-bridge text drafts chains with the draft model only (no --tree, "
+          "no --spec-type ngram-simple)");
+    }
+    specdec::StringLevelDecoder decoder(drafting.draft, drafting.draft_tokens, target,
+                                        drafting.target_tokens, drafting.options);
+    fast = speculate(decoder);
+    text_work = decoder.proposer().work();
+  } else {
+    fast = specdec::examples::run_decoder(choice, config.verifier, drafting, target, speculate);
+  }
   specdec::GenerationResult slow;
   if (!options.json) std::printf("%s\n", printable(text.flush()).c_str());
   if (options.baseline) {
@@ -457,7 +505,7 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
         "  \"speculative\": {\"text\": %s, \"new_tokens\": %zu, \"seconds\": %.6g, "
         "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, "
         "\"tokens_per_round\": %.6g, \"draft_seconds\": %.6g, \"target_seconds\": %.6g, "
-        "\"library_seconds\": %.6g}",
+        "\"library_seconds\": %.6g, \"draft_calls\": %zu}",
         json_string(options.target_path).c_str(), json_string(options.draft_path).c_str(),
         json_string(options.prompt).c_str(), proposer_name(options.proposer), config.draft_length,
         name_of(config.draft_length_policy.kind), name_of(config.verifier),
@@ -467,7 +515,17 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
         json_string(vocabulary_path).c_str(),
         json_string(detokenize(target.vocab(), fast.tokens)).c_str(), stats.emitted,
         stats.total_seconds, tokens_per_second(stats), stats.rounds, stats.acceptance_rate(),
-        stats.tokens_per_round(), stats.draft_seconds, stats.target_seconds, stats.library_seconds);
+        stats.tokens_per_round(), stats.draft_seconds, stats.target_seconds, stats.library_seconds,
+        stats.draft_calls);
+    if constexpr (by_text) {
+      std::printf(
+          ",\n  \"string_level\": {\"draft_tokens\": %zu, \"drafted_bytes\": %zu, "
+          "\"proposed_tokens\": %zu, \"tokens_per_draft_call\": %.6g, \"seam_fallbacks\": "
+          "%zu, \"retokenization_stops\": %zu}",
+          text_work.draft_tokens, text_work.drafted_bytes, text_work.proposed_tokens,
+          text_work.tokens_per_draft_call(), text_work.seam_fallbacks,
+          text_work.retokenization_stops);
+    }
     if (!measured_verify_costs.empty()) {
       std::string ratios;
       for (const double ratio : measured_verify_costs) {
@@ -502,6 +560,14 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
         100 * stats.draft_seconds / stats.total_seconds,
         100 * stats.target_seconds / stats.total_seconds,
         100 * stats.library_seconds / stats.total_seconds);
+    if constexpr (by_text) {
+      std::printf(
+          "  by text: %zu draft tokens (%zu bytes) proposed %zu target tokens, %.2f per draft "
+          "call; seam fallbacks %zu, re-tokenization stops %zu\n",
+          text_work.draft_tokens, text_work.drafted_bytes, text_work.proposed_tokens,
+          text_work.tokens_per_draft_call(), text_work.seam_fallbacks,
+          text_work.retokenization_stops);
+    }
     if (options.tree) {
       // Per depth: rounds accepting a node there / rounds drafting one; per sibling rank:
       // accepted / drafted nodes that were a parent's r-th child.
@@ -543,14 +609,53 @@ int run(Options& options) {
   auto draft = llama::LoadedModel::load(options.draft_path, options.draft_context, draft_model);
   if (options.proposer == Proposer::ngram) return decode(options, target, draft, draft, "");
 
-  // The path follows the vocabularies' verdict, no flag: one vocabulary drafts as it is; a
-  // padded, near-identical or partly shared one through MappedDraft (the draft's law over the
-  // shared tokens, in the target's ids: the output is still the target's); a disjoint one is
-  // refused (check_compatible throws, exit 1).
-  const llama::VocabularyCheck check = llama::check_compatible(
-      draft.model(), target.model(), llama::VocabularyRequirement::mappable);
+  // The path follows the vocabularies' verdict (--vocab-bridge auto): one vocabulary drafts as
+  // it is; a padded or near-identical one through MappedDraft (the draft's law over the shared
+  // tokens, in the target's ids); a partly shared one through MappedDraft too if at least half
+  // the draft's tokens are shared, else (and a disjoint one) by text: StringLevelDecoder
+  // re-tokenizes the draft's text with the target's tokenizer. The output is the target's on
+  // every path.
+  const llama::VocabularyCheck check(llama::vocabulary_text(draft.model()),
+                                     llama::vocabulary_text(target.model()));
   if (options.verbose) std::fprintf(stderr, "%s", specdec::detail::concat(check.report()).c_str());
-  if (!check.needs_map()) {
+  const specdec::VocabularyVerdict verdict = check.verdict();
+  const bool by_text = options.vocab_bridge == "text" ||
+                       (options.vocab_bridge == "auto" &&
+                        (verdict == specdec::VocabularyVerdict::disjoint ||
+                         (verdict == specdec::VocabularyVerdict::needs_intersection &&
+                          check.report().draft_overlap < 0.5)));
+  if (!by_text && verdict == specdec::VocabularyVerdict::disjoint) {
+    // --vocab-bridge map over vocabularies with nothing to map: check_compatible says why.
+    (void)llama::check_compatible(draft.model(), target.model(),
+                                  llama::VocabularyRequirement::mappable);
+  }
+  if (by_text) {
+    TextBridge bridge{draft,
+                      llama::VocabularyTokenizer(draft.vocab()),
+                      llama::VocabularyTokenizer(target.vocab()),
+                      {}};
+    // Drafting by text needs a draft that can write the target's text: its tokenizer must
+    // spell the prompt (the shipped pair's prompts follow a newline).
+    const std::string prompt_text = options.shipped_pair ? "\n" + options.prompt : options.prompt;
+    if (!bridge.draft_tokens.spells(prompt_text)) {
+      throw std::domain_error(
+          "specdec: draft and target vocabularies are " + check.description() +
+          "; and the draft's tokenizer cannot write the prompt's text, so it cannot draft by "
+          "text either: expected a draft whose tokenizer covers the target's text");
+    }
+    if (llama_vocab_get_add_bos(draft.vocab()) && llama_vocab_bos(draft.vocab()) >= 0) {
+      bridge.options.draft_prefix = {llama_vocab_bos(draft.vocab())};
+    }
+    const llama_token draft_eos = llama_vocab_eos(draft.vocab());
+    const llama_token target_eos = llama_vocab_eos(target.vocab());
+    if (draft_eos != LLAMA_TOKEN_NULL) {
+      bridge.options.draft_eos = draft_eos;
+      if (target_eos != LLAMA_TOKEN_NULL) bridge.options.target_eos = target_eos;
+    }
+    return decode(options, target, draft, bridge,
+                  check.summary() + ": drafting by text (string-level exact match)");
+  }
+  if (!check.needs_map() && options.vocab_bridge != "map") {
     return decode(options, target, draft, draft, check.summary() + ": the draft as it is");
   }
   // Trees too: MappedDraft forwards the draft's score_tree (one llama_decode per depth).

@@ -10,6 +10,10 @@
            with N unused tokens appended (--pad N, see "Padding" below):
     /usr/bin/python3 tools/spdc_to_gguf.py convert --pad 32 models/kjv-draft.spdc \
         kjv-draft-padded-f16.gguf
+           a model of a byte-level BPE's ids, with that BPE as its vocabulary (--tokenizer, see
+           "BPE vocabulary" below):
+    /usr/bin/python3 tools/spdc_to_gguf.py convert --tokenizer models/kjv-bpe.tokenizer \
+        models/kjv-bpe-draft.spdc kjv-bpe-draft-f16.gguf
   random   a GPT of any shape with random weights (fixed seed), e.g. the one-layer pair of the
            exactness tests or a ~1B-parameter model for timing a memory-bound target:
     /usr/bin/python3 tools/spdc_to_gguf.py random tiny-target.gguf --vocab 16 --layers 1 \
@@ -76,6 +80,18 @@ exactly the unpadded draft's law. A very negative logit instead would need a bia
 architecture lacks (or weights tuned to the final LayerNorm) and would still leave some mass; the
 map removes it exactly. --token-text hex writes byte b as "<0xBB>" instead: a test vocabulary
 that shares no token text with a byte-level one.
+
+BPE vocabulary (--tokenizer FILE, a .tokenizer file of tools/train/bpe.py, e.g.
+models/kjv-bpe.tokenizer; the model's vocab_size must be the tokenizer's): the vocabulary is
+written as the GPT-2 BPE it is. Token i's text is its bytes in GPT-2's stand-ins (token " the" ->
+"Ġthe"), merges are "left right" in those stand-ins in merge order (merge k makes token 256 + k,
+so llama.cpp's merge rank = bpe.py's), every token NORMAL, no BOS added, EOS (and BOS, never
+used) byte 0x00 as above. tokenizer.ggml.pre is "gpt-2" (--pre gpt-2, the default): llama.cpp
+splits with GPT-2's pattern, which bpe.py's pre-tokenization is on ASCII text (on other text
+llama.cpp classifies code points by Unicode category, bpe.py makes every byte >= 0x80 a letter,
+and llama.cpp replaces invalid UTF-8). With "gpt-2" llama.cpp's llama_detokenize also "cleans up"
+spaces (" ." -> "."; llama_token_to_piece, which specdec uses, never does); --pre trillion selects
+the same split without that clean-up, as the byte-level vocabulary does.
 """
 import argparse
 import math
@@ -139,8 +155,9 @@ def tensor_layout(shape):
     return layout + [("output_norm.weight", (d,)), ("output_norm.bias", (d,))]
 
 
-def check_shape(shape, where):
-    """Raises ConversionError unless `shape` is one the C++ loader and llama.cpp accept."""
+def check_shape(shape, where, max_vocab=BYTE_VOCAB_MAX):
+    """Raises ConversionError unless `shape` is one the C++ loader and llama.cpp accept, with at
+    most `max_vocab` tokens (256 for the byte-level vocabulary; a BPE's size with --tokenizer)."""
     bounds = [("vocab_size", shape.vocab, MAX_VOCAB), ("max_context", shape.context, MAX_CONTEXT),
               ("n_layer", shape.layers, MAX_LAYERS), ("n_head", shape.heads, MAX_WIDTH),
               ("d_model", shape.d_model, MAX_WIDTH), ("d_ff", shape.d_ff, MAX_WIDTH)]
@@ -150,14 +167,18 @@ def check_shape(shape, where):
     if shape.d_model % shape.heads != 0:
         raise ConversionError(f"{where}: d_model = {shape.d_model} is not divisible by "
                               f"n_head = {shape.heads}")
-    if shape.vocab > BYTE_VOCAB_MAX:
+    if shape.vocab > max_vocab:
+        if max_vocab != BYTE_VOCAB_MAX:
+            raise ConversionError(f"{where}: vocab_size = {shape.vocab}, but the tokenizer has "
+                                  f"{max_vocab} tokens")
         raise ConversionError(f"{where}: vocab_size = {shape.vocab}, but the GGUF vocabulary is "
-                              f"byte level (token id = byte value), so at most {BYTE_VOCAB_MAX}")
+                              f"byte level (token id = byte value), so at most {BYTE_VOCAB_MAX} "
+                              "(a model of a BPE's ids needs --tokenizer)")
 
 
 # ---- reading .spdc -----------------------------------------------------------------------------
 
-def read_spdc(path):
+def read_spdc(path, max_vocab=BYTE_VOCAB_MAX):
     """Returns (Shape, {GGUF name: float16 array}) of a .spdc version 2 file, checked as the C++
     loader checks it: magic, version, dtype, plausible dimensions, exact size, CRC-32, finite
     values."""
@@ -182,7 +203,7 @@ def read_spdc(path):
         raise ConversionError(f"{path}: unsupported dtype {dtype}, expected {SPDC_DTYPE_FP16} "
                               "(IEEE fp16)")
     shape = Shape(vocab, context, layers, heads, d, f)
-    check_shape(shape, path)
+    check_shape(shape, path, max_vocab)
 
     layout = tensor_layout(shape)
     values = sum(math.prod(dims) for _, dims in layout)
@@ -252,6 +273,39 @@ def byte_symbols():
             symbols[byte] = chr(256 + extra)
             extra += 1
     return symbols
+
+
+def read_bpe(path):
+    """(token bytes list, merges list of (a, b)) of a tools/train/bpe.py .tokenizer file, checked
+    as bpe.py and examples/gpt/bpe_tokenizer.hpp check it."""
+    try:
+        text = Path(path).read_bytes().decode("ascii")
+    except OSError as e:
+        raise ConversionError(f"{path}: cannot read the tokenizer file ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConversionError(f"{path}: not a BPE tokenizer file (not ASCII)") from None
+    lines = text.split("\n")
+    head = lines[0].split(" ")
+    if len(head) != 4 or head[0] != "SPDCBPE1" or head[1] != "1":
+        raise ConversionError(f"{path}: not a BPE tokenizer file: expected the header "
+                              "\"SPDCBPE1 1 <vocab_size> <n_merges>\"")
+    try:
+        vocab, n = int(head[2]), int(head[3])
+        merges = [tuple(int(x) for x in line.split(" ")) for line in lines[1:-1]]
+    except ValueError:
+        raise ConversionError(f"{path}: a malformed line (expected two token ids)") from None
+    if vocab != 256 + n or len(merges) != n or lines[-1] != "":
+        raise ConversionError(f"{path}: the header says {n} merges and {vocab} tokens, the file "
+                              f"has {len(merges)} merge lines")
+    pieces = [bytes([b]) for b in range(256)]
+    for k, merge in enumerate(merges):
+        if len(merge) != 2 or not all(0 <= t < 256 + k for t in merge):
+            raise ConversionError(f"{path}: line {k + 2}: merge {k} {merge} refers to a token "
+                                  "id out of range")
+        pieces.append(pieces[merge[0]] + pieces[merge[1]])
+    if len(set(merges)) != len(merges):
+        raise ConversionError(f"{path}: a merge occurs twice")
+    return pieces, merges
 
 
 def import_gguf(gguf_py):
@@ -334,10 +388,12 @@ def padded(shape, tensors, pad):
     return grown, rows()
 
 
-def write_gguf(gguf, path, shape, model_name, tensors, outtype, pad=0, token_text="bytes"):
+def write_gguf(gguf, path, shape, model_name, tensors, outtype, pad=0, token_text="bytes",
+               bpe=None, pre="gpt-2"):
     """Writes `tensors`, an iterable of (name, array) in tensor_layout(shape) order, streaming one
     tensor at a time, with `pad` unused tokens appended (padded()); the file appears under `path`
-    only once complete."""
+    only once complete. `bpe` = read_bpe()'s (pieces, merges): the vocabulary is that BPE, with
+    pre-tokenizer `pre`, instead of the bytes."""
     path = Path(path)
     byte_tokens = shape.vocab
     shape, tensors = padded(shape, tensors, pad)
@@ -353,12 +409,19 @@ def write_gguf(gguf, path, shape, model_name, tensors, outtype, pad=0, token_tex
 
     symbols = byte_symbols() if token_text == "bytes" else hex_symbols()
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(PRE_TOKENIZER)
-    writer.add_token_list([symbols[b] for b in range(byte_tokens)]
-                          + [pad_token(i) for i in range(pad)])
+    if bpe is None:
+        writer.add_tokenizer_pre(PRE_TOKENIZER)
+        texts = [symbols[b] for b in range(byte_tokens)]
+        merges = [f"{symbols[UNUSED_MERGE[0]]} {symbols[UNUSED_MERGE[1]]}"]
+    else:  # the BPE's tokens and merges, in GPT-2's byte stand-ins
+        pieces, bpe_merges = bpe
+        writer.add_tokenizer_pre(pre)
+        texts = ["".join(symbols[b] for b in piece) for piece in pieces]
+        merges = [f"{texts[a]} {texts[b]}" for a, b in bpe_merges]
+    writer.add_token_list(texts + [pad_token(i) for i in range(pad)])
     writer.add_token_types([gguf.TokenType.NORMAL] * byte_tokens
                            + [gguf.TokenType.UNUSED] * pad)
-    writer.add_token_merges([f"{symbols[UNUSED_MERGE[0]]} {symbols[UNUSED_MERGE[1]]}"])
+    writer.add_token_merges(merges)
     writer.add_bos_token_id(EOS_TOKEN)
     writer.add_eos_token_id(EOS_TOKEN)
     writer.add_add_bos_token(False)
@@ -419,6 +482,13 @@ def main(argv=None):
                         help="how token text is written: GPT-2's byte stand-ins (default), or "
                              "\"<0xBB>\" (a vocabulary disjoint from every byte-level one, for "
                              "tests; llama.cpp cannot tokenize text with it)")
+    common.add_argument("--tokenizer", metavar="FILE",
+                        help="the model's vocabulary is this byte-level BPE (tools/train/bpe.py's "
+                             ".tokenizer, e.g. models/kjv-bpe.tokenizer), written as a GPT-2 BPE "
+                             "vocabulary; vocab_size must be its size")
+    common.add_argument("--pre", choices=("gpt-2", "trillion"), default="gpt-2",
+                        help="with --tokenizer: tokenizer.ggml.pre (default gpt-2; trillion: the "
+                             "same split, no clean-up of spaces in llama_detokenize)")
     common.add_argument("--outtype", choices=OUTTYPES, default="f16",
                         help="storage of matrices and embeddings (default f16; 1-D tensors are "
                              "f32; q8_0 / q4_0 quantize the matrices and the token embedding, "
@@ -443,18 +513,30 @@ def main(argv=None):
     try:
         if not 0 <= a.pad <= MAX_VOCAB:
             raise ConversionError(f"--pad {a.pad}: expected 0..{MAX_VOCAB} padding tokens")
+        bpe = None
+        max_vocab = BYTE_VOCAB_MAX
+        if a.tokenizer:
+            if a.token_text != "bytes":
+                raise ConversionError("--tokenizer writes GPT-2's byte stand-ins: it cannot be "
+                                      "combined with --token-text hex")
+            bpe = read_bpe(a.tokenizer)
+            max_vocab = len(bpe[0])
         gguf = import_gguf(a.gguf_py)
         if a.command == "convert":
-            shape, tensors = read_spdc(a.spdc)
-            check_quantizable(gguf, shape, a.outtype)
-            write_gguf(gguf, a.gguf, shape, Path(a.spdc).stem, tensors.items(), a.outtype, a.pad,
-                       a.token_text)
+            shape, tensors = read_spdc(a.spdc, max_vocab)
         else:
             shape = Shape(a.vocab, a.context, a.layers, a.heads, a.d_model, a.d_ff)
-            check_shape(shape, "random")
-            check_quantizable(gguf, shape, a.outtype)
+            check_shape(shape, "random", max_vocab)
+        if bpe is not None and shape.vocab != max_vocab:
+            raise ConversionError(f"{a.tokenizer}: {max_vocab} tokens, but the model's "
+                                  f"vocab_size is {shape.vocab}")
+        check_quantizable(gguf, shape, a.outtype)
+        if a.command == "convert":
+            write_gguf(gguf, a.gguf, shape, Path(a.spdc).stem, tensors.items(), a.outtype, a.pad,
+                       a.token_text, bpe, a.pre)
+        else:
             write_gguf(gguf, a.gguf, shape, a.name or Path(a.gguf).stem,
-                       random_tensors(shape, a.seed), a.outtype, a.pad, a.token_text)
+                       random_tensors(shape, a.seed), a.outtype, a.pad, a.token_text, bpe, a.pre)
     except ConversionError as e:
         print(f"spdc_to_gguf: {e}", file=sys.stderr)
         return 1

@@ -20,10 +20,11 @@ namespace specdec {
 ///     as BOS / EOS, which stands for no text); a view valid while the tokenizer lives;
 ///   - `tokenizer.encode(text, out)`: APPENDS the tokens of `text` to `out`, with no BOS / EOS
 ///     added, such that the concatenated bytes of the appended tokens are `text` exactly.
-/// Optional: `static constexpr bool one_token_per_byte = true` declares that every byte is a
-/// token of its own and no token spans two (a byte-level vocabulary), so a text's tokens never
-/// change as it grows: string-level drafting then proposes the last token of a draft text
-/// without waiting for the next draft token.
+/// Optional: `static constexpr bool one_token_per_byte = true`, or a member function
+/// `bool one_token_per_byte() const` for a vocabulary known at run time, declares that every
+/// byte is a token of its own and no token spans two (a byte-level vocabulary), so a text's
+/// tokens never change as it grows: string-level drafting then proposes the last token of a
+/// draft text without waiting for the next draft token.
 /// A llama.cpp vocabulary (llama_cpp::VocabularyTokenizer), the example BPE draft's tokenizer
 /// and ByteTokenizer satisfy it.
 template <class T>

@@ -3,7 +3,9 @@
 //  * greedy: speculative output == plain greedy output, token for token, for several held-out
 //    prompts and K (this needs the GPT's batched rows to be bitwise equal to single rows);
 //  * sampling at T = 1: a chi-square sanity check of the first emitted tokens against the exact
-//    target distribution computed from the target's own logits.
+//    target distribution computed from the target's own logits;
+//  * the BPE draft (models/kjv-bpe-draft.spdc, its own tokenizer) drafting by text: greedy
+//    identity, several bytes proposed per draft call.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gpt/bpe_tokenizer.hpp"
 #include "gpt/gpt_model.hpp"
 #include "specdec/specdec.hpp"
 
@@ -191,6 +194,40 @@ TEST_F(ShippedPair, SampledFirstTwoTokensFollowTheTargetDistribution) {
   // Threshold 1e-4: a correct decoder fails it once in 10,000 seeds-sets; a biased residual at
   // this sample size shifts cells by several standard deviations.
   EXPECT_GT(chi_square_p_value(joint, counts, kRuns), 1e-4);
+}
+
+// The BPE draft (models/kjv-bpe-draft.spdc over models/kjv-bpe.tokenizer) drafts text for the
+// byte-level target (StringLevelDecoder): greedy output is the target's token for token, with
+// draft tokens of several bytes proposing several target tokens per draft call.
+TEST_F(ShippedPair, BpeDraftByTextGreedyEqualsGreedyPlainTokenForToken) {
+  GptModel bpe_draft = GptModel::from_file(models_dir() + "/kjv-bpe-draft.spdc");
+  const auto bpe = specdec::examples::BpeTokenizer::load(models_dir() + "/kjv-bpe.tokenizer");
+  ASSERT_EQ(bpe.size(), bpe_draft.vocab_size());
+  const specdec::ByteTokenizer bytes;
+  specdec::StringLevelDecoder by_text(bpe_draft, bpe, *target_, bytes);
+  specdec::AutoregressiveDecoder plain(*target_);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 64;
+  config.sampling.temperature = 0.0f;
+  std::size_t accepted = 0, rejections = 0;
+  for (const std::string& prompt : held_out_prompts(3)) {
+    const auto tokens = encode(prompt);
+    const auto reference = plain.generate(tokens, config);
+    for (const std::size_t k : {3u, 8u}) {
+      for (const auto verifier : {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
+        config.draft_length = k;
+        config.verifier = verifier;
+        const auto result = by_text.generate(tokens, config);
+        EXPECT_EQ(result.tokens, reference.tokens) << "prompt '" << prompt << "', K=" << k;
+        accepted += result.stats.accepted;
+        rejections += result.stats.rejecting_rounds;
+      }
+    }
+  }
+  EXPECT_GT(accepted, 100u) << "the BPE draft's text is rarely the target's";
+  EXPECT_GT(rejections, 0u);
+  EXPECT_GT(by_text.proposer().work().tokens_per_draft_call(), 1.5)
+      << "a BPE token should propose several bytes per draft call";
 }
 
 }  // namespace

@@ -4,6 +4,11 @@
   python3 tools/train/export.py build/train/target.pt models/kjv-target.spdc \
       --golden models/kjv-target.golden --golden-text "Psalms 23:1 The LORD is my shepherd"
   python3 tools/train/export.py --restamp models/kjv-target.spdc   # version 1 -> 2, in place
+  python3 tools/train/export.py build/train/bpe-draft.pt models/kjv-bpe-draft.spdc \
+      --tokenizer models/kjv-bpe.tokenizer --golden build/kjv-bpe-draft.golden
+A model trained on a BPE's ids (train.py --tokenizer) needs nothing more to export: its vocabulary
+size is in the checkpoint's config and the .spdc header. --tokenizer only makes the golden tokens
+the tokenizer's ids of --golden-text instead of its bytes (and checks the vocabulary sizes agree).
 
 .spdc layout, version 2 (little-endian; see models/README.md):
   char[8] "SPDCGPT1" | u32 version=2 | u32 vocab_size, max_context, n_layer, n_head, d_model, d_ff
@@ -59,6 +64,8 @@ def main():
     ap.add_argument("out", nargs="?")
     ap.add_argument("--golden")
     ap.add_argument("--golden-text", default="Psalms 23:1 The LORD is my shepherd; I shall not want.")
+    ap.add_argument("--tokenizer", help="the BPE (tools/train/bpe.py) the model was trained on: "
+                                        "golden tokens are its ids of --golden-text")
     ap.add_argument("--restamp", metavar="SPDC", nargs="+",
                     help="convert version 1 .spdc files to version 2 in place (adds the checksum)")
     a = ap.parse_args()
@@ -83,8 +90,17 @@ def main():
     Path(a.out).write_bytes(image)
     print(f"wrote {a.out}: {len(image)} bytes, step {ckpt.get('step')}")
 
+    tokenizer = None
+    if a.tokenizer:
+        from bpe import Tokenizer
+        tokenizer = Tokenizer.load(a.tokenizer)
+        if tokenizer.size() != cfg.vocab_size:
+            raise SystemExit(f"{a.tokenizer}: {tokenizer.size()} tokens, the model has {cfg.vocab_size}")
+    elif cfg.vocab_size != 256:
+        print(f"note: vocab_size {cfg.vocab_size}; pass --tokenizer for BPE golden tokens", file=sys.stderr)
     if a.golden:
-        tokens = list(a.golden_text.encode("ascii"))
+        text = a.golden_text.encode("ascii")
+        tokens = tokenizer.encode(text) if tokenizer else list(text)
         model = model.double()
         with torch.no_grad():
             logits = model(torch.tensor([tokens]))[0].numpy().astype("<f4")

@@ -28,8 +28,21 @@ else, several times the density of copyable bytes of a quotation window. --drill
 makes that share of the drill passages random letters instead (each letter of the passage
 replaced by a random one of the same case; spaces, digits and punctuation kept): within a word
 the shuffled passage is still predictable from spelling, a random one only by copying.
+
+--tokenizer FILE trains on the token ids of a byte-level BPE (tools/train/bpe.py, e.g.
+models/kjv-bpe.tokenizer) instead of on bytes: the corpus files are encoded once, the model's
+vocabulary is the tokenizer's, the context (max_context) counts tokens, and windows are drawn
+from the token sequence. The logged bits/byte stay bits per BYTE (total nats of the predicted
+tokens / their bytes / ln 2), comparable to a byte-level model's. Not combinable with the
+quotation and drill options (they cut windows at byte offsets). Without it, training is exactly
+what it was.
+
+  OMP_WAIT_POLICY=PASSIVE python3 tools/train/train.py --preset draft-2l \
+      --tokenizer models/kjv-bpe.tokenizer --minutes 25 --threads 1 --batch 16 \
+      --out build/train/bpe-draft.pt
 """
 import argparse
+import dataclasses
 import math
 import struct
 import sys
@@ -182,16 +195,28 @@ def quote_accuracy(model, data, block, windows=64, seed=0, shuffle=0.0):
 
 
 @torch.no_grad()
-def bits_per_byte(model, data, block, batches=16, batch=16, seed=0):
+def bits_per_byte(model, data, block, batches=16, batch=16, seed=0, token_bytes=None):
+    """Held-out bits per byte on random windows of `data`. For a tokenizer's ids, `token_bytes[id]`
+    is the number of bytes of token id: the total nats of all predicted tokens are divided by
+    their total bytes."""
     model.eval()
     g = torch.Generator().manual_seed(seed)
     total = 0.0
+    nats = byte_count = 0.0
+    vocab = model.config.vocab_size
     for _ in range(batches):
         ix = torch.randint(len(data) - block - 1, (batch,), generator=g)
         x = torch.stack([data[i:i + block] for i in ix])
         y = torch.stack([data[i + 1:i + block + 1] for i in ix])
-        total += F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1)).item()
+        if token_bytes is None:
+            total += F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1)).item()
+        else:
+            nats += F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1),
+                                    reduction="sum").double().item()
+            byte_count += float(token_bytes[y].sum())
     model.train()
+    if token_bytes is not None:
+        return nats / byte_count / math.log(2)
     return total / batches / math.log(2)
 
 
@@ -215,11 +240,22 @@ def main():
                     help="share of training windows that repeat one word-shuffled passage to the end")
     ap.add_argument("--drill-letters", type=float, default=0.0,
                     help="share of drill passages made of random letters (only copying predicts them)")
+    ap.add_argument("--tokenizer", help="train on the ids of this byte-level BPE (tools/train/bpe.py) "
+                                        "instead of bytes; the vocabulary is the tokenizer's")
     a = ap.parse_args()
+    tok = token_bytes = None
+    if a.tokenizer:
+        if a.quote_fraction > 0 or a.drill_fraction > 0:
+            ap.error("--tokenizer cannot be combined with --quote-fraction / --drill-fraction")
+        from bpe import Tokenizer
+        tok = Tokenizer.load(a.tokenizer)
+        token_bytes = torch.tensor([len(v) for v in tok.vocab], dtype=torch.long)
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     cfg = PRESETS[a.preset]
+    if tok is not None:
+        cfg = dataclasses.replace(cfg, vocab_size=tok.size())
     model = GPT(cfg)
     if a.init:
         load_spdc(model, a.init)
@@ -228,17 +264,28 @@ def main():
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}], lr=lr_max, betas=(0.9, 0.95))
-    train, held = load(Path(a.corpus) / "train.txt"), load(Path(a.corpus) / "heldout.txt")
+    if tok is None:
+        train, held = load(Path(a.corpus) / "train.txt"), load(Path(a.corpus) / "heldout.txt")
+    else:
+        def load_ids(path):  # the token ids of the file instead of its bytes
+            data = Path(path).read_bytes()
+            ids = torch.tensor(tok.encode(data), dtype=torch.long)
+            print(f"{path}: {len(data)} bytes -> {len(ids)} tokens of {a.tokenizer} "
+                  f"({len(ids) / len(data):.4f} tokens/byte)", flush=True)
+            return ids
+        train, held = load_ids(Path(a.corpus) / "train.txt"), load_ids(Path(a.corpus) / "heldout.txt")
     block = cfg.max_context
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{a.preset}: {n_params} parameters, block {block}, batch {a.batch}, {a.minutes} min, "
           f"lr {lr_max}, quote fraction {a.quote_fraction} (shuffled {a.quote_shuffle}), "
-          f"drill fraction {a.drill_fraction} (random letters {a.drill_letters}), init {a.init}", flush=True)
+          f"drill fraction {a.drill_fraction} (random letters {a.drill_letters}), init {a.init}"
+          + (f", tokenizer {a.tokenizer} (vocab {cfg.vocab_size}, block in tokens)" if tok else ""),
+          flush=True)
     train_starts = line_starts(train)
     windows = torch.Generator().manual_seed(a.seed)
 
     def evaluate(batches):
-        text = f"heldout_bpb={bits_per_byte(model, held, block, batches=batches):.3f}"
+        text = f"heldout_bpb={bits_per_byte(model, held, block, batches=batches, token_bytes=token_bytes):.3f}"
         if a.quote_fraction > 0 or a.drill_fraction > 0:
             text += (f" quote_acc={quote_accuracy(model, held, block):.3f}"
                      f" copy_acc={quote_accuracy(model, held, block, shuffle=1.0):.3f}")
@@ -271,14 +318,17 @@ def main():
             y = torch.stack([train[i + 1:i + block + 1] for i in ix])
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
             logits = model(x)
-        loss = F.cross_entropy(logits.float().reshape(-1, 256), y.reshape(-1))
+        loss = F.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
         if step % 100 == 0:
-            print(f"step {step} t={elapsed/60:.1f}min lr={lr:.2e} train_bpb={loss.item()/math.log(2):.3f}", flush=True)
+            bpb = loss.item() / math.log(2)
+            if token_bytes is not None:  # bits per byte of this batch, not per token
+                bpb *= y.numel() / float(token_bytes[y].sum())
+            print(f"step {step} t={elapsed/60:.1f}min lr={lr:.2e} train_bpb={bpb:.3f}", flush=True)
         if time.time() - last_ckpt > 300:
             save()
             last_ckpt = time.time()

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// \brief Text and token ids through a llama.cpp model's tokenizer: tokenize, and TextDecoder
-/// for streaming whole UTF-8 characters.
+/// \brief Text and token ids through a llama.cpp model's tokenizer: tokenize, TextDecoder for
+/// streaming whole UTF-8 characters, and VocabularyTokenizer, a vocabulary as string-level
+/// drafting's TextTokenizer (text_tokenizer.hpp).
 
 #include <llama.h>
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "specdec/llama_cpp/detail/error.hpp"
+#include "specdec/text_tokenizer.hpp"
 #include "specdec/types.hpp"
 
 namespace specdec::llama_cpp {
@@ -105,5 +107,96 @@ class TextDecoder {
   std::string pending_;  // bytes of an incomplete trailing character
   std::string ready_;
 };
+
+/// \brief A llama.cpp vocabulary as a TextTokenizer (text_tokenizer.hpp), for string-level
+/// drafting (StringLevelDecoder) between models of different tokenizers.
+///
+/// bytes(id): the token's piece (llama_token_to_piece, specials rendered as nothing), read for
+/// every id once at construction so that a call is a lookup. encode(text, out): llama_tokenize
+/// with no BOS / EOS and specials not parsed, into a reused buffer. A vocabulary that prefixes
+/// every text with a space (SentencePiece's add_space_prefix) spells " " + text: a leading
+/// token that is that space alone is dropped; one that merges it into a word cannot spell the
+/// text, and string-level drafting says so (std::invalid_argument). The vocabulary must outlive
+/// the tokenizer.
+class VocabularyTokenizer {
+ public:
+  explicit VocabularyTokenizer(const llama_vocab* vocab) : vocab_(vocab) {
+    const std::int32_t count = llama_vocab_n_tokens(vocab);
+    pieces_.reserve(static_cast<std::size_t>(count));
+    std::string piece(64, '\0');
+    for (std::int32_t id = 0; id < count; ++id) {
+      std::int32_t length = llama_token_to_piece(vocab, id, piece.data(),
+                                                 static_cast<std::int32_t>(piece.size()), 0, false);
+      if (length < 0) {
+        piece.resize(static_cast<std::size_t>(-length));
+        length = llama_token_to_piece(vocab, id, piece.data(),
+                                      static_cast<std::int32_t>(piece.size()), 0, false);
+      }
+      pieces_.emplace_back(piece.data(), length > 0 ? static_cast<std::size_t>(length) : 0);
+      one_token_per_byte_ = one_token_per_byte_ && pieces_.back().size() <= 1;
+    }
+  }
+
+  /// \throws std::invalid_argument for an id outside the vocabulary.
+  [[nodiscard]] std::string_view bytes(token_t id) const {
+    if (id < 0 || static_cast<std::size_t>(id) >= pieces_.size()) {
+      detail::throw_invalid_argument("VocabularyTokenizer: token ", id,
+                                     " is outside the vocabulary; expected an id in [0, ",
+                                     pieces_.size(), ")");
+    }
+    return pieces_[static_cast<std::size_t>(id)];
+  }
+
+  void encode(std::string_view text, std::vector<token_t>& out) const {
+    if (text.empty()) return;
+    if (text.size() > static_cast<std::size_t>(INT32_MAX) / 2) {
+      detail::throw_invalid_argument("VocabularyTokenizer: text of ", text.size(),
+                                     " bytes; expected at most ", INT32_MAX / 2);
+    }
+    if (ids_.size() < text.size() + 2) ids_.resize(text.size() + 2);
+    const auto length = static_cast<std::int32_t>(text.size());
+    std::int32_t count = llama_tokenize(vocab_, text.data(), length, ids_.data(),
+                                        static_cast<std::int32_t>(ids_.size()), false, false);
+    if (count < 0) {
+      ids_.resize(static_cast<std::size_t>(-count));
+      count = llama_tokenize(vocab_, text.data(), length, ids_.data(), -count, false, false);
+    }
+    if (count < 0) {
+      detail::throw_invalid_argument("VocabularyTokenizer: llama_tokenize failed (", count,
+                                     ") on a text of ", text.size(), " bytes");
+    }
+    std::size_t first = 0;
+    if (count > 0 && text.front() != ' ' && bytes(ids_[0]) == " ") first = 1;  // space prefix
+    out.insert(out.end(), ids_.begin() + static_cast<std::ptrdiff_t>(first), ids_.begin() + count);
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return pieces_.size(); }
+
+  /// \brief Whether every token is at most one byte (a byte-level vocabulary): its texts then
+  /// never re-tokenize differently as they grow (TextTokenizer's one_token_per_byte).
+  [[nodiscard]] bool one_token_per_byte() const noexcept { return one_token_per_byte_; }
+
+  /// \brief Whether encode(text) spells `text` exactly: a vocabulary without tokens for some of
+  /// its bytes (or one that adds a space prefix it cannot drop) cannot write it.
+  [[nodiscard]] bool spells(std::string_view text) const {
+    std::vector<token_t> tokens;
+    try {
+      encode(text, tokens);
+    } catch (const std::exception&) {
+      return false;  // llama.cpp's tokenizer throws for text it has no tokens for
+    }
+    std::string spelled;
+    for (const token_t token : tokens) spelled += bytes(token);
+    return spelled == text;
+  }
+
+ private:
+  const llama_vocab* vocab_;
+  std::vector<std::string> pieces_;
+  bool one_token_per_byte_ = true;
+  mutable std::vector<llama_token> ids_;  // llama_tokenize's output, reused
+};
+
+static_assert(TextTokenizer<VocabularyTokenizer>);
 
 }  // namespace specdec::llama_cpp

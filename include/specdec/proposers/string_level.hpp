@@ -52,6 +52,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -410,10 +411,21 @@ class StringLevelProposer {
       return;
     }
     // The last token may still merge with the next draft bytes, unless no token spans bytes.
+    ready_ = encoded_.empty() || one_token_per_byte(*target_tokenizer_) ? encoded_.size()
+                                                                        : encoded_.size() - 1;
+  }
+
+  /// Whether the tokenizer declares one token per byte (text_tokenizer.hpp), statically or at
+  /// run time.
+  static bool one_token_per_byte(const TargetTokenizer& tokenizer) {
     if constexpr (requires { requires TargetTokenizer::one_token_per_byte; }) {
-      ready_ = encoded_.size();
+      return true;
+    } else if constexpr (requires {
+                           { tokenizer.one_token_per_byte() } -> std::convertible_to<bool>;
+                         }) {
+      return static_cast<bool>(tokenizer.one_token_per_byte());
     } else {
-      ready_ = encoded_.empty() ? 0 : encoded_.size() - 1;
+      return false;
     }
   }
 
