@@ -90,6 +90,12 @@ StringLevelOptions foreign_options() {
   return {.draft_prefix = {kDraftEos}, .draft_eos = kDraftEos, .target_eos = kTargetEos};
 }
 
+// The same without token healing: the crafted drafts below see the whole committed text.
+StringLevelOptions unhealed(StringLevelOptions options = foreign_options()) {
+  options.heal_last_token = false;
+  return options;
+}
+
 // A context-dependent scripted draft over its own 8 ids.
 template <class Scalar>
 struct ForeignDraft {
@@ -156,7 +162,8 @@ TEST(StringLevelProposer, OneDraftCallOfSeveralBytesProposesSeveralTargetTokens)
   const TableTokenizer draft_vocabulary = draft_tokenizer();
   // "abc", then "ca": the byte-level target's tokens are the bytes.
   ScriptDraft draft{{6, 5}};
-  StringLevelProposer proposer(draft, draft_vocabulary, bytes, {.draft_prefix = {kDraftEos}});
+  StringLevelProposer proposer(draft, draft_vocabulary, bytes,
+                               {.draft_prefix = {kDraftEos}, .heal_last_token = false});
   const std::vector<token_t> got = propose_once(proposer, {'a', 'b'}, 5);
   EXPECT_EQ(got, (std::vector<token_t>{'a', 'b', 'c', 'c', 'a'}));
   EXPECT_EQ(draft.next, 2u);  // 5 bytes from two draft calls
@@ -174,13 +181,13 @@ TEST(StringLevelProposer, SeamThatTheTargetWouldMergeFallsBackToTheDraftTextAlon
   // Committed "c a"; the draft continues "bc": the target tokenizes "a" + "bc" as "ab", "c",
   // which does not start with the committed "a", so "bc" is tokenized alone: "b", "c".
   ScriptDraft draft{{4, 2}};
-  StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary, foreign_options());
+  StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary, unhealed());
   const std::vector<token_t> got = propose_once(proposer, {2, 0}, 2);
   EXPECT_EQ(got, (std::vector<token_t>{1, 2}));
   EXPECT_GE(proposer.work().seam_fallbacks, 1u);
   // Where the seam agrees it is used: committed "a b", draft "ab" -> "ab" + "ab" = "ab", "ab".
   ScriptDraft joined{{3, 2}};
-  StringLevelProposer agreeing(joined, draft_vocabulary, target_vocabulary, foreign_options());
+  StringLevelProposer agreeing(joined, draft_vocabulary, target_vocabulary, unhealed());
   EXPECT_EQ(propose_once(agreeing, {3}, 2), (std::vector<token_t>{3, 2}));
   EXPECT_EQ(agreeing.work().seam_fallbacks, 0u);
 }
@@ -207,7 +214,9 @@ TEST(StringLevelProposer, ATokenChangedByALaterRetokenizationStopsTheRound) {
   const TableTokenizer draft_vocabulary = draft_tokenizer();
   ScriptDraft draft{{0, 1, 2, 0}};  // "a", "b", "c", ...
   StringLevelProposer proposer(draft, draft_vocabulary, shifting,
-                               {.draft_prefix = {kDraftEos}, .target_look_behind = 0});
+                               {.draft_prefix = {kDraftEos},
+                                .target_look_behind = 0,
+                                .heal_last_token = false});
   // "a" is proposed once "ab" shows it final; "abc" re-tokenizes it into "ab": the round stops.
   EXPECT_EQ(propose_once(proposer, {2}, 4), (std::vector<token_t>{0}));
   EXPECT_EQ(proposer.work().retokenization_stops, 1u);
@@ -217,13 +226,44 @@ TEST(StringLevelProposer, TheDraftsEndOfTextIsProposedAsTheTargetsAndEndsTheRoun
   const TableTokenizer target_vocabulary = target_tokenizer();
   const TableTokenizer draft_vocabulary = draft_tokenizer();
   ScriptDraft draft{{2, kDraftEos, 0}};
-  StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary, foreign_options());
+  StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary, unhealed());
   EXPECT_EQ(propose_once(proposer, {0}, 4), (std::vector<token_t>{2, kTargetEos}));
   // Without a target_eos the drafting just ends.
   ScriptDraft plain{{2, kDraftEos, 0}};
   StringLevelProposer ending(plain, draft_vocabulary, target_vocabulary,
-                             {.draft_prefix = {kDraftEos}, .draft_eos = kDraftEos});
+                             {.draft_prefix = {kDraftEos},
+                              .draft_eos = kDraftEos,
+                              .heal_last_token = false});
   EXPECT_EQ(propose_once(ending, {0}, 4), (std::vector<token_t>{2}));
+}
+
+TEST(StringLevelProposer, HealingHoldsTheLastDraftTokenBackAndProposesOnlyNewBytes) {
+  const ByteTokenizer bytes;
+  const TableTokenizer draft_vocabulary = draft_tokenizer();
+  // Committed "ca" is the draft token "ca": held back, the draft sees its prefix alone. It
+  // writes "ca" again (healed, nothing proposed), then "abc": three new bytes.
+  ScriptDraft draft{{5, 6}};
+  StringLevelProposer proposer(draft, draft_vocabulary, bytes, {.draft_prefix = {kDraftEos}});
+  EXPECT_EQ(propose_once(proposer, {'c', 'a'}, 3), (std::vector<token_t>{'a', 'b', 'c'}));
+  ASSERT_EQ(draft.contexts.size(), 2u);
+  EXPECT_EQ(draft.contexts[0], (std::vector<token_t>{kDraftEos}));
+  EXPECT_EQ(draft.contexts[1], (std::vector<token_t>{kDraftEos, 5}));
+  EXPECT_EQ(proposer.work().healed_rounds, 1u);
+  // After the round the draft context is the committed text's tokens again.
+  EXPECT_EQ(std::vector<token_t>(proposer.draft_context().begin(), proposer.draft_context().end()),
+            (std::vector<token_t>{kDraftEos, 5}));
+
+  // Committed "ab" (the draft token "ab"): "a" heals a part, "bc" the rest and writes "c".
+  ScriptDraft partial{{0, 4}};
+  StringLevelProposer partly(partial, draft_vocabulary, bytes, {.draft_prefix = {kDraftEos}});
+  EXPECT_EQ(propose_once(partly, {'a', 'b'}, 1), (std::vector<token_t>{'c'}));
+
+  // A draft token that disagrees with the healed bytes is masked: the draft's "c" after a
+  // held-back "ab" cannot be drawn; of the tokens that agree ("a", "ab", "abc", equal logits)
+  // the first is.
+  ScriptDraft disagreeing{{2}};
+  StringLevelProposer masked(disagreeing, draft_vocabulary, bytes, {.draft_prefix = {kDraftEos}});
+  EXPECT_EQ(propose_once(masked, {'a', 'b'}, 1), (std::vector<token_t>{'c'}));
 }
 
 TEST(StringLevelProposer, TheDraftContextSpellsTheCommittedTextAcrossRollbacks) {

@@ -21,6 +21,8 @@
 ///     as it tokenizes the whole ("th" + "e" vs "the"), so the draft tokens are kept up to the
 ///     first changed byte minus `draft_look_behind` tokens, and the rest of the text is
 ///     tokenized again (a KV-cached draft keeps its cache for the prefix it still shares).
+///     With `heal_last_token` (the default) the last of those draft tokens is held back and
+///     the draft's first tokens must spell its bytes (token healing, see the option).
 ///  2. draft: one draft call per draft token, sampled from the draft's row after temperature
 ///     and filters in the draft's own vocabulary (greedy: its argmax). The logits processor
 ///     is not applied to the draft: it is written for the target's ids. Its bytes are appended
@@ -55,6 +57,8 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -94,6 +98,13 @@ struct StringLevelOptions {
   token_t draft_eos = -1;
   /// What draft_eos is proposed as (-1: nothing; drafting just ends). Needs draft_eos.
   token_t target_eos = -1;
+  /// Token healing: the committed text's last draft token is held back from the draft's
+  /// context and the draft's first tokens must spell its bytes (a draft token that is a prefix
+  /// of them, or that they are a prefix of). A round's committed text ends wherever
+  /// verification stopped, mostly inside a word, and the tokens of a cut word (" LO") are ones
+  /// the draft seldom saw before the rest of the word; healed, it writes " LORD" as it learnt
+  /// to, and only "RD" is proposed.
+  bool heal_last_token = true;
   /// The most draft calls a round makes per token it may propose (a target whose tokens are
   /// longer than the draft's needs several per token); >= 1.
   std::size_t max_draft_calls_per_token = 4;
@@ -134,6 +145,7 @@ struct StringLevelWork {
   std::size_t seam_fallbacks = 0;         ///< re-tokenizations whose seam disagreed
   std::size_t retokenization_stops = 0;   ///< rounds stopped because a proposed token changed
   std::size_t resynced_draft_tokens = 0;  ///< draft context tokens tokenized again by sync
+  std::size_t healed_rounds = 0;          ///< rounds that drafted from a healed last token
 
   /// \brief Target tokens proposed per draft call (0 before any call).
   [[nodiscard]] double tokens_per_draft_call() const noexcept {
@@ -192,6 +204,12 @@ class StringLevelProposer {
     const std::size_t limit = request.limit;
     size_round_buffers(limit);
     start_round();
+    // However the round ends (a model or tokenizer may throw), the draft context is the
+    // committed text's tokens again.
+    struct RoundEnd {
+      StringLevelProposer* self;
+      ~RoundEnd() { self->end_round(); }
+    } round_end{this};
     const std::size_t max_calls = limit * options_.max_draft_calls_per_token;
 
     std::size_t proposed = 0;
@@ -213,7 +231,6 @@ class StringLevelProposer {
       probabilities_[proposed] = token_probability(token);
       ++proposed;
     }
-    draft_context_.resize(round_base_);  // the drafted tokens leave the draft's context
     work_.proposed_tokens += proposed;
 
     Proposal<Scalar> proposal;
@@ -306,6 +323,18 @@ class StringLevelProposer {
   }
 
   void start_round() {
+    tail_ = {};
+    healed_ = false;
+    if (options_.heal_last_token && !draft_ends_.empty() && draft_context_.size() > 1) {
+      const std::size_t last = draft_ends_.size() - 1;
+      tail_ = std::string_view(text_).substr(last == 0 ? 0 : draft_ends_[last - 1]);
+      healed_token_ = draft_context_.back();
+      draft_context_.pop_back();
+      healed_ = true;
+      ++work_.healed_rounds;
+      compatible_for_.clear();  // the compatible tokens are found at the first draft call
+    }
+    pending_log_probability_ = 0;
     round_base_ = draft_context_.size();
     draft_text_.clear();
     byte_log_probability_.clear();
@@ -321,6 +350,54 @@ class StringLevelProposer {
     seam_text_ = std::string_view(text_).substr(seam_start);
   }
 
+  /// The drafted tokens leave the draft's context; a healed token returns to it.
+  void end_round() noexcept {
+    draft_context_.resize(round_base_);
+    if (healed_) draft_context_.push_back(healed_token_);  // within capacity: it was there
+    healed_ = false;
+  }
+
+  /// The draft's pieces by id, read once (an id its tokenizer rejects: no piece).
+  void cache_pieces(std::size_t vocab_size) {
+    if (pieces_.size() == vocab_size) return;
+    pieces_.assign(vocab_size, std::string_view{});
+    for (std::size_t id = 0; id < vocab_size; ++id) {
+      try {
+        pieces_[id] = draft_tokenizer_->bytes(static_cast<token_t>(id));
+      } catch (const std::exception&) {
+        // left empty: never compatible with a tail; if drawn, bytes() reports it below
+      }
+    }
+  }
+
+  /// The draft tokens that agree with the tail (a prefix of it, or starting with it), for the
+  /// current tail; recomputed only when the tail changes.
+  std::span<const token_t> compatible_tokens() {
+    if (compatible_for_.size() != tail_.size() || compatible_for_ != tail_) {
+      compatible_for_.assign(tail_);
+      compatible_.clear();
+      for (std::size_t id = 0; id < pieces_.size(); ++id) {
+        const std::string_view piece = pieces_[id];
+        const bool agrees = !piece.empty() &&
+                            (piece.size() <= tail_.size() ? tail_.substr(0, piece.size()) == piece
+                                                          : piece.substr(0, tail_.size()) == tail_);
+        if (agrees) compatible_.push_back(static_cast<token_t>(id));
+      }
+    }
+    return compatible_;
+  }
+
+  /// `logits` with every token that disagrees with the tail at -inf (banned: probability 0
+  /// under every temperature and filter).
+  std::span<const Scalar> mask_to_tail(std::span<const Scalar> logits) {
+    detail::ensure_size(masked_, logits.size());
+    std::fill_n(masked_.begin(), logits.size(), -std::numeric_limits<Scalar>::infinity());
+    for (const token_t id : compatible_) {
+      masked_[static_cast<std::size_t>(id)] = logits[static_cast<std::size_t>(id)];
+    }
+    return {masked_.data(), logits.size()};
+  }
+
   /// Drafting is over: every token of the draft text is final.
   void finish_drafting() {
     drafting_done_ = true;
@@ -330,14 +407,26 @@ class StringLevelProposer {
   /// One draft call and its token (the file comment's steps 2 and 3).
   template <class Coins>
   void draw_draft_token(DraftRequest& request, Coins& coins, std::size_t proposed) {
+    if (!tail_.empty() && !pieces_.empty() && compatible_tokens().empty()) {
+      finish_drafting();  // no draft token can write the healed bytes
+      return;
+    }
     ++round_calls_;
     auto&& row = detail::timed_call(request.stats.draft_seconds, [&]() -> decltype(auto) {
       return (*draft_)(std::span<const token_t>(draft_context_));
     });
     ++request.stats.draft_calls;
     ++work_.draft_calls;
-    const std::span<const Scalar> logits = detail::view_row(row);
+    std::span<const Scalar> logits = detail::view_row(row);
     detail::check_vocab_size(draft_vocab_size_, logits.size(), "string-level draft model");
+    if (!tail_.empty()) {
+      cache_pieces(logits.size());
+      if (compatible_tokens().empty()) {
+        finish_drafting();
+        return;
+      }
+      logits = mask_to_tail(logits);
+    }
     double probability = 1.0;
     const SamplingParams& params = request.params;
     const std::size_t position = draft_context_.size();
@@ -362,7 +451,7 @@ class StringLevelProposer {
         },
         "string-level draft model logits for draft position ", position);
 
-    const std::string_view piece = draft_tokenizer_->bytes(token);
+    std::string_view piece = draft_tokenizer_->bytes(token);
     if (piece.empty() || token == options_.draft_eos) {
       finish_drafting();
       if (token == options_.draft_eos && options_.target_eos >= 0) {
@@ -373,10 +462,18 @@ class StringLevelProposer {
       return;
     }
     ++work_.draft_tokens;
-    work_.drafted_bytes += piece.size();
     draft_context_.push_back(token);
+    pending_log_probability_ += std::log(probability);
+    if (!tail_.empty()) {  // healing: the bytes already committed are not drafted again
+      const std::size_t healed = std::min(piece.size(), tail_.size());
+      tail_.remove_prefix(healed);
+      piece.remove_prefix(healed);
+      if (piece.empty()) return;  // still inside the healed token
+    }
+    work_.drafted_bytes += piece.size();
     draft_text_ += piece;
-    const double share = std::log(probability) / static_cast<double>(piece.size());
+    const double share = pending_log_probability_ / static_cast<double>(piece.size());
+    pending_log_probability_ = 0;
     byte_log_probability_.insert(byte_log_probability_.end(), piece.size(), share);
     retokenize(proposed);
   }
@@ -467,6 +564,14 @@ class StringLevelProposer {
   std::size_t round_calls_ = 0;
   std::size_t proposed_bytes_ = 0;  // bytes of draft_text_ the proposed tokens spell
   double pending_eos_probability_ = 1.0;
+  double pending_log_probability_ = 0;  // log q of draft tokens whose bytes were all healed
+  std::string_view tail_{};             // healed bytes the draft has still to write
+  token_t healed_token_ = -1;           // the draft token held back from the context
+  bool healed_ = false;
+  std::string compatible_for_;            // the tail compatible_ was computed for
+  std::vector<token_t> compatible_;       // draft tokens that agree with it
+  std::vector<std::string_view> pieces_;  // the draft's bytes by id
+  std::vector<Scalar> masked_;            // a draft row masked to compatible_
   bool drafting_done_ = false;
   std::vector<token_t> tokens_;           // (K) proposed target tokens
   std::vector<double> probabilities_;     // (K) their probabilities for the policy
