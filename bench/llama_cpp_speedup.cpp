@@ -6,7 +6,7 @@
 //
 //   llama_cpp_speedup -m TARGET -md DRAFT [--prompts-file F] [--first I] [--count N]
 //                     [-n TOKENS] [--temps 0,1] [-t N] [-td N] [--settings LIST] [--rpc H:P]
-//                     [--call-costs [--repeats N]]
+//                     [--call-costs [--repeats N]] [--text-draft DRAFT2]
 //
 // Settings (comma-separated; default all): llama (llama.cpp's own decoding loop through its C
 // API, llama_sampler greedy / dist, no specdec: what the adapter must not slow down), plain
@@ -16,7 +16,11 @@
 // costs measured once before the first prompt: measure_call_costs), each with -correct
 // (GoodputOptions::correct_costs on) and/or -noguard (plain_guard off) appended for A/B runs;
 // every goodput setting has a decoder of its own. ngram (prompt lookup),
-// ngram-draft (lookup, else the draft model). Every setting except llama and
+// ngram-draft (lookup, else the draft model); textK8, textblock8 etc. (StringLevelDecoder: the
+// --text-draft model, a draft with a tokenizer of its own, drafts text that the target's
+// tokenizer re-tokenizes; K counts target tokens); mapK8, mapblock8 etc. (the same draft through
+// MappedDraft: its law over the tokens both vocabularies share, token-level intersection).
+// Every setting except llama and
 // plain is paired with a plain run of the same prompt, the order alternating by prompt; the KV
 // caches are reset before every run, so each run pays for its own prompt.
 //
@@ -31,6 +35,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -45,7 +50,8 @@ using specdec::token_t;
 namespace llama = specdec::llama_cpp;
 
 struct Options {
-  std::string target_path, draft_path, prompts_file = SPECDEC_MODELS_DIR "/prompts.txt", rpc;
+  std::string target_path, draft_path, text_draft_path,
+      prompts_file = SPECDEC_MODELS_DIR "/prompts.txt", rpc;
   std::size_t first = 0, count = 1, tokens = 200;
   std::vector<float> temperatures{0.0f};
   int threads = 1, threads_draft = 1;
@@ -101,6 +107,8 @@ Options parse(int argc, char** argv) {
       o.threads_draft = number<int>(value());
     else if (flag == "--rpc")
       o.rpc = value();
+    else if (flag == "--text-draft")
+      o.text_draft_path = value();
     else if (flag == "--call-costs")
       o.call_costs = true;
     else if (flag == "--repeats")
@@ -223,6 +231,34 @@ int main(int argc, char** argv) try {
                                         {.threads = o.threads_draft}, draft_model);
   llama::check_compatible(draft.model(), target.model());
 
+  // A draft of another tokenizer, for the text settings (string-level exact match).
+  std::optional<llama::LoadedModel> text_draft;
+  if (!o.text_draft_path.empty()) {
+    text_draft.emplace(
+        llama::LoadedModel::load(o.text_draft_path, {.threads = o.threads_draft}, draft_model));
+  }
+  const std::optional<llama::VocabularyTokenizer> text_draft_tokens =
+      text_draft ? std::optional(llama::VocabularyTokenizer(text_draft->vocab())) : std::nullopt;
+  const llama::VocabularyTokenizer target_tokens(target.vocab());
+  std::optional<specdec::StringLevelDecoder<llama::LoadedModel, llama::VocabularyTokenizer,
+                                            llama::LoadedModel, llama::VocabularyTokenizer>>
+      by_text;
+  if (text_draft) by_text.emplace(*text_draft, *text_draft_tokens, target, target_tokens);
+  std::optional<llama::VocabularyCheck> text_draft_check;
+  std::optional<specdec::MappedDraft<llama::LoadedModel>> mapped;
+  if (text_draft) {
+    text_draft_check.emplace(llama::vocabulary_text(text_draft->model()),
+                             llama::vocabulary_text(target.model()));
+    std::fprintf(stderr, "--text-draft vocabulary: %s\n", text_draft_check->description().c_str());
+    if (text_draft_check->verdict() != specdec::VocabularyVerdict::disjoint) {
+      mapped.emplace(*text_draft, text_draft_check->map(),
+                     llama::retokenize(text_draft->vocab(), target.vocab()));
+    }
+  }
+  std::optional<
+      specdec::SpeculativeDecoder<specdec::MappedDraft<llama::LoadedModel>, llama::LoadedModel>>
+      by_map;
+  if (mapped) by_map.emplace(*mapped, target);
   specdec::AutoregressiveDecoder plain(target);
   specdec::SpeculativeDecoder speculative(draft, target);
   // Every goodput setting gets a decoder of its own (below): a policy keeps what it learnt
@@ -235,6 +271,7 @@ int main(int argc, char** argv) try {
   const auto reset = [&] {
     target.reset();
     draft.reset();
+    if (text_draft) text_draft->reset();
   };
   // Warm-up outside every timing: llama.cpp allocates a graph per batch shape on first use.
   {
@@ -275,6 +312,8 @@ int main(int argc, char** argv) try {
         specdec::GenerationConfig config = base;
         const auto run_speculative = [&]() -> specdec::GenerationResult {
           if (setting == "ngram") return lookup.generate(prompt, config);
+          if (setting.starts_with("text")) return by_text->generate(prompt, config);
+          if (setting.starts_with("map")) return by_map->generate(prompt, config);
           if (setting == "ngram-draft") return lookup_then_draft.generate(prompt, config);
           if (setting.starts_with("goodput")) {  // a decoder of its own: nothing learnt carries
             auto& decoder = goodput_decoders[setting];  // over from another setting
@@ -294,7 +333,24 @@ int main(int argc, char** argv) try {
               result.stats.total_seconds);
           continue;
         }
-        if (setting.starts_with("K")) {
+        if (setting.starts_with("text") || setting.starts_with("map")) {
+          const bool text = setting.starts_with("text");
+          if (text ? !by_text : !by_map) {
+            throw std::invalid_argument("setting '" + setting +
+                                        "' needs --text-draft (sharing tokens with the target, "
+                                        "for map)");
+          }
+          std::string_view rest = std::string_view(setting).substr(text ? 4 : 3);
+          if (rest.starts_with("block")) {
+            config.verifier = specdec::VerifierKind::block;
+            rest.remove_prefix(5);
+          } else if (rest.starts_with("K")) {
+            rest.remove_prefix(1);
+          } else {
+            throw std::invalid_argument("unknown setting '" + setting + "'");
+          }
+          config.draft_length = number<std::size_t>(rest);
+        } else if (setting.starts_with("K")) {
           config.draft_length = number<std::size_t>(std::string_view(setting).substr(1));
         } else if (setting.starts_with("block")) {
           config.draft_length = number<std::size_t>(std::string_view(setting).substr(5));
@@ -344,7 +400,7 @@ int main(int argc, char** argv) try {
             "\"seconds\": %.6g, \"plain_seconds\": %.6g, \"speedup\": %.5g, \"rounds\": %zu, "
             "\"tokens_per_round\": %.4g, \"draft_seconds\": %.6g, \"target_seconds\": %.6g, "
             "\"library_seconds\": %.6g, \"verify_cost\": %.4g, \"draft_lengths\": [%s], "
-            "\"identical\": %s}\n",
+            "\"drafted\": %zu, \"accepted\": %zu, \"draft_calls\": %zu, \"identical\": %s}\n",
             p, static_cast<double>(temperature), setting.c_str(), fast.tokens.size(),
             s.total_seconds, slow.stats.total_seconds,
             slow.stats.total_seconds / s.total_seconds * static_cast<double>(fast.tokens.size()) /
@@ -352,7 +408,8 @@ int main(int argc, char** argv) try {
             s.rounds, s.tokens_per_round(), s.draft_seconds, s.target_seconds, s.library_seconds,
             (s.target_seconds / static_cast<double>(s.target_calls)) /
                 (slow.stats.target_seconds / static_cast<double>(slow.stats.target_calls)),
-            lengths.c_str(), fast.tokens == slow.tokens ? "true" : "false");
+            lengths.c_str(), s.drafted, s.accepted, s.draft_calls,
+            fast.tokens == slow.tokens ? "true" : "false");
       }
     }
     std::fflush(stdout);

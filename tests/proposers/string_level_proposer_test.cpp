@@ -86,8 +86,13 @@ constexpr std::size_t kDraftVocab = 8;
 constexpr token_t kDraftEos = 7;
 constexpr token_t kTargetEos = 4;
 
-StringLevelOptions foreign_options() {
-  return {.draft_prefix = {kDraftEos}, .draft_eos = kDraftEos, .target_eos = kTargetEos};
+// sample_draft: the draft's tokens drawn from its law (its coins enumerated by the exact tests)
+// rather than its argmax.
+StringLevelOptions foreign_options(bool sample_draft = false) {
+  return {.draft_prefix = {kDraftEos},
+          .draft_eos = kDraftEos,
+          .target_eos = kTargetEos,
+          .sample_draft = sample_draft};
 }
 
 // The same without token healing: the crafted drafts below see the whole committed text.
@@ -213,10 +218,9 @@ TEST(StringLevelProposer, ATokenChangedByALaterRetokenizationStopsTheRound) {
   const ShiftingTokenizer shifting;
   const TableTokenizer draft_vocabulary = draft_tokenizer();
   ScriptDraft draft{{0, 1, 2, 0}};  // "a", "b", "c", ...
-  StringLevelProposer proposer(draft, draft_vocabulary, shifting,
-                               {.draft_prefix = {kDraftEos},
-                                .target_look_behind = 0,
-                                .heal_last_token = false});
+  StringLevelProposer proposer(
+      draft, draft_vocabulary, shifting,
+      {.draft_prefix = {kDraftEos}, .target_look_behind = 0, .heal_last_token = false});
   // "a" is proposed once "ab" shows it final; "abc" re-tokenizes it into "ab": the round stops.
   EXPECT_EQ(propose_once(proposer, {2}, 4), (std::vector<token_t>{0}));
   EXPECT_EQ(proposer.work().retokenization_stops, 1u);
@@ -230,10 +234,9 @@ TEST(StringLevelProposer, TheDraftsEndOfTextIsProposedAsTheTargetsAndEndsTheRoun
   EXPECT_EQ(propose_once(proposer, {0}, 4), (std::vector<token_t>{2, kTargetEos}));
   // Without a target_eos the drafting just ends.
   ScriptDraft plain{{2, kDraftEos, 0}};
-  StringLevelProposer ending(plain, draft_vocabulary, target_vocabulary,
-                             {.draft_prefix = {kDraftEos},
-                              .draft_eos = kDraftEos,
-                              .heal_last_token = false});
+  StringLevelProposer ending(
+      plain, draft_vocabulary, target_vocabulary,
+      {.draft_prefix = {kDraftEos}, .draft_eos = kDraftEos, .heal_last_token = false});
   EXPECT_EQ(propose_once(ending, {0}, 4), (std::vector<token_t>{2}));
 }
 
@@ -328,29 +331,33 @@ TEST(StringLevelExactness, RoundsThroughTokenAndBlockVerifiers) {
   const TableTokenizer target_vocabulary = target_tokenizer();
   const TableTokenizer draft_vocabulary = draft_tokenizer();
   ForeignDraft<double> draft;
-  const StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary, foreign_options());
-  for (const ParamsCase& params_case : params_cases()) {
-    const ScriptedPair pair = target_pair(params_case.params);
-    double accepted = 0;
-    for (const Sequence& context : kContexts) {
-      for (const std::size_t draft_length : {1u, 3u}) {
-        SCOPED_TRACE(params_case.name + " context " + std::to_string(context.size()) +
-                     " K=" + std::to_string(draft_length));
-        const auto token =
-            specdec::testing::certify_round(proposer, StaticDraftLength{}, specdec::TokenVerifier{},
-                                            pair.target(), pair.params, context, draft_length);
-        const auto block =
-            specdec::testing::certify_round(proposer, StaticDraftLength{}, specdec::BlockVerifier{},
-                                            pair.target(), pair.params, context, draft_length);
-        EXPECT_LT(token.total_variation, kExactnessBound);
-        EXPECT_LT(block.total_variation, kExactnessBound);
-        accepted += token.expected_accepted;
+  for (const bool sample_draft : {false, true}) {
+    const StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary,
+                                       foreign_options(sample_draft));
+    for (const ParamsCase& params_case : params_cases()) {
+      SCOPED_TRACE(sample_draft ? "sampled draft" : "the draft's argmax");
+      const ScriptedPair pair = target_pair(params_case.params);
+      double accepted = 0;
+      for (const Sequence& context : kContexts) {
+        for (const std::size_t draft_length : {1u, 3u}) {
+          SCOPED_TRACE(params_case.name + " context " + std::to_string(context.size()) +
+                       " K=" + std::to_string(draft_length));
+          const auto token = specdec::testing::certify_round(
+              proposer, StaticDraftLength{}, specdec::TokenVerifier{}, pair.target(), pair.params,
+              context, draft_length);
+          const auto block = specdec::testing::certify_round(
+              proposer, StaticDraftLength{}, specdec::BlockVerifier{}, pair.target(), pair.params,
+              context, draft_length);
+          EXPECT_LT(token.total_variation, kExactnessBound);
+          EXPECT_LT(block.total_variation, kExactnessBound);
+          accepted += token.expected_accepted;
+        }
       }
-    }
-    // Not a vacuous pass (greedy drafts on these few contexts happen to miss every time; the
-    // greedy decoder test below sees acceptances).
-    if (!params_case.params.greedy()) {
-      EXPECT_GT(accepted, 0.1) << params_case.name;
+      // Not a vacuous pass (greedy drafts on these few contexts happen to miss every time; the
+      // greedy decoder test below sees acceptances).
+      if (!params_case.params.greedy()) {
+        EXPECT_GT(accepted, 0.1) << params_case.name;
+      }
     }
   }
 }
@@ -359,7 +366,8 @@ TEST(StringLevelExactness, GenerationsComposedUnderTheDecodersBudget) {
   const TableTokenizer target_vocabulary = target_tokenizer();
   const TableTokenizer draft_vocabulary = draft_tokenizer();
   ForeignDraft<double> draft;
-  const StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary, foreign_options());
+  const StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary,
+                                     foreign_options(/*sample_draft=*/true));
   for (const ParamsCase& params_case : params_cases()) {
     SCOPED_TRACE(params_case.name);
     const ScriptedPair pair = target_pair(params_case.params);
@@ -449,14 +457,15 @@ TEST(StringLevelDecoder, ChiSquareOfTheFirstTokensAtTemperatureOneAndWithFilters
     std::string name;
     SamplingParams params;
     specdec::VerifierKind verifier;
+    bool sample_draft = false;
   };
   SamplingParams filtered;
   filtered.temperature = 0.8f;
   filtered.top_k = 4;
   filtered.top_p = 0.95f;
-  for (const Case& c :
-       {Case{"T=1 token", {}, specdec::VerifierKind::token},
-        Case{"T=0.8 top-k 4 top-p 0.95 block", filtered, specdec::VerifierKind::block}}) {
+  for (const Case& c : {Case{"T=1 token", {}, specdec::VerifierKind::token},
+                        Case{"T=0.8 top-k 4 top-p 0.95 block, sampled draft", filtered,
+                             specdec::VerifierKind::block, true}}) {
     SCOPED_TRACE(c.name);
     const ScriptedPair pair = target_pair(c.params);
     constexpr std::size_t v = kTargetVocab;
@@ -469,7 +478,7 @@ TEST(StringLevelDecoder, ChiSquareOfTheFirstTokensAtTemperatureOneAndWithFilters
     ScriptedPair::Target<float> target{&pair};
     ForeignDraft<float> draft;
     specdec::StringLevelDecoder decoder(draft, draft_vocabulary, target, target_vocabulary,
-                                        foreign_options());
+                                        foreign_options(c.sample_draft));
     specdec::GenerationConfig config;
     config.sampling = c.params;
     config.verifier = c.verifier;

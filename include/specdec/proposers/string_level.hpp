@@ -23,10 +23,10 @@
 ///     tokenized again (a KV-cached draft keeps its cache for the prefix it still shares).
 ///     With `heal_last_token` (the default) the last of those draft tokens is held back and
 ///     the draft's first tokens must spell its bytes (token healing, see the option).
-///  2. draft: one draft call per draft token, sampled from the draft's row after temperature
-///     and filters in the draft's own vocabulary (greedy: its argmax). The logits processor
-///     is not applied to the draft: it is written for the target's ids. Its bytes are appended
-///     to the round's draft text.
+///  2. draft: one draft call per draft token: the draft's most probable token, or with
+///     `sample_draft` a sample of its row after temperature and filters in its own vocabulary. The
+///     logits processor is not applied to the draft: it is written for the target's ids. Its bytes
+///     are appended to the round's draft text.
 ///  3. re-tokenize: the target tokenizer's tokens of the last `target_look_behind` committed
 ///     tokens' text followed by the draft text; if they start with those committed tokens
 ///     (the seam agrees), the rest is the proposal, else the draft text is tokenized alone (a
@@ -98,6 +98,11 @@ struct StringLevelOptions {
   token_t draft_eos = -1;
   /// What draft_eos is proposed as (-1: nothing; drafting just ends). Needs draft_eos.
   token_t target_eos = -1;
+  /// Draw the draft's tokens from its own law (temperature and filters as configured, in its
+  /// own vocabulary) instead of taking its most probable token. Off by default: a proposed
+  /// token is a point mass, accepted with probability p(x) whatever it was drawn from, so at
+  /// T > 0 the draft's best guess is accepted more often than a sample of it.
+  bool sample_draft = false;
   /// Token healing: the committed text's last draft token is held back from the draft's
   /// context and the draft's first tokens must spell its bytes (a draft token that is a prefix
   /// of them, or that they are a prefix of). A round's committed text ends wherever
@@ -432,7 +437,7 @@ class StringLevelProposer {
     const std::size_t position = draft_context_.size();
     const token_t token = detail::on_model_row(
         [&]() -> token_t {
-          if (params.greedy()) {
+          if (params.greedy() || !options_.sample_draft) {
             if (!request.reads_token_probabilities()) return argmax(logits);
             const auto [best, log_probability] = detail::argmax_and_log_probability(logits);
             probability = std::exp(static_cast<double>(log_probability));
