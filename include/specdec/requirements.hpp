@@ -16,6 +16,7 @@
 #include "specdec/detail/model_traits.hpp"
 #include "specdec/model.hpp"
 #include "specdec/strategies.hpp"
+#include "specdec/text_tokenizer.hpp"
 #include "specdec/tree.hpp"
 #include "specdec/types.hpp"
 
@@ -69,6 +70,16 @@ struct MappedDraftRequirements {
                 "specdec: MappedDraft's draft must be callable as draft(std::span<const "
                 "specdec::token_t> context) (draft ids) and return one row of V_draft logits");
   static constexpr bool satisfied = std::invocable<Draft&, std::span<const token_t>>;
+};
+
+/// The tokenizers of string-level drafting (StringLevelProposer, text_tokenizer.hpp).
+template <class Tokenizer>
+struct TextTokenizerRequirements {
+  static_assert(TextTokenizer<Tokenizer>,
+                "specdec: a string-level tokenizer must provide std::string_view bytes(token_t "
+                "id) const (the bytes token id stands for) and void encode(std::string_view text, "
+                "std::vector<specdec::token_t>& out) const (appends the tokens that spell text): "
+                "the TextTokenizer concept of specdec/text_tokenizer.hpp");
 };
 
 /// The optional batched calls (batch/target.hpp, batch/draft.hpp), checked for a model that

@@ -25,7 +25,7 @@
 
 namespace specdec {
 
-template <class Draft, TextTokenizer DraftTokenizer, class Target, TextTokenizer TargetTokenizer,
+template <class Draft, class DraftTokenizer, class Target, class TargetTokenizer,
           class Policy = ConfiguredDraftLength>
 class StringLevelDecoder
     : public StrategyDecoder<Target, StringLevelProposer<Draft, DraftTokenizer, TargetTokenizer>,

@@ -74,6 +74,7 @@
 #include "specdec/generation.hpp"
 #include "specdec/proposal.hpp"
 #include "specdec/proposers/model.hpp"
+#include "specdec/requirements.hpp"
 #include "specdec/sampling.hpp"
 #include "specdec/sampling/laws.hpp"
 #include "specdec/sampling/softmax.hpp"
@@ -166,8 +167,10 @@ struct StringLevelWork {
 /// harness, testing.hpp)
 /// \tparam DraftTokenizer, TargetTokenizer TextTokenizer (text_tokenizer.hpp)
 /// The draft and both tokenizers are held by reference (not owned; they must outlive this).
-template <class Draft, TextTokenizer DraftTokenizer, TextTokenizer TargetTokenizer>
+template <class Draft, class DraftTokenizer, class TargetTokenizer>
 class StringLevelProposer {
+  static_assert(detail::diagnosed<detail::TextTokenizerRequirements<DraftTokenizer>>);
+  static_assert(detail::diagnosed<detail::TextTokenizerRequirements<TargetTokenizer>>);
   using Row = detail::draft_result_t<Draft>;
   using RowSpan = decltype(detail::view_row(std::declval<const Row&>()));
 
@@ -480,12 +483,21 @@ class StringLevelProposer {
     const double share = pending_log_probability_ / static_cast<double>(piece.size());
     pending_log_probability_ = 0;
     byte_log_probability_.insert(byte_log_probability_.end(), piece.size(), share);
-    retokenize(proposed);
+    retokenize(proposed, piece.size());
   }
 
   /// The target tokens of the round's draft text, joined at the seam; stops the round if a
-  /// token already proposed changed.
-  void retokenize(std::size_t proposed) {
+  /// token already proposed changed. `added`: the bytes just appended to the draft text.
+  void retokenize(std::size_t proposed, std::size_t added) {
+    if (one_token_per_byte(*target_tokenizer_)) {
+      // Bytes never merge: the new bytes' tokens extend the encoding, and nothing proposed or
+      // committed can change (no seam, no stop).
+      encode_checked(*target_tokenizer_,
+                     std::string_view(draft_text_).substr(draft_text_.size() - added), encoded_,
+                     "target");
+      ready_ = encoded_.size();
+      return;
+    }
     encoded_.clear();
     bool seam_agrees = false;
     if (!seam_tokens_.empty()) {
