@@ -8,6 +8,7 @@
 # cache), medians. Greedy unless TEMP is set, 1 thread per model, every process at nice 19.
 #
 #   [WIDTHS="1 2 4 8 16 32"] [POLICIES="k8 goodput"] [TEMP=0] [TARGET=x.gguf DRAFT=y.gguf] \
+#   [EXTRA_ARGS="--kv-unified on"] \
 #   bench/llama_cpp_batched.sh [build dir (default build/release)] [R (default 5)] [-n (200)]
 #
 # Without TARGET / DRAFT: the shipped pair's f16 GGUF. Prints one JSON object per run (the CLI's
@@ -28,8 +29,9 @@ for width in ${WIDTHS:-1 2 4 8 16 32}; do
       goodput) draft=(-k auto) ;;
       *) echo "llama_cpp_batched.sh: unknown policy '$policy' (k8 goodput)" >&2; exit 2 ;;
     esac
+    # shellcheck disable=SC2086  # EXTRA_ARGS: more specdec-llama flags, word-split on purpose
     nice -n 19 "$cli" "${models[@]}" --parallel "$width" -n "$tokens" --repeat "$repeat" \
-      --temp "${TEMP:-0}" -t 1 -td 1 "${draft[@]}" --json |
+      --temp "${TEMP:-0}" -t 1 -td 1 "${draft[@]}" ${EXTRA_ARGS:-} --json |
       python3 -c 'import json,sys; d=json.load(sys.stdin); d["policy"]=sys.argv[1]; print(json.dumps(d))' "$policy" |
       tee -a "$out"
   done
