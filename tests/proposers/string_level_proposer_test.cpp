@@ -472,7 +472,8 @@ TEST(StringLevelDecoder, ChiSquareOfTheFirstTokensAtTemperatureOneAndWithFilters
     std::vector<double> probabilities(v * v * v, 0);
     for (const auto& [sequence, p] :
          specdec::testing::target_law(pair.target(), pair.params, kChiPrompt, 3)) {
-      const auto t = [&](std::size_t k) { return static_cast<std::size_t>(sequence[k]); };
+      const Sequence& tokens = sequence;  // a structured binding is not captured before C++20
+      const auto t = [&tokens](std::size_t k) { return static_cast<std::size_t>(tokens[k]); };
       probabilities[(t(0) * v + t(1)) * v + t(2)] = p;
     }
     ScriptedPair::Target<float> target{&pair};
