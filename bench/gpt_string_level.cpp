@@ -13,7 +13,6 @@
 //
 // Greedy: every speculative output must equal the plain one (exit 1 otherwise).
 
-#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -24,6 +23,7 @@
 
 #include <specdec/specdec.hpp>
 
+#include "cli_args.hpp"
 #include "gpt/bpe_tokenizer.hpp"
 #include "gpt/gpt_model.hpp"
 
@@ -32,10 +32,8 @@ namespace {
 using specdec::token_t;
 using specdec::examples::BpeTokenizer;
 using specdec::examples::GptModel;
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using specdec::examples::parse_number;
+using specdec::examples::UsageError;
 
 struct Options {
   std::size_t prompts = 50;
@@ -52,17 +50,6 @@ struct Options {
   std::string bpe_draft = SPECDEC_MODELS_DIR "/kjv-bpe-draft.spdc";
   std::string tokenizer = SPECDEC_MODELS_DIR "/kjv-bpe.tokenizer";
 };
-
-template <class Number>
-Number parse_number(std::string_view flag, std::string_view text) {
-  Number value{};
-  const char* end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, value);
-  if (error != std::errc{} || stop != end || text.empty()) {
-    throw UsageError(std::string(flag) + " expects a number, got '" + std::string(text) + "'");
-  }
-  return value;
-}
 
 template <class Number>
 std::vector<Number> parse_list(std::string_view flag, std::string_view list) {
@@ -89,10 +76,7 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--ks") o.ks = parse_list<std::size_t>(flag, value());
     else if (flag == "--temperatures") o.temperatures = parse_list<float>(flag, value());
     else if (flag == "--verifier") {
-      const std::string_view name = value();
-      const auto kind = specdec::try_parse<specdec::VerifierKind>(name);
-      if (!kind) throw UsageError("--verifier expects token or block, got '" + std::string(name) + "'");
-      o.verifier = *kind;
+      o.verifier = specdec::examples::parse_flag<specdec::VerifierKind>(flag, value());
     }
     else if (flag == "--seed") o.seed = parse_number<std::uint64_t>(flag, value());
     else if (flag == "--out") o.out = value();
