@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "specdec/llama_cpp/detail/error.hpp"
+#include "specdec/llama_cpp/detail/token_piece.hpp"
 #include "specdec/text_tokenizer.hpp"
 #include "specdec/types.hpp"
 
@@ -90,20 +91,12 @@ class TextDecoder {
 
  private:
   void append_piece(token_t token) {
-    char buffer[64];
-    std::int32_t length =
-        llama_token_to_piece(vocab_, token, buffer, sizeof buffer, 0, render_special_);
-    if (length >= 0) {
-      pending_.append(buffer, static_cast<std::size_t>(length));
-      return;
-    }
-    std::string piece(static_cast<std::size_t>(-length), '\0');
-    length = llama_token_to_piece(vocab_, token, piece.data(), -length, 0, render_special_);
-    if (length > 0) pending_.append(piece.data(), static_cast<std::size_t>(length));
+    pending_ += detail::token_piece(vocab_, token, piece_, render_special_);
   }
 
   const llama_vocab* vocab_;
   bool render_special_;
+  std::string piece_;    // llama_token_to_piece's output, reused
   std::string pending_;  // bytes of an incomplete trailing character
   std::string ready_;
 };
@@ -123,16 +116,9 @@ class VocabularyTokenizer {
   explicit VocabularyTokenizer(const llama_vocab* vocab) : vocab_(vocab) {
     const std::int32_t count = llama_vocab_n_tokens(vocab);
     pieces_.reserve(static_cast<std::size_t>(count));
-    std::string piece(64, '\0');
+    std::string buffer;
     for (std::int32_t id = 0; id < count; ++id) {
-      std::int32_t length = llama_token_to_piece(vocab, id, piece.data(),
-                                                 static_cast<std::int32_t>(piece.size()), 0, false);
-      if (length < 0) {
-        piece.resize(static_cast<std::size_t>(-length));
-        length = llama_token_to_piece(vocab, id, piece.data(),
-                                      static_cast<std::int32_t>(piece.size()), 0, false);
-      }
-      pieces_.emplace_back(piece.data(), length > 0 ? static_cast<std::size_t>(length) : 0);
+      pieces_.emplace_back(detail::token_piece(vocab, id, buffer));
       one_token_per_byte_ = one_token_per_byte_ && pieces_.back().size() <= 1;
     }
   }

@@ -27,6 +27,7 @@
 
 #include "specdec/enum_names.hpp"
 #include "specdec/llama_cpp/detail/error.hpp"
+#include "specdec/llama_cpp/detail/token_piece.hpp"
 #include "specdec/mapped_draft.hpp"
 #include "specdec/types.hpp"
 #include "specdec/vocabulary.hpp"
@@ -301,22 +302,16 @@ inline VocabularyCheck check_compatible(
                                                    const llama_vocab* target) {
   return [draft, target, piece = std::string(), ids = std::vector<llama_token>()](
              token_t token, std::vector<token_t>& draft_context) mutable {
-    piece.resize(piece.capacity() < 64 ? 64 : piece.capacity());
-    std::int32_t length = llama_token_to_piece(target, token, piece.data(),
-                                               static_cast<std::int32_t>(piece.size()), 0, false);
-    if (length < 0) {
-      piece.resize(static_cast<std::size_t>(-length));
-      length = llama_token_to_piece(target, token, piece.data(),
-                                    static_cast<std::int32_t>(piece.size()), 0, false);
-    }
+    const std::string_view text = detail::token_piece(target, token, piece);
+    const auto length = static_cast<std::int32_t>(text.size());
     if (length > 0) {
       try {
-        ids.resize(static_cast<std::size_t>(length) + 8);
-        std::int32_t count = llama_tokenize(draft, piece.data(), length, ids.data(),
+        ids.resize(text.size() + 8);
+        std::int32_t count = llama_tokenize(draft, text.data(), length, ids.data(),
                                             static_cast<std::int32_t>(ids.size()), false, false);
         if (count < 0) {
           ids.resize(static_cast<std::size_t>(-count));
-          count = llama_tokenize(draft, piece.data(), length, ids.data(),
+          count = llama_tokenize(draft, text.data(), length, ids.data(),
                                  static_cast<std::int32_t>(ids.size()), false, false);
         }
         for (std::int32_t i = 0; i < count; ++i) {
