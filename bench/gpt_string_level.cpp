@@ -2,7 +2,11 @@
 // example GPT target (models/kjv-target.spdc), over the held-out prompts of models/prompts.txt.
 //   bytes K   the shipped byte-level draft (models/kjv-draft.spdc), SpeculativeDecoder
 //   text K    the BPE draft (models/kjv-bpe-draft.spdc over models/kjv-bpe.tokenizer),
-//             StringLevelDecoder: its text re-tokenized into the target's bytes
+//             StringLevelDecoder: its text re-tokenized into the target's bytes, verified by
+//             exact match (SLEM)
+//   text-rs K the same draft, its bytes verified by rejection sampling against the draft's
+//             law over them (SLRS, StringLevelOptions::rejection_sampling); T > 0 only (greedy
+//             it is exact match)
 // Each row is specdec::measure_speedup: every speculative run paired with a plain run of the
 // same prompt, temperature and seed made right next to it (alternating order, caches reset
 // before every run); the headline is the median of the per-prompt ratios. K counts target
@@ -110,7 +114,7 @@ std::vector<std::vector<token_t>> read_prompts(const std::string& path, std::siz
 }
 
 struct Row {
-  std::string draft;  // "bytes" or "text"
+  std::string draft;  // "bytes", "text" or "text-rs"
   specdec::SpeedupRow row;
   specdec::StringLevelWork work;  // text rows: what drafting by text did
 };
@@ -130,6 +134,9 @@ int run(const Options& o) {
   specdec::AutoregressiveDecoder plain(target);
   specdec::SpeculativeDecoder by_bytes(byte_draft, target);
   specdec::StringLevelDecoder by_text(bpe_draft, bpe, target, bytes);
+  specdec::StringLevelDecoder by_text_rs(
+      bpe_draft, bpe, target, bytes,
+      {.rejection_sampling = true, .target_vocab_size = target.vocab_size()});
 
   specdec::GenerationConfig config;
   config.max_new_tokens = o.tokens;
@@ -141,6 +148,8 @@ int run(const Options& o) {
   (void)by_bytes.generate(prompts[0], config);
   reset_caches();
   (void)by_text.generate(prompts[0], config);
+  reset_caches();
+  (void)by_text_rs.generate(prompts[0], config);
 
   std::vector<Row> rows;
   for (const float temperature : o.temperatures) {
@@ -148,20 +157,23 @@ int run(const Options& o) {
     for (const std::size_t k : o.ks) {
       config.draft_length = k;
       const std::vector<specdec::SpeedupSetting> setting{{"K=" + std::to_string(k), config}};
-      for (const bool text : {false, true}) {
+      for (const std::string_view draft : {"bytes", "text", "text-rs"}) {
+        if (draft == "text-rs" && temperature == 0.0f) continue;  // greedy: exact match
         std::fprintf(stderr, "T = %g, K = %zu, %s ...\n", static_cast<double>(temperature), k,
-                     text ? "text (BPE draft)" : "bytes (byte draft)");
-        const specdec::StringLevelWork before = by_text.proposer().work();
+                     draft.data());
+        auto& by_string = draft == "text" ? by_text : by_text_rs;
+        const specdec::StringLevelWork before = by_string.proposer().work();
         specdec::SpeedupTable table =
-            text ? specdec::measure_speedup(by_text, plain, prompts, setting, reset_caches)
-                 : specdec::measure_speedup(by_bytes, plain, prompts, setting, reset_caches);
-        specdec::StringLevelWork work = by_text.proposer().work();
+            draft == "bytes"
+                ? specdec::measure_speedup(by_bytes, plain, prompts, setting, reset_caches)
+                : specdec::measure_speedup(by_string, plain, prompts, setting, reset_caches);
+        specdec::StringLevelWork work = by_string.proposer().work();
         work.draft_calls -= before.draft_calls;
         work.draft_tokens -= before.draft_tokens;
         work.drafted_bytes -= before.drafted_bytes;
         work.proposed_tokens -= before.proposed_tokens;
         work.retokenization_stops -= before.retokenization_stops;
-        rows.push_back({text ? "text" : "bytes", std::move(table.rows.front()), work});
+        rows.push_back({std::string(draft), std::move(table.rows.front()), work});
       }
     }
   }
@@ -210,7 +222,7 @@ int run(const Options& o) {
            << ", \"target_seconds\": " << s.target_seconds
            << ", \"total_seconds\": " << s.total_seconds
            << ", \"greedy_mismatches\": " << r.row.greedy_mismatches;
-      if (r.draft == "text") {
+      if (r.draft != "bytes") {
         json << ", \"draft_tokens\": " << r.work.draft_tokens
              << ", \"drafted_bytes\": " << r.work.drafted_bytes
              << ", \"proposed_tokens\": " << r.work.proposed_tokens

@@ -10,6 +10,9 @@
 //     several temperatures and filters and greedy (TV < 1e-9);
 //   - the decoder: greedy output equals plain greedy decoding token for token; a chi-square test
 //     of the first tokens at T = 1 (100k runs, p >= 1e-4), which a proposer misreporting q fails;
+//   - rejection sampling (SLRS) for a byte-level target: exact enumeration with both verifiers,
+//     with and without healing, with a draft byte the target has no token for; it accepts
+//     more than exact match; chi-square through the decoder; greedy identity;
 //   - bad input: options, tokenizers that do not spell the text, a draft row of another width,
 //     NaN logits, a throwing draft: a clear error, and the next generate() is a fresh one's.
 #include <gtest/gtest.h>
@@ -504,6 +507,238 @@ TEST(StringLevelDecoder, ChiSquareOfTheFirstTokensAtTemperatureOneAndWithFilters
     std::printf("[ chi2 ] mutant: chi2 %.1f, p = %.3g\n", mutant_fit.statistic, mutant_fit.p_value);
     EXPECT_LT(mutant_fit.p_value, kMinPValue) << "the chi-square test cannot see the mutant";
   }
+}
+
+// ---- rejection sampling (SLRS) ------------------------------------------------------------------
+
+// A byte-level target over the bytes "a", "b", "c" (ids 0..2) and an end-of-text token (3):
+// one token per byte; other bytes have no token.
+struct AbcByteTokenizer {
+  static constexpr bool one_token_per_byte = true;
+  [[nodiscard]] std::string_view bytes(token_t id) const {
+    static const std::vector<std::string> table{"a", "b", "c", ""};
+    return table.at(static_cast<std::size_t>(id));
+  }
+  void encode(std::string_view text, std::vector<token_t>& out) const {
+    for (const char c : text) {
+      if (c < 'a' || c > 'c') throw std::invalid_argument("AbcByteTokenizer: no token");
+      out.push_back(static_cast<token_t>(c - 'a'));
+    }
+  }
+};
+constexpr std::size_t kByteTargetVocab = 4;
+constexpr token_t kByteTargetEos = 3;
+
+// The draft tokenizer with "cx" for "ca": a byte ("x") the target has no token for.
+TableTokenizer draft_tokenizer_with_x() { return {{"a", "b", "c", "ab", "bc", "cx", "abc", ""}}; }
+
+StringLevelOptions rejection_options(bool heal, bool rejection = true) {
+  return {.draft_prefix = {kDraftEos},
+          .draft_eos = kDraftEos,
+          .target_eos = kByteTargetEos,
+          .sample_draft = true,
+          .heal_last_token = heal,
+          .rejection_sampling = rejection,
+          .target_vocab_size = kByteTargetVocab};
+}
+
+ScriptedPair byte_target_pair(const SamplingParams& params) {
+  ScriptedPair pair;
+  pair.target_model = {.salt = 11, .vocab = kByteTargetVocab, .scale = 2.0};
+  pair.params = params;
+  return pair;
+}
+
+const std::vector<Sequence> kByteContexts{{0, 1}, {1, 2, 0}};
+
+TEST(StringLevelRejection, RoundsAreExactThroughTokenAndBlockVerifiersAndAcceptMore) {
+  const AbcByteTokenizer target_vocabulary;
+  // Healed and not; with a draft byte the target has no token for (healed).
+  for (const auto& [with_x, heal] :
+       {std::pair{false, true}, std::pair{false, false}, std::pair{true, true}}) {
+    const TableTokenizer draft_vocabulary = with_x ? draft_tokenizer_with_x() : draft_tokenizer();
+    ForeignDraft<double> draft;
+    {
+      const StringLevelProposer rejection(draft, draft_vocabulary, target_vocabulary,
+                                          rejection_options(heal));
+      const StringLevelProposer exact(draft, draft_vocabulary, target_vocabulary,
+                                      rejection_options(heal, /*rejection=*/false));
+      for (const ParamsCase& params_case : params_cases()) {
+        if (params_case.name == "T=0.6" || params_case.name == "top_p=0.7") continue;  // time
+        const ScriptedPair pair = byte_target_pair(params_case.params);
+        double accepted = 0;
+        double exact_accepted = 0;
+        for (const Sequence& context : kByteContexts) {
+          for (const std::size_t draft_length : {1u, 3u}) {
+            SCOPED_TRACE(params_case.name + (with_x ? " with x" : "") + (heal ? " healed" : "") +
+                         " context " + std::to_string(context.size()) +
+                         " K=" + std::to_string(draft_length));
+            const auto token = specdec::testing::certify_round(
+                rejection, StaticDraftLength{}, specdec::TokenVerifier{}, pair.target(),
+                pair.params, context, draft_length);
+            const auto block = specdec::testing::certify_round(
+                rejection, StaticDraftLength{}, specdec::BlockVerifier{}, pair.target(),
+                pair.params, context, draft_length);
+            EXPECT_LT(token.total_variation, kExactnessBound);
+            EXPECT_LT(block.total_variation, kExactnessBound);
+            accepted += token.expected_accepted;
+            if (with_x) continue;  // exact match cannot re-tokenize an "x" for this target
+            exact_accepted += specdec::testing::certify_round(
+                                  exact, StaticDraftLength{}, specdec::TokenVerifier{},
+                                  pair.target(), pair.params, context, draft_length)
+                                  .expected_accepted;
+          }
+        }
+        if (with_x) {
+          if (!params_case.params.greedy()) {
+            EXPECT_GT(accepted, 0.1) << params_case.name;
+          }
+        } else if (params_case.params.greedy()) {
+          EXPECT_NEAR(accepted, exact_accepted, 1e-12) << "greedy rounds are exact match";
+        } else {
+          // min(1, p / q) >= p byte by byte: never fewer, here clearly more.
+          EXPECT_GT(accepted, exact_accepted + 0.05) << params_case.name;
+        }
+      }
+    }
+  }
+}
+
+TEST(StringLevelRejection, GenerationsComposedUnderTheDecodersBudget) {
+  const AbcByteTokenizer target_vocabulary;
+  const TableTokenizer draft_vocabulary = draft_tokenizer();
+  ForeignDraft<double> draft;
+  const StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary,
+                                     rejection_options(/*heal=*/true));
+  for (const ParamsCase& params_case : params_cases()) {
+    SCOPED_TRACE(params_case.name);
+    const ScriptedPair pair = byte_target_pair(params_case.params);
+    // Both verifiers' rounds are certified above; composed, the token verifier everywhere and
+    // the block verifier where a filter cuts the law.
+    const bool filtered = params_case.params.top_k != 0 || params_case.params.top_p < 1.0f ||
+                          params_case.params.min_p > 0.0f;
+    for (const auto& verifier : {specdec::VerifierKind::token, specdec::VerifierKind::block}) {
+      if (verifier == specdec::VerifierKind::block && !filtered) continue;
+      const auto law = verifier == specdec::VerifierKind::token
+                           ? specdec::testing::speculative_law(
+                                 proposer, StaticDraftLength{}, specdec::TokenVerifier{},
+                                 pair.target(), pair.params, {0, 1}, 4, 3)
+                           : specdec::testing::speculative_law(
+                                 proposer, StaticDraftLength{}, specdec::BlockVerifier{},
+                                 pair.target(), pair.params, {0, 1}, 4, 3);
+      const auto target = specdec::testing::target_law(pair.target(), pair.params, {0, 1}, 4);
+      EXPECT_LT(specdec::testing::total_variation(law, target), kExactnessBound);
+    }
+  }
+}
+
+TEST(StringLevelRejection, ChiSquareThroughTheDecoderAndGreedyIdentity) {
+  const AbcByteTokenizer target_vocabulary;
+  const TableTokenizer draft_vocabulary = draft_tokenizer();
+  SamplingParams filtered;
+  filtered.temperature = 0.8f;
+  filtered.top_k = 3;
+  filtered.top_p = 0.95f;
+  struct Case {
+    std::string name;
+    SamplingParams params;
+    specdec::VerifierKind verifier;
+  };
+  for (const Case& c :
+       {Case{"T=1 token", {}, specdec::VerifierKind::token},
+        Case{"T=0.8 top-k 3 top-p 0.95 block", filtered, specdec::VerifierKind::block}}) {
+    SCOPED_TRACE(c.name);
+    const ScriptedPair pair = byte_target_pair(c.params);
+    constexpr std::size_t v = kByteTargetVocab;
+    std::vector<double> probabilities(v * v * v, 0);
+    for (const auto& [sequence, p] :
+         specdec::testing::target_law(pair.target(), pair.params, kChiPrompt, 3)) {
+      const Sequence& tokens = sequence;
+      probabilities[(static_cast<std::size_t>(tokens[0]) * v +
+                     static_cast<std::size_t>(tokens[1])) *
+                        v +
+                    static_cast<std::size_t>(tokens[2])] = p;
+    }
+    ScriptedPair::Target<float> target{&pair};
+    ForeignDraft<float> draft;
+    specdec::StringLevelDecoder decoder(draft, draft_vocabulary, target, target_vocabulary,
+                                        rejection_options(/*heal=*/true));
+    specdec::GenerationConfig config;
+    config.sampling = c.params;
+    config.verifier = c.verifier;
+    config.max_new_tokens = 3;
+    config.draft_length = 3;
+    std::vector<std::uint64_t> counts(v * v * v, 0);
+    for (std::size_t i = 0; i < kRuns; ++i) {
+      config.seed = (0x51a5ULL << 20) + i;
+      const auto result = decoder.generate(kChiPrompt, config);
+      ASSERT_EQ(result.tokens.size(), 3u);
+      ++counts[(static_cast<std::size_t>(result.tokens[0]) * v +
+                static_cast<std::size_t>(result.tokens[1])) *
+                   v +
+               static_cast<std::size_t>(result.tokens[2])];
+    }
+    const auto fit = specdec::testing::chi_square_test(counts, probabilities);
+    std::printf(
+        "[ chi2 ] string-level rejection sampling, %s: chi2 %.1f over %zu cells, p = %.3g\n",
+        c.name.c_str(), fit.statistic, fit.cells, fit.p_value);
+    EXPECT_GE(fit.p_value, kMinPValue);
+    EXPECT_EQ(fit.impossible, 0u);
+    EXPECT_GT(decoder.proposer().work().rejection_rounds, kRuns / 2);
+  }
+
+  ScriptedPair pair = byte_target_pair({});
+  ScriptedPair::Target<float> target{&pair};
+  ForeignDraft<float> draft;
+  specdec::StringLevelDecoder decoder(draft, draft_vocabulary, target, target_vocabulary,
+                                      rejection_options(/*heal=*/true));
+  specdec::AutoregressiveDecoder plain(target);
+  specdec::GenerationConfig config;
+  config.sampling.temperature = 0;
+  config.max_new_tokens = 48;
+  for (const Sequence& prompt : kByteContexts) {
+    for (const std::size_t k : {1u, 4u}) {
+      config.draft_length = k;
+      EXPECT_EQ(decoder.generate(prompt, config).tokens, plain.generate(prompt, config).tokens);
+    }
+  }
+  EXPECT_EQ(decoder.proposer().work().rejection_rounds, 0u) << "greedy rounds are exact match";
+}
+
+TEST(StringLevelRejection, NeedsAByteLevelTargetAndItsVocabularySize) {
+  const TableTokenizer target_vocabulary = target_tokenizer();
+  const TableTokenizer draft_vocabulary = draft_tokenizer();
+  ForeignDraft<float> draft;
+  try {
+    StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary,
+                                 rejection_options(true));
+    ADD_FAILURE() << "rejection sampling was accepted for a target that joins bytes";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("one token per byte"), std::string::npos)
+        << error.what();
+  }
+  StringLevelOptions no_size = rejection_options(true);
+  no_size.target_vocab_size = 0;
+  EXPECT_THROW(no_size.validate(), std::invalid_argument);
+
+  // A wrong target_vocab_size: the round says so, and the decoder is usable afterwards.
+  const AbcByteTokenizer bytes;
+  ScriptedPair pair = byte_target_pair({});
+  ScriptedPair::Target<float> target{&pair};
+  StringLevelOptions wrong = rejection_options(true);
+  wrong.target_vocab_size = 7;
+  specdec::StringLevelDecoder decoder(draft, draft_vocabulary, target, bytes, wrong);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 8;
+  const Sequence prompt{0, 1};
+  try {
+    (void)decoder.generate(prompt, config);
+    ADD_FAILURE() << "q rows of the wrong width were accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("7"), std::string::npos) << error.what();
+  }
+  config.sampling.temperature = 0;
+  EXPECT_EQ(decoder.generate(prompt, config).tokens.size(), 8u);
 }
 
 // ---- bad input -------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 /// \brief StringLevelProposer: a draft with a tokenizer of its own drafts TEXT, and that text,
 /// re-tokenized by the target's tokenizer, is the proposal (string-level exact match, SLEM;
 /// Timor et al., ICML 2025). Draft and target may have any vocabularies: nothing is shared but
-/// the bytes.
+/// the bytes. For a byte-level target, `rejection_sampling` verifies the drafted bytes against
+/// the draft's own law over them instead (string-level rejection sampling, SLRS; see below).
 ///
 /// Exactness: the proposal is a deterministic function of the committed tokens and of the
 /// draft's own coins, so every proposed token is reported as a point mass. Verification then
@@ -42,6 +43,22 @@
 ///  A draft token with no bytes (a special token) ends the drafting; the draft's
 ///  `draft_eos` is proposed as the target's `target_eos` if that is set.
 ///
+/// Rejection sampling (SLRS, `rejection_sampling`; a target of one token per byte, T > 0):
+/// the draft token d is drawn from the draft's law w (temperature and filters, healing's mask),
+/// and each of its new bytes is proposed with the law it was drawn from given what came before
+/// it in d: q_j(b) = sum of w over the draft tokens that spell d's first j bytes and then b,
+/// over the sum of w over those of more than j bytes (the draft's token trie below d's
+/// prefix). Verification then accepts byte x with min(1, p(x) / q_j(x)) instead of p(x), and
+/// on a rejection samples from the residual of p and q_j: exact, by the argument of every
+/// sampled draft, since x_j is drawn from q_j given everything that decided it is proposed
+/// (the round's earlier bytes and draft tokens, and that d goes on past byte j). A point mass
+/// is the law of x_j given all of d, which is why SLEM is exact too, and why SLRS, given less,
+/// accepts more: min(1, p / q) >= p. Tokens that end at byte j, whose next byte would come from
+/// the next draft call, are not mixed in: that would need the draft's row after each of them.
+/// Greedy rounds stay exact match (the argmax is a point mass), and so does the one token
+/// proposed for draft_eos. A byte the target has no token for ends the drafting before it
+/// (its mass is left out of q_j: given that x_j is proposed, it is not that byte).
+///
 /// Cost: one draft call per draft token (a multi-byte draft token proposes several target
 /// tokens of a byte-level target per call: the reason to use one); the re-tokenization of the
 /// round's draft text after each draft token (texts of a few dozen bytes). Buffers are kept
@@ -53,6 +70,7 @@
 /// std::domain_error naming what was wrong. The next generate() starts clean (begin()).
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -114,6 +132,14 @@ struct StringLevelOptions {
   /// The most draft calls a round makes per token it may propose (a target whose tokens are
   /// longer than the draft's needs several per token); >= 1.
   std::size_t max_draft_calls_per_token = 4;
+  /// String-level rejection sampling (the file comment): for a target tokenizer of one token
+  /// per byte, each drafted byte is verified against the draft's law over it rather than as a
+  /// point mass; the draft's tokens are then drawn from its law (sample_draft) at T > 0.
+  /// Needs target_vocab_size.
+  bool rejection_sampling = false;
+  /// The target's vocabulary size (its logits per row): the width of the q rows that
+  /// rejection_sampling reports. 0: unknown (allowed without rejection_sampling).
+  std::size_t target_vocab_size = 0;
 
   /// \brief Throws std::invalid_argument naming the bad field.
   void validate() const {
@@ -137,6 +163,11 @@ struct StringLevelOptions {
       detail::throw_invalid_argument(
           "StringLevelOptions: max_draft_calls_per_token = 0; expected >= 1");
     }
+    if (rejection_sampling && target_vocab_size == 0) {
+      detail::throw_invalid_argument(
+          "StringLevelOptions: rejection_sampling with target_vocab_size = 0; expected the "
+          "target's vocabulary size (the width of the q rows it reports)");
+    }
   }
 };
 
@@ -152,6 +183,7 @@ struct StringLevelWork {
   std::size_t retokenization_stops = 0;   ///< rounds stopped because a proposed token changed
   std::size_t resynced_draft_tokens = 0;  ///< draft context tokens tokenized again by sync
   std::size_t healed_rounds = 0;          ///< rounds that drafted from a healed last token
+  std::size_t rejection_rounds = 0;       ///< rounds whose bytes carried the draft's law (SLRS)
 
   /// \brief Target tokens proposed per draft call (0 before any call).
   [[nodiscard]] double tokens_per_draft_call() const noexcept {
@@ -179,14 +211,22 @@ class StringLevelProposer {
   using Scalar = std::remove_const_t<typename RowSpan::element_type>;
   using scalar_type = Scalar;
 
-  /// \throws std::invalid_argument for options that fail StringLevelOptions::validate.
+  /// \throws std::invalid_argument for options that fail StringLevelOptions::validate, or
+  /// rejection_sampling with a target tokenizer that does not declare one token per byte.
   StringLevelProposer(Draft& draft, const DraftTokenizer& draft_tokenizer,
                       const TargetTokenizer& target_tokenizer, StringLevelOptions options = {})
       : draft_(&draft),
         draft_tokenizer_(&draft_tokenizer),
         target_tokenizer_(&target_tokenizer),
         options_(validated(std::move(options))),
-        draft_context_(options_.draft_prefix) {}
+        draft_context_(options_.draft_prefix) {
+    if (options_.rejection_sampling && !one_token_per_byte(target_tokenizer)) {
+      detail::throw_invalid_argument(
+          "StringLevelProposer: rejection_sampling needs a target tokenizer of one token per "
+          "byte (TextTokenizer's one_token_per_byte); this one may join bytes into a token: "
+          "use exact match (rejection_sampling = false)");
+    }
+  }
 
   /// \brief Starts a generate(): forgets the previous text.
   void begin(const GenerationConfig& config) {
@@ -212,6 +252,17 @@ class StringLevelProposer {
     const std::size_t limit = request.limit;
     size_round_buffers(limit);
     start_round();
+    rejection_round_ = options_.rejection_sampling && !request.params.greedy();
+    if (rejection_round_) {
+      if (request.vocab_size != 0 && request.vocab_size != options_.target_vocab_size) {
+        detail::throw_invalid_argument("StringLevelProposer: the target's rows have ",
+                                       request.vocab_size,
+                                       " logits; expected StringLevelOptions::target_vocab_size = ",
+                                       options_.target_vocab_size);
+      }
+      ++work_.rejection_rounds;
+    }
+    if (options_.rejection_sampling) map_bytes();
     // However the round ends (a model or tokenizer may throw), the draft context is the
     // committed text's tokens again.
     struct RoundEnd {
@@ -237,6 +288,8 @@ class StringLevelProposer {
       const token_t token = encoded_[proposed];
       tokens_[proposed] = token;
       probabilities_[proposed] = token_probability(token);
+      // Under rejection sampling every byte has its q row; draft_eos's token does not.
+      point_mass_[proposed] = rejection_round_ && proposed < draft_text_.size() ? 0 : 1;
       ++proposed;
     }
     work_.proposed_tokens += proposed;
@@ -245,6 +298,12 @@ class StringLevelProposer {
     proposal.tokens = std::span<const token_t>(tokens_.data(), proposed);
     proposal.point_mass = std::span<const std::uint8_t>(point_mass_.data(), proposed);
     proposal.token_probabilities = std::span<const double>(probabilities_.data(), proposed);
+    if (rejection_round_) {
+      const std::size_t width = options_.target_vocab_size;
+      proposal.q_weights =
+          LogitsRows<Scalar>(std::span<const Scalar>(q_rows_.data(), proposed * width), width);
+      proposal.q_normalizers = std::span<const Scalar>(q_normalizers_.data(), proposed);
+    }
     return proposal;
   }
 
@@ -266,6 +325,33 @@ class StringLevelProposer {
     detail::ensure_size(tokens_, limit);
     detail::ensure_size(probabilities_, limit);
     if (point_mass_.size() < limit) point_mass_.resize(limit, std::uint8_t{1});
+    if (options_.rejection_sampling) {
+      detail::ensure_size(q_rows_, limit * options_.target_vocab_size);
+      detail::ensure_size(q_normalizers_, limit);
+    }
+  }
+
+  /// The target's token for each byte, once: the one token encode() gives for the byte alone
+  /// if it spells it, else none (-1).
+  void map_bytes() {
+    if (bytes_mapped_) return;
+    std::vector<token_t> encoded;
+    for (std::size_t b = 0; b < byte_ids_.size(); ++b) {
+      const char byte = static_cast<char>(static_cast<unsigned char>(b));
+      byte_ids_[b] = -1;
+      encoded.clear();
+      try {
+        target_tokenizer_->encode(std::string_view(&byte, 1), encoded);
+        if (encoded.size() == 1 && encoded[0] >= 0 &&
+            static_cast<std::size_t>(encoded[0]) < options_.target_vocab_size &&
+            target_tokenizer_->bytes(encoded[0]) == std::string_view(&byte, 1)) {
+          byte_ids_[b] = encoded[0];
+        }
+      } catch (const std::exception&) {
+        // no token for this byte: drafting stops before it
+      }
+    }
+    bytes_mapped_ = true;
   }
 
   /// Appends the encoding of `text` by `tokenizer` to `out` and checks that it spells `text`;
@@ -369,6 +455,7 @@ class StringLevelProposer {
   void cache_pieces(std::size_t vocab_size) {
     if (pieces_.size() == vocab_size) return;
     pieces_.assign(vocab_size, std::string_view{});
+    candidates_.reserve(vocab_size);
     for (std::size_t id = 0; id < vocab_size; ++id) {
       try {
         pieces_[id] = draft_tokenizer_->bytes(static_cast<token_t>(id));
@@ -427,6 +514,7 @@ class StringLevelProposer {
     ++work_.draft_calls;
     std::span<const Scalar> logits = detail::view_row(row);
     detail::check_vocab_size(draft_vocab_size_, logits.size(), "string-level draft model");
+    if (rejection_round_) cache_pieces(logits.size());
     if (!tail_.empty()) {
       cache_pieces(logits.size());
       if (compatible_tokens().empty()) {
@@ -440,7 +528,7 @@ class StringLevelProposer {
     const std::size_t position = draft_context_.size();
     const token_t token = detail::on_model_row(
         [&]() -> token_t {
-          if (params.greedy() || !options_.sample_draft) {
+          if (params.greedy() || !(options_.sample_draft || rejection_round_)) {
             if (!request.reads_token_probabilities()) return argmax(logits);
             const auto [best, log_probability] = detail::argmax_and_log_probability(logits);
             probability = std::exp(static_cast<double>(log_probability));
@@ -472,11 +560,16 @@ class StringLevelProposer {
     ++work_.draft_tokens;
     draft_context_.push_back(token);
     pending_log_probability_ += std::log(probability);
+    std::size_t healed = 0;
     if (!tail_.empty()) {  // healing: the bytes already committed are not drafted again
-      const std::size_t healed = std::min(piece.size(), tail_.size());
+      healed = std::min(piece.size(), tail_.size());
       tail_.remove_prefix(healed);
       piece.remove_prefix(healed);
       if (piece.empty()) return;  // still inside the healed token
+    }
+    if (options_.rejection_sampling) {  // greedy rounds too: the same bytes, point masses
+      append_bytes(draft_tokenizer_->bytes(token), healed, request.limit);
+      return;
     }
     work_.drafted_bytes += piece.size();
     draft_text_ += piece;
@@ -484,6 +577,80 @@ class StringLevelProposer {
     pending_log_probability_ = 0;
     byte_log_probability_.insert(byte_log_probability_.end(), piece.size(), share);
     retokenize(proposed, piece.size());
+  }
+
+  /// With rejection_sampling: appends the bytes of the drawn draft token `full` after its
+  /// first `healed` (already committed) bytes, each as its byte's target token (map_bytes), and
+  /// in a rejection round with its q row (the file comment), up to the round's `limit` bytes; a
+  /// byte the target has no token for ends the drafting there. In a rejection round weights_
+  /// holds the law the token was drawn from.
+  void append_bytes(std::string_view full, std::size_t healed, std::size_t limit) {
+    if (!rejection_round_) {  // greedy: point masses, the policy's shares as in exact match
+      const double share = pending_log_probability_ / static_cast<double>(full.size() - healed);
+      pending_log_probability_ = 0;
+      for (std::size_t j = healed; j < full.size(); ++j) {
+        const token_t target_id = byte_ids_[static_cast<unsigned char>(full[j])];
+        if (target_id < 0) {
+          finish_drafting();
+          return;
+        }
+        draft_text_ += full[j];
+        encoded_.push_back(target_id);
+        byte_log_probability_.push_back(share);
+        ++work_.drafted_bytes;
+      }
+      ready_ = encoded_.size();
+      return;
+    }
+    const std::size_t width = options_.target_vocab_size;
+    // The draft tokens that could have been drawn and go on past the healed bytes, as d does.
+    candidates_.clear();
+    for (std::size_t id = 0; id < pieces_.size(); ++id) {
+      const std::string_view piece = pieces_[id];
+      if (weights_[id] > Scalar(0) && piece.size() > healed &&
+          static_cast<token_t>(id) != options_.draft_eos &&
+          piece.substr(0, healed) == full.substr(0, healed)) {
+        candidates_.push_back(static_cast<token_t>(id));
+      }
+    }
+    pending_log_probability_ = 0;
+    for (std::size_t j = healed; j < full.size(); ++j) {
+      const auto byte = static_cast<unsigned char>(full[j]);
+      const token_t target_id = byte_ids_[byte];
+      if (target_id < 0) {
+        finish_drafting();
+        return;
+      }
+      const std::size_t at = draft_text_.size();
+      if (at < limit) {
+        // q_j over the target's tokens of the candidates' byte j; the candidates that go on
+        // past byte j with d's byte are the next byte's.
+        const std::span<Scalar> q(q_rows_.data() + at * width, width);
+        std::fill(q.begin(), q.end(), Scalar(0));
+        Scalar sum(0);
+        std::size_t kept = 0;
+        for (const token_t id : candidates_) {
+          const std::string_view piece = pieces_[static_cast<std::size_t>(id)];
+          const token_t mapped = byte_ids_[static_cast<unsigned char>(piece[j])];
+          if (mapped >= 0) {
+            const Scalar weight = weights_[static_cast<std::size_t>(id)];
+            q[static_cast<std::size_t>(mapped)] += weight;
+            sum += weight;
+          }
+          if (piece.size() > j + 1 && piece[j] == full[j]) candidates_[kept++] = id;
+        }
+        candidates_.resize(kept);
+        q_normalizers_[at] = sum;
+        byte_log_probability_.push_back(
+            std::log(static_cast<double>(q[static_cast<std::size_t>(target_id)] / sum)));
+      } else {
+        byte_log_probability_.push_back(0);  // beyond the round's limit: never proposed
+      }
+      draft_text_ += full[j];
+      encoded_.push_back(target_id);
+      ++work_.drafted_bytes;
+    }
+    ready_ = encoded_.size();
   }
 
   /// The target tokens of the round's draft text, joined at the seam; stops the round if a
@@ -590,9 +757,15 @@ class StringLevelProposer {
   std::vector<std::string_view> pieces_;  // the draft's bytes by id
   std::vector<Scalar> masked_;            // a draft row masked to compatible_
   bool drafting_done_ = false;
+  bool rejection_round_ = false;         // this round's bytes carry q rows (SLRS)
+  std::array<token_t, 256> byte_ids_{};  // the target's token of each byte (-1: none)
+  bool bytes_mapped_ = false;
+  std::vector<token_t> candidates_;       // draft tokens below the drawn token's prefix
+  std::vector<Scalar> q_rows_;            // (K x target V) each proposed byte's law
+  std::vector<Scalar> q_normalizers_;     // (K) their sums
   std::vector<token_t> tokens_;           // (K) proposed target tokens
   std::vector<double> probabilities_;     // (K) their probabilities for the policy
-  std::vector<std::uint8_t> point_mass_;  // (K) all 1
+  std::vector<std::uint8_t> point_mass_;  // (K) 1: a point mass (0: q row, SLRS)
 
   // The draft's row.
   std::vector<Scalar> weights_;
