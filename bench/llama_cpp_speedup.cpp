@@ -18,7 +18,9 @@
 // every goodput setting has a decoder of its own. ngram (prompt lookup),
 // ngram-draft (lookup, else the draft model); textK8, textblock8 etc. (StringLevelDecoder: the
 // --text-draft model, a draft with a tokenizer of its own, drafts text that the target's
-// tokenizer re-tokenizes; K counts target tokens); mapK8, mapblock8 etc. (the same draft through
+// tokenizer re-tokenizes; K counts target tokens; verified by exact match); textrsK8,
+// textrsblock8 etc. (the same, verified by string-level rejection sampling: a byte-level target
+// only); mapK8, mapblock8 etc. (the same draft through
 // MappedDraft: its law over the tokens both vocabularies share, token-level intersection).
 // Every setting except llama and
 // plain is paired with a plain run of the same prompt, the order alternating by prompt; the KV
@@ -244,6 +246,12 @@ int main(int argc, char** argv) try {
                                             llama::LoadedModel, llama::VocabularyTokenizer>>
       by_text;
   if (text_draft) by_text.emplace(*text_draft, *text_draft_tokens, target, target_tokens);
+  decltype(by_text) by_text_rs;  // rejection sampling (a byte-level target only)
+  if (text_draft && target_tokens.one_token_per_byte()) {
+    by_text_rs.emplace(*text_draft, *text_draft_tokens, target, target_tokens,
+                       specdec::StringLevelOptions{.rejection_sampling = true,
+                                                   .target_vocab_size = target_tokens.size()});
+  }
   std::optional<llama::VocabularyCheck> text_draft_check;
   std::optional<specdec::MappedDraft<llama::LoadedModel>> mapped;
   if (text_draft) {
@@ -312,6 +320,7 @@ int main(int argc, char** argv) try {
         specdec::GenerationConfig config = base;
         const auto run_speculative = [&]() -> specdec::GenerationResult {
           if (setting == "ngram") return lookup.generate(prompt, config);
+          if (setting.starts_with("textrs")) return by_text_rs->generate(prompt, config);
           if (setting.starts_with("text")) return by_text->generate(prompt, config);
           if (setting.starts_with("map")) return by_map->generate(prompt, config);
           if (setting == "ngram-draft") return lookup_then_draft.generate(prompt, config);
@@ -335,12 +344,17 @@ int main(int argc, char** argv) try {
         }
         if (setting.starts_with("text") || setting.starts_with("map")) {
           const bool text = setting.starts_with("text");
+          const bool rejection = setting.starts_with("textrs");
           if (text ? !by_text : !by_map) {
             throw std::invalid_argument("setting '" + setting +
                                         "' needs --text-draft (sharing tokens with the target, "
                                         "for map)");
           }
-          std::string_view rest = std::string_view(setting).substr(text ? 4 : 3);
+          if (rejection && !by_text_rs) {
+            throw std::invalid_argument("setting '" + setting +
+                                        "' needs a target of one token per byte");
+          }
+          std::string_view rest = std::string_view(setting).substr(rejection ? 6 : text ? 4 : 3);
           if (rest.starts_with("block")) {
             config.verifier = specdec::VerifierKind::block;
             rest.remove_prefix(5);

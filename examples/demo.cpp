@@ -93,9 +93,13 @@ printed as \xNN (a backslash as \\), so model output cannot drive the terminal.
                          too small to share)
   --draft-tokenizer FILE the draft's own BPE tokenizer (models/kjv-bpe.tokenizer): the
                          draft (e.g. --draft models/kjv-bpe-draft.spdc) writes text in those
-                         tokens, and the byte-level target verifies its bytes (string-level
-                         exact match; chains, --proposer model; goodput learns the costs
-                         online, per byte)
+                         tokens, and the byte-level target verifies its bytes (chains,
+                         --proposer model; goodput learns the costs online, per byte)
+  --string-level rejection|exact
+                         how the bytes of a --draft-tokenizer draft are verified: against the
+                         draft's own law over each byte (string-level rejection sampling;
+                         the default) or as point masses (string-level exact match); the
+                         same at T = 0, exact at any T either way
   --target PATH          target weights (default <source dir>/models/kjv-target.spdc)
   --draft PATH           draft weights (default <source dir>/models/kjv-draft.spdc)
   --batch B              decode B prompts at once (B >= 1): one target call per step scores
@@ -147,7 +151,8 @@ struct Options {
   bool measure_costs = true;  // --draft-costs
   std::size_t batch = 0;      // --batch B; 0: one sequence, streamed
   std::string prompts_path = SPECDEC_MODELS_DIR "/prompts.txt";
-  std::string draft_tokenizer;  // --draft-tokenizer FILE: the draft drafts text (by BPE tokens)
+  std::string draft_tokenizer;   // --draft-tokenizer FILE: the draft drafts text (by BPE tokens)
+  bool string_rejection = true;  // --string-level rejection|exact
   specdec::StringLevelWork text_work;  // what drafting by text did (filled by run)
 };
 
@@ -237,6 +242,13 @@ Options parse_args(int argc, char** argv) {
     else if (flag == "--target") options.target_path = value();
     else if (flag == "--draft") options.draft_path = value();
     else if (flag == "--draft-tokenizer") options.draft_tokenizer = value();
+    else if (flag == "--string-level") {
+      const std::string_view how = value();
+      if (how != "rejection" && how != "exact") {
+        throw UsageError("--string-level expects rejection or exact, got '" + std::string(how) + "'");
+      }
+      options.string_rejection = how == "rejection";
+    }
     else if (flag == "--json") options.json = true;
     else if (flag == "--no-baseline") options.baseline = false;
     else if (flag == "--no-baseline-text") options.baseline_text = false;
@@ -367,11 +379,14 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
   if (!options.draft_tokenizer.empty()) {
     const specdec::StringLevelWork& work = options.text_work;
     std::printf(
-        ",\n  \"string_level\": {\"draft_tokenizer\": %s, \"draft_tokens\": %zu, "
-        "\"drafted_bytes\": %zu, \"proposed_tokens\": %zu, \"tokens_per_draft_call\": %.6g, "
+        ",\n  \"string_level\": {\"draft_tokenizer\": %s, \"verification\": \"%s\", "
+        "\"rejection_rounds\": %zu, \"draft_tokens\": %zu, \"drafted_bytes\": %zu, "
+        "\"proposed_tokens\": %zu, \"tokens_per_draft_call\": %.6g, "
         "\"retokenization_stops\": %zu}",
-        json_string(options.draft_tokenizer).c_str(), work.draft_tokens, work.drafted_bytes,
-        work.proposed_tokens, work.tokens_per_draft_call(), work.retokenization_stops);
+        json_string(options.draft_tokenizer).c_str(),
+        options.string_rejection ? "rejection" : "exact", work.rejection_rounds, work.draft_tokens,
+        work.drafted_bytes, work.proposed_tokens, work.tokens_per_draft_call(),
+        work.retokenization_stops);
   }
   if (options.baseline) {
     const std::string text =
@@ -836,7 +851,10 @@ int run(Options& options) {
                        std::to_string(draft.vocab_size()) + "; expected the draft's tokenizer");
     }
     const specdec::ByteTokenizer target_tokens;
-    specdec::StringLevelDecoder decoder(draft, draft_tokens, target, target_tokens);
+    specdec::StringLevelOptions string_options;
+    string_options.rejection_sampling = options.string_rejection;
+    string_options.target_vocab_size = target.vocab_size();
+    specdec::StringLevelDecoder decoder(draft, draft_tokens, target, target_tokens, string_options);
     fast = speculate(decoder);
     options.text_work = decoder.proposer().work();
   } else {
@@ -857,8 +875,10 @@ int run(Options& options) {
     if (!options.draft_tokenizer.empty()) {
       const specdec::StringLevelWork& work = options.text_work;
       std::printf(
-          "by text: %zu draft tokens (%zu bytes) proposed %zu bytes, %.2f per draft call; "
-          "re-tokenization stops %zu\n",
+          "by text (%s): %zu draft tokens (%zu bytes) proposed %zu bytes, %.2f per draft "
+          "call; re-tokenization stops %zu\n",
+          work.rejection_rounds > 0 ? "string-level rejection sampling"
+                                    : "string-level exact match",
           work.draft_tokens, work.drafted_bytes, work.proposed_tokens, work.tokens_per_draft_call(),
           work.retokenization_stops);
     }

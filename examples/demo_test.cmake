@@ -13,7 +13,7 @@
 #         and a greedy run must report identical speculative and plain outputs. With --batch B:
 #         the batch summary, B sequences each with its full budget of tokens, several
 #         sequences' rows per target call, and (greedy) identical batched speculative and plain
-#         outputs.
+#         outputs. An EXPECTED_OUTPUT must be in the summary (a plain substring).
 # Otherwise: stderr must be one line containing EXPECTED_OUTPUT (a plain substring).
 
 set(demo_args)
@@ -213,6 +213,13 @@ elseif(EXPECTED_EXIT EQUAL 0)
     string(JSON identical GET "${out}" identical)
     if(NOT identical)
       message(FATAL_ERROR "greedy speculative and plain outputs differ\n${out}")
+    endif()
+  endif()
+  if(NOT "${EXPECTED_OUTPUT}" STREQUAL "")
+    string(FIND "${out}" "${EXPECTED_OUTPUT}" found)
+    if(found EQUAL -1)
+      message(FATAL_ERROR "specdec-demo ${shown_args}: the --json summary lacks "
+                          "'${EXPECTED_OUTPUT}'\n${out}")
     endif()
   endif()
   message(STATUS "ok: exit 0, measured speedup ${speedup}")

@@ -71,6 +71,11 @@ Bible pair converted to GGUF at build time (the prompt then follows a newline, a
                              vocabulary as it is, padded or near-identical ones by map, others
                              by map if at least half the draft's tokens are shared, else by
                              text (default auto). Either way the output is the target's
+  --string-level auto|rejection|exact   how text drafted by text is verified: rejection
+                             (each byte against the draft's own law over it: string-level
+                             rejection sampling; a target of one token per byte only) or
+                             exact (point masses: string-level exact match); auto: rejection
+                             where the target allows it (default auto)
   --verifier token|block     how sampled drafts are verified (default token); with a tree:
                              recursive rejection sampling or sequence-level
   --tree WxWxW               draft a tree (W children per node at each depth, e.g. 4x2x2x1),
@@ -135,6 +140,7 @@ struct Options {
   std::string prompts_path = SPECDEC_MODELS_DIR "/prompts.txt";
   std::size_t repeat = 1;             // --repeat R: paired runs of --parallel
   std::string vocab_bridge = "auto";  // --vocab-bridge auto|map|text
+  std::string string_level = "auto";  // --string-level auto|rejection|exact
 };
 
 /// The string-level path (--vocab-bridge text): the draft model over its own ids and both
@@ -270,6 +276,14 @@ Options parse_args(int argc, char** argv) {
           options.vocab_bridge != "text") {
         throw UsageError("--vocab-bridge expects auto, map or text, got '" +
                          options.vocab_bridge + "'");
+      }
+    }
+    else if (is({"--string-level"})) {
+      options.string_level = value();
+      if (options.string_level != "auto" && options.string_level != "rejection" &&
+          options.string_level != "exact") {
+        throw UsageError("--string-level expects auto, rejection or exact, got '" +
+                         options.string_level + "'");
       }
     }
     else if (is({"--verifier"})) config.verifier = parse_flag<specdec::VerifierKind>(flag, value());
@@ -519,11 +533,11 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
         stats.draft_calls);
     if constexpr (by_text) {
       std::printf(
-          ",\n  \"string_level\": {\"draft_tokens\": %zu, \"drafted_bytes\": %zu, "
-          "\"proposed_tokens\": %zu, \"tokens_per_draft_call\": %.6g, \"seam_fallbacks\": "
-          "%zu, \"retokenization_stops\": %zu}",
-          text_work.draft_tokens, text_work.drafted_bytes, text_work.proposed_tokens,
-          text_work.tokens_per_draft_call(), text_work.seam_fallbacks,
+          ",\n  \"string_level\": {\"rejection_rounds\": %zu, \"draft_tokens\": %zu, "
+          "\"drafted_bytes\": %zu, \"proposed_tokens\": %zu, \"tokens_per_draft_call\": %.6g, "
+          "\"seam_fallbacks\": %zu, \"retokenization_stops\": %zu}",
+          text_work.rejection_rounds, text_work.draft_tokens, text_work.drafted_bytes,
+          text_work.proposed_tokens, text_work.tokens_per_draft_call(), text_work.seam_fallbacks,
           text_work.retokenization_stops);
     }
     if (!measured_verify_costs.empty()) {
@@ -652,8 +666,18 @@ int run(Options& options) {
       bridge.options.draft_eos = draft_eos;
       if (target_eos != LLAMA_TOKEN_NULL) bridge.options.target_eos = target_eos;
     }
+    const bool byte_target = bridge.target_tokens.one_token_per_byte();
+    if (options.string_level == "rejection" && !byte_target) {
+      throw UsageError(
+          "--string-level rejection needs a target of one token per byte (a byte-level "
+          "vocabulary); this target's tokens join bytes: use --string-level exact or auto");
+    }
+    bridge.options.rejection_sampling = byte_target && options.string_level != "exact";
+    bridge.options.target_vocab_size = bridge.target_tokens.size();
     return decode(options, target, draft, bridge,
-                  check.summary() + ": drafting by text (string-level exact match)");
+                  check.summary() + (bridge.options.rejection_sampling
+                                         ? ": drafting by text (string-level rejection sampling)"
+                                         : ": drafting by text (string-level exact match)"));
   }
   if (!check.needs_map() && options.vocab_bridge != "map") {
     return decode(options, target, draft, draft, check.summary() + ": the draft as it is");
