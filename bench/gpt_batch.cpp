@@ -13,6 +13,10 @@
 // without the time the process was stopped), and goodput's ratio to the fixed K. Sequence i
 // has seed i (T > 0).
 //
+// At B = 1 each repetition also runs the single-sequence decoders on the same prompt and config
+// (SpeculativeDecoder with the fixed K, AutoregressiveDecoder), and a line after each B = 1 row
+// gives BatchedDecoder's rate over theirs: what batching costs a lone sequence.
+//
 //   gpt_batch [--batches 1,2,4,8] [--temperatures 0,1] [-k 8] [--goodput-k 16] [--tokens 200]
 //             [--repeats 5] [--threads 1]
 
@@ -59,6 +63,23 @@ struct Run {
   [[nodiscard]] double tokens_per_second() const { return static_cast<double>(tokens) / seconds; }
   [[nodiscard]] double tokens_per_cpu_second() const { return static_cast<double>(tokens) / cpu; }
 };
+
+/// One sequence through the single-sequence decoder `Decoder` (SpeculativeDecoder or
+/// AutoregressiveDecoder over the same models).
+template <class Decoder>
+Run decode_single(Decoder& decoder, const std::vector<token_t>& prompt,
+                  const specdec::GenerationConfig& config) {
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = cpu_seconds();
+  specdec::GenerationResult result = decoder.generate(prompt, config);
+  Run run;
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.cpu = cpu_seconds() - cpu_start;
+  run.tokens = result.stats.emitted;
+  run.acceptance = result.stats.acceptance_rate();
+  run.tokens_by_sequence.push_back(std::move(result.tokens));
+  return run;
+}
 
 template <class Policy>
 Run decode(GptModel& target, GptModel& draft, Policy policy,
@@ -181,11 +202,26 @@ int main(int argc, char** argv) {
               .goodput_options();
       std::vector<double> plain_rate, fixed_rate, goodput_rate, fixed_ratio, goodput_ratio,
           versus_fixed, fixed_cpu, goodput_cpu;
-      Run plain_run, fixed_run, goodput_run;
+      Run plain_run, fixed_run, goodput_run, single_fixed_run, single_plain_run;
+      std::vector<double> single_fixed_ratio, single_plain_ratio;
+      const std::size_t turns = batch == 1 ? 5 : 3;
       bool identical = true;
       for (std::size_t r = 0; r < repeats; ++r) {
-        for (std::size_t turn = 0; turn < 3; ++turn) {
-          switch ((turn + r) % 3) {
+        for (std::size_t turn = 0; turn < turns; ++turn) {
+          switch ((turn + r) % turns) {
+            case 3: {
+              target.reset();
+              draft.reset();
+              specdec::SpeculativeDecoder single(draft, target);
+              single_fixed_run = decode_single(single, prompts[0], fixed_configs[0]);
+              break;
+            }
+            case 4: {
+              target.reset();
+              specdec::AutoregressiveDecoder single(target);
+              single_plain_run = decode_single(single, prompts[0], fixed_configs[0]);
+              break;
+            }
             case 0:
               plain_run = decode(target, draft, NeverDraft{}, prompts, fixed_configs);
               break;
@@ -210,6 +246,13 @@ int main(int argc, char** argv) {
                               plain_run.tokens_per_cpu_second());
         identical = identical && fixed_run.tokens_by_sequence == plain_run.tokens_by_sequence &&
                     goodput_run.tokens_by_sequence == plain_run.tokens_by_sequence;
+        if (batch == 1) {
+          single_fixed_ratio.push_back(fixed_rate.back() / single_fixed_run.tokens_per_second());
+          single_plain_ratio.push_back(plain_rate.back() / single_plain_run.tokens_per_second());
+          identical = identical &&
+                      single_fixed_run.tokens_by_sequence == fixed_run.tokens_by_sequence &&
+                      single_plain_run.tokens_by_sequence == plain_run.tokens_by_sequence;
+        }
       }
       const auto low = [](const std::vector<double>& v) {
         return *std::min_element(v.begin(), v.end());
@@ -228,6 +271,18 @@ int main(int argc, char** argv) {
           temperature > 0 ? "-"
           : identical     ? "yes"
                           : "NO");
+      if (batch == 1) {
+        std::printf(
+            "B = 1 against the single-sequence decoders (T = %g): batched / single, K = %zu "
+            "%.3fx [%.3f, %.3f], plain %.3fx [%.3f, %.3f]; the same tokens: %s\n",
+            static_cast<double>(temperature), draft_length, median(single_fixed_ratio),
+            low(single_fixed_ratio), high(single_fixed_ratio), median(single_plain_ratio),
+            low(single_plain_ratio), high(single_plain_ratio),
+            single_fixed_run.tokens_by_sequence == fixed_run.tokens_by_sequence &&
+                    single_plain_run.tokens_by_sequence == plain_run.tokens_by_sequence
+                ? "yes"
+                : "NO");
+      }
       std::fflush(stdout);
     }
   }

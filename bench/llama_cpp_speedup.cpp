@@ -6,7 +6,7 @@
 //
 //   llama_cpp_speedup -m TARGET -md DRAFT [--prompts-file F] [--first I] [--count N]
 //                     [-n TOKENS] [--temps 0,1] [-t N] [-td N] [--settings LIST] [--rpc H:P]
-//                     [--call-costs [--repeats N]] [--text-draft DRAFT2]
+//                     [--call-costs [--repeats N] [--batch B]] [--text-draft DRAFT2]
 //
 // Settings (comma-separated; default all): llama (llama.cpp's own decoding loop through its C
 // API, llama_sampler greedy / dist, no specdec: what the adapter must not slow down), plain
@@ -28,7 +28,10 @@
 //
 // --call-costs instead prints T(n)/T(1) of the target for n = 1..16 (n fresh rows after a
 // 64-token context, median of repeated calls), the verification cost curve the goodput policy
-// measures for itself.
+// measures for itself. With --batch B: the batched target's (llama_cpp::BatchedModel, a split
+// KV cache of B sequences) T(n)/T(1) for n total rows up to B x 9 (B sequences drafting K = 8),
+// the rows spread evenly over as many sequences as divide them (at most B), each after its own
+// 64-token context: the curve a batch's draft lengths are planned on.
 
 #include <algorithm>
 #include <charconv>
@@ -59,7 +62,8 @@ struct Options {
   int threads = 1, threads_draft = 1;
   std::vector<std::string> settings;
   bool call_costs = false;
-  int repeats = 41;  // --call-costs: calls per row count (the median is reported)
+  std::size_t batch = 0;  // --call-costs --batch B: the batched target's curve
+  int repeats = 41;       // --call-costs: calls per row count (the median is reported)
 };
 
 std::vector<std::string> split(std::string_view text) {
@@ -113,6 +117,8 @@ Options parse(int argc, char** argv) {
       o.text_draft_path = value();
     else if (flag == "--call-costs")
       o.call_costs = true;
+    else if (flag == "--batch")
+      o.batch = number<std::size_t>(value());
     else if (flag == "--repeats")
       o.repeats = std::max(1, number<int>(value()));
     else if (flag == "--settings")
@@ -215,6 +221,74 @@ void print_call_costs(llama::ContextModel& target, int repeats) {
   }
 }
 
+/// T(n)/T(1) of a batched call of n rows in total over up to `sequences` sequences (the file
+/// comment): n = 1, 2, 4, 8, 9, then up to sequences x 9 the multiples of sequences and of
+/// 9 / 8 of them; one JSON line per n, the median of `repeats` calls after one untimed call of
+/// the same shape.
+void print_batch_call_costs(const std::string& path, int threads, std::size_t sequences,
+                            int repeats, const llama::ModelOptions& model_options) {
+  constexpr std::size_t kContext = 64;
+  const std::size_t most = sequences * 9;
+  auto context_model = llama::LoadedModel::load(
+      path,
+      llama::batched_context_options(static_cast<std::uint32_t>(sequences),
+                                     static_cast<std::uint32_t>(kContext + 9 + 8),
+                                     {.threads = threads}),
+      model_options);
+  llama::BatchedModel target(context_model);
+  std::vector<std::size_t> counts{1, 2, 4, 8, 9};
+  for (std::size_t b = 2; b <= sequences; b *= 2) {
+    for (const std::size_t n : {b, b * 2, b * 4, b * 8, b * 9}) {
+      if (n <= most) counts.push_back(n);
+    }
+  }
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  std::vector<std::vector<token_t>> contexts(sequences);
+  for (std::size_t s = 0; s < sequences; ++s) {
+    for (std::size_t i = 0; i < kContext + 9; ++i) {
+      contexts[s].push_back(static_cast<token_t>(32 + (i * 7 + s * 13) % 90));
+    }
+  }
+  // The committed context once per sequence, then every call recomputes only its rows.
+  std::vector<specdec::ScoreRequest> requests;
+  for (std::size_t s = 0; s < sequences; ++s) {
+    requests.push_back({.id = static_cast<specdec::sequence_id>(s),
+                        .context = std::span<const token_t>(contexts[s]).first(kContext + 1),
+                        .committed = 0,
+                        .rows = 1});
+  }
+  (void)target.score_batch(requests);
+  double first = 0;
+  for (const std::size_t n : counts) {
+    std::size_t used = std::min(sequences, n);
+    while (n % used != 0) --used;
+    const std::size_t rows = n / used;
+    requests.clear();
+    for (std::size_t s = 0; s < used; ++s) {
+      requests.push_back({.id = static_cast<specdec::sequence_id>(s),
+                          .context = std::span<const token_t>(contexts[s]).first(kContext + rows),
+                          .committed = kContext,
+                          .rows = rows});
+    }
+    (void)target.score_batch(requests);  // the shape's first call: graph allocation
+    std::vector<double> times;
+    for (int repeat = 0; repeat < repeats; ++repeat) {
+      const auto start = std::chrono::steady_clock::now();
+      (void)target.score_batch(requests);
+      times.push_back(seconds_since(start));
+    }
+    const auto middle = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
+    std::nth_element(times.begin(), middle, times.end());
+    if (n == 1) first = *middle;
+    std::printf(
+        "{\"batch\": %zu, \"threads\": %d, \"n\": %zu, \"sequences\": %zu, \"seconds\": %.6g, "
+        "\"ratio\": %.4f}\n",
+        sequences, threads, n, used, *middle, *middle / first);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -223,6 +297,10 @@ int main(int argc, char** argv) try {
   if (!o.rpc.empty()) {
     target_model.devices = {llama::rpc_device(o.rpc)};
     draft_model.cpu_only = true;
+  }
+  if (o.call_costs && o.batch > 0) {
+    print_batch_call_costs(o.target_path, o.threads, o.batch, o.repeats, target_model);
+    return 0;
   }
   auto target = llama::LoadedModel::load(o.target_path, {.threads = o.threads}, target_model);
   if (o.call_costs) {

@@ -8,7 +8,10 @@
 //   (kjv-draft-padded-f16.gguf) grade compatible against the target, the strict
 //   check_compatible still refuses anything but one vocabulary, the disjoint pair is refused
 //   with either requirement, and MappedDraft over the padded draft returns, row for row and bit
-//   for bit, the rows of the unpadded draft (zero padding rows, dropped by the map).
+//   for bit, the rows of the unpadded draft (zero padding rows, dropped by the map);
+// - VocabularyTokenizer spells text that is not valid UTF-8 (cut characters, stray bytes) with
+//   the vocabulary's byte tokens, names the byte a vocabulary without them cannot write, and
+//   string-level drafting over llama.cpp decodes from such a prompt (greedy: the plain output).
 
 #include <gtest/gtest.h>
 
@@ -224,6 +227,77 @@ TEST(LlamaVocabularyCheck, DisjointPairIsRefusedWithEitherRequirement) {
         [&] { (void)llama::check_compatible(disjoint.model(), target.model(), requirement); },
         "draft and target vocabularies are disjoint: the draft's 16 tokens and the target's 256 "
         "share no ordinary token");
+  }
+}
+
+TEST(LlamaVocabularyTokenizer, SpellsTextThatIsNotValidUtf8WithByteTokens) {
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
+  auto bpe = llama::LoadedModel::load(kGgufDir / "kjv-bpe-draft-f16.gguf");
+  const std::vector<std::string> texts{
+      "\nIN the beginning God",  // valid: one llama_tokenize call
+      "the LORD\xE2\x80",        // a character cut short at the end
+      "a\x80"
+      "b c\xFF\xFE d",                   // stray continuation and invalid bytes
+      "\xC3\xA9t\xC3\xA9 \xE0\x80\x80",  // valid "é", then an overlong form
+      "\xED\xA0\x80 x",                  // a surrogate
+  };
+  for (const auto* model : {&target, &bpe}) {
+    const llama::VocabularyTokenizer tokenizer(model->vocab());
+    for (const std::string& text : texts) {
+      std::vector<token_t> tokens;
+      tokenizer.encode(text, tokens);
+      std::string spelled;
+      for (const token_t token : tokens) spelled += tokenizer.bytes(token);
+      EXPECT_EQ(spelled, text) << tokens.size() << " tokens";
+      EXPECT_TRUE(tokenizer.spells(text));
+    }
+  }
+  // The BPE vocabulary still merges the valid runs: fewer tokens than bytes.
+  const llama::VocabularyTokenizer bpe_tokens(bpe.vocab());
+  std::vector<token_t> tokens;
+  bpe_tokens.encode("and the LORD said\x80 unto Moses", tokens);
+  EXPECT_LT(tokens.size(), 20u);
+
+  auto disjoint = llama::LoadedModel::load(kGgufDir / "tiny-disjoint.gguf");
+  const llama::VocabularyTokenizer few(disjoint.vocab());
+  EXPECT_FALSE(few.spells("\x80"));
+  expect_error<std::invalid_argument>(
+      [&] {
+        std::vector<token_t> out;
+        few.encode("\x80", out);
+      },
+      "byte 128 at 0 is not valid UTF-8");
+}
+
+TEST(LlamaVocabularyTokenizer, StringLevelDraftingFromAPromptThatIsNotValidUtf8) {
+  auto target = llama::LoadedModel::load(kGgufDir / "kjv-target-f16.gguf");
+  auto bpe = llama::LoadedModel::load(kGgufDir / "kjv-bpe-draft-f16.gguf");
+  const llama::VocabularyTokenizer target_tokens(target.vocab());
+  const llama::VocabularyTokenizer draft_tokens(bpe.vocab());
+  std::vector<token_t> prompt;
+  for (const unsigned char byte : std::string("\nAnd God said, Let there be \xC3")) {
+    prompt.push_back(byte);
+  }
+  for (const bool rejection : {false, true}) {
+    specdec::StringLevelDecoder decoder(
+        bpe, draft_tokens, target, target_tokens,
+        {.rejection_sampling = rejection, .target_vocab_size = target_tokens.size()});
+    specdec::AutoregressiveDecoder plain(target);
+    specdec::GenerationConfig config;
+    config.max_new_tokens = 40;
+    config.sampling.temperature = 0;
+    target.reset();
+    bpe.reset();
+    const auto expected = plain.generate(prompt, config);
+    target.reset();
+    const auto got = decoder.generate(prompt, config);
+    EXPECT_EQ(got.tokens, expected.tokens);
+    config.sampling.temperature = 1;
+    config.seed = 3;
+    target.reset();
+    bpe.reset();
+    EXPECT_EQ(decoder.generate(prompt, config).tokens.size(), 40u);
+    EXPECT_GT(decoder.proposer().work().draft_calls, 0u);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <llama.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -109,17 +110,27 @@ class TextDecoder {
 /// with no BOS / EOS and specials not parsed, into a reused buffer. A vocabulary that prefixes
 /// every text with a space (SentencePiece's add_space_prefix) spells " " + text: a leading
 /// token that is that space alone is dropped; one that merges it into a word cannot spell the
-/// text, and string-level drafting says so (std::invalid_argument). The vocabulary must outlive
-/// the tokenizer.
+/// text, and string-level drafting says so (std::invalid_argument). Text that is not valid
+/// UTF-8 (a byte-level model may write any byte, and a round may end inside a character) is
+/// not given to llama_tokenize, which replaces what it cannot decode: each valid run is
+/// tokenized alone, and each byte outside one is the vocabulary's token of that byte alone
+/// (a byte-level BPE and SentencePiece's byte fallback have one for every byte); a vocabulary
+/// without it cannot spell the text (std::invalid_argument naming the byte). The vocabulary
+/// must outlive the tokenizer.
 class VocabularyTokenizer {
  public:
   explicit VocabularyTokenizer(const llama_vocab* vocab) : vocab_(vocab) {
     const std::int32_t count = llama_vocab_n_tokens(vocab);
     pieces_.reserve(static_cast<std::size_t>(count));
+    byte_tokens_.fill(-1);
     std::string buffer;
     for (std::int32_t id = 0; id < count; ++id) {
       pieces_.emplace_back(detail::token_piece(vocab, id, buffer));
       one_token_per_byte_ = one_token_per_byte_ && pieces_.back().size() <= 1;
+      if (pieces_.back().size() == 1) {
+        token_t& byte_token = byte_tokens_[static_cast<unsigned char>(pieces_.back()[0])];
+        if (byte_token < 0) byte_token = id;
+      }
     }
   }
 
@@ -133,27 +144,30 @@ class VocabularyTokenizer {
     return pieces_[static_cast<std::size_t>(id)];
   }
 
+  /// \throws std::invalid_argument for a text llama_tokenize fails on, longer than INT32_MAX / 2
+  /// bytes, or with a byte outside valid UTF-8 that the vocabulary has no token for.
   void encode(std::string_view text, std::vector<token_t>& out) const {
-    if (text.empty()) return;
-    if (text.size() > static_cast<std::size_t>(INT32_MAX) / 2) {
-      detail::throw_invalid_argument("VocabularyTokenizer: text of ", text.size(),
-                                     " bytes; expected at most ", INT32_MAX / 2);
+    std::size_t at = 0;
+    while (at < text.size()) {
+      std::size_t end = at;
+      while (end < text.size()) {
+        const std::size_t length = utf8_sequence_length(text.substr(end));
+        if (length == 0) break;
+        end += length;
+      }
+      tokenize_valid(text.substr(at, end - at), out);
+      if (end == text.size()) break;
+      const auto byte = static_cast<unsigned char>(text[end]);
+      if (byte_tokens_[byte] < 0) {
+        detail::throw_invalid_argument("VocabularyTokenizer: byte ", static_cast<unsigned>(byte),
+                                       " at ", end,
+                                       " is not valid UTF-8 and the vocabulary has no token for "
+                                       "it alone; expected a byte-level vocabulary or byte "
+                                       "fallback tokens");
+      }
+      out.push_back(byte_tokens_[byte]);
+      at = end + 1;
     }
-    if (ids_.size() < text.size() + 2) ids_.resize(text.size() + 2);
-    const auto length = static_cast<std::int32_t>(text.size());
-    std::int32_t count = llama_tokenize(vocab_, text.data(), length, ids_.data(),
-                                        static_cast<std::int32_t>(ids_.size()), false, false);
-    if (count < 0) {
-      ids_.resize(static_cast<std::size_t>(-count));
-      count = llama_tokenize(vocab_, text.data(), length, ids_.data(), -count, false, false);
-    }
-    if (count < 0) {
-      detail::throw_invalid_argument("VocabularyTokenizer: llama_tokenize failed (", count,
-                                     ") on a text of ", text.size(), " bytes");
-    }
-    std::size_t first = 0;
-    if (count > 0 && text.front() != ' ' && bytes(ids_[0]) == " ") first = 1;  // space prefix
-    out.insert(out.end(), ids_.begin() + static_cast<std::ptrdiff_t>(first), ids_.begin() + count);
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return pieces_.size(); }
@@ -177,10 +191,64 @@ class VocabularyTokenizer {
   }
 
  private:
+  /// The bytes of the well-formed UTF-8 character at the start of `text` (1-4), or 0 if it
+  /// does not start with one (a stray continuation byte, an overlong form, a surrogate, past
+  /// U+10FFFF, or cut short).
+  static std::size_t utf8_sequence_length(std::string_view text) noexcept {
+    const auto at = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+    const unsigned char lead = at(0);
+    if (lead < 0x80) return 1;
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;
+      if (lead == 0xED) high = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;
+      if (lead == 0xF4) high = 0x8F;
+    } else {
+      return 0;
+    }
+    if (text.size() < length || at(1) < low || at(1) > high) return 0;
+    for (std::size_t i = 2; i < length; ++i) {
+      if (at(i) < 0x80 || at(i) > 0xBF) return 0;
+    }
+    return length;
+  }
+
+  /// llama_tokenize of valid UTF-8, appended to `out` (the class comment).
+  void tokenize_valid(std::string_view text, std::vector<token_t>& out) const {
+    if (text.empty()) return;
+    if (text.size() > static_cast<std::size_t>(INT32_MAX) / 2) {
+      detail::throw_invalid_argument("VocabularyTokenizer: text of ", text.size(),
+                                     " bytes; expected at most ", INT32_MAX / 2);
+    }
+    if (ids_.size() < text.size() + 2) ids_.resize(text.size() + 2);
+    const auto length = static_cast<std::int32_t>(text.size());
+    std::int32_t count = llama_tokenize(vocab_, text.data(), length, ids_.data(),
+                                        static_cast<std::int32_t>(ids_.size()), false, false);
+    if (count < 0) {
+      ids_.resize(static_cast<std::size_t>(-count));
+      count = llama_tokenize(vocab_, text.data(), length, ids_.data(), -count, false, false);
+    }
+    if (count < 0) {
+      detail::throw_invalid_argument("VocabularyTokenizer: llama_tokenize failed (", count,
+                                     ") on a text of ", text.size(), " bytes");
+    }
+    std::size_t first = 0;
+    if (count > 0 && text.front() != ' ' && bytes(ids_[0]) == " ") first = 1;  // space prefix
+    out.insert(out.end(), ids_.begin() + static_cast<std::ptrdiff_t>(first), ids_.begin() + count);
+  }
+
   const llama_vocab* vocab_;
   std::vector<std::string> pieces_;
   bool one_token_per_byte_ = true;
-  mutable std::vector<llama_token> ids_;  // llama_tokenize's output, reused
+  std::array<token_t, 256> byte_tokens_{};  // the token of each byte alone (-1: none)
+  mutable std::vector<llama_token> ids_;    // llama_tokenize's output, reused
 };
 
 static_assert(TextTokenizer<VocabularyTokenizer>);
