@@ -18,7 +18,7 @@
 // gives BatchedDecoder's rate over theirs: what batching costs a lone sequence.
 //
 //   gpt_batch [--batches 1,2,4,8] [--temperatures 0,1] [-k 8] [--goodput-k 16] [--tokens 200]
-//             [--repeats 5] [--threads 1]
+//             [--repeats 5] [--threads 1] [--probe-interval N]
 
 #include <algorithm>
 #include <chrono>
@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> batches{1, 2, 4, 8};
   std::vector<float> temperatures{0.0f, 1.0f};
   std::size_t draft_length = 8, goodput_cap = 16, tokens = 200, repeats = 5, threads = 1;
+  std::size_t probe_interval = 0;  // 0: BatchGoodputOptions' default
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view flag = argv[i];
     const std::string value = argv[i + 1];
@@ -146,6 +147,8 @@ int main(int argc, char** argv) {
       tokens = std::stoul(value);
     } else if (flag == "--repeats") {
       repeats = std::stoul(value);
+    } else if (flag == "--probe-interval") {
+      probe_interval = std::stoul(value);
     } else if (flag == "--threads") {
       threads = std::stoul(value);
     } else {
@@ -197,9 +200,10 @@ int main(int argc, char** argv) {
         const auto& prompt = all_prompts[i % all_prompts.size()];
         context.insert(context.end(), prompt.begin(), prompt.end());
       }
-      const specdec::BatchGoodputOptions costs =
+      specdec::BatchGoodputOptions costs =
           specdec::measure_batch_call_costs(draft, target, context, batch, goodput_cap, 3)
               .goodput_options();
+      if (probe_interval > 0) costs.probe_interval = probe_interval;
       std::vector<double> plain_rate, fixed_rate, goodput_rate, fixed_ratio, goodput_ratio,
           versus_fixed, fixed_cpu, goodput_cpu;
       Run plain_run, fixed_run, goodput_run, single_fixed_run, single_plain_run;

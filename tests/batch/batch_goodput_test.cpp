@@ -313,6 +313,71 @@ TEST(BatchGoodputPlanner, MeasuredCostsAreReadWhereSeenAndExtrapolatedFromBelow)
   EXPECT_DOUBLE_EQ(planner.draft_costs()[1], 0.001);
 }
 
+// ---- the plain guard --------------------------------------------------------------------------
+
+// Drafting that the curves call a gain but that delivers fewer tokens per sequence per second
+// than plain steps: the guard makes the steps plain, tries the plan again after a wait, and
+// reopens drafting when a trial delivers. Only with measured curves (or costs learnt while
+// decoding): a user's own fixed curves keep the plan independent of timings.
+TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSteps) {
+  BatchGoodputOptions options =
+      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+            curve(4, [](std::size_t) { return 0.01; }));
+  const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
+  const auto drafted = [&](BatchGoodputPlanner& planner) {
+    const Planned planned = plan(planner, acceptance, options);
+    std::size_t rows = 0;
+    for (const std::size_t length : planned.lengths) rows += length;
+    return rows;
+  };
+  // Steps of 4 sequences: plain ones emit 4 tokens in 1 s; drafting ones 6 tokens in 3 s.
+  const auto run = [&](BatchGoodputPlanner& planner, std::size_t steps) {
+    std::size_t drafting_steps = 0;
+    for (std::size_t step = 0; step < steps; ++step) {
+      const bool drafts = drafted(planner) > 0;
+      drafting_steps += drafts;
+      planner.observe_step(drafts ? 3.0 : 1.0, drafts ? 6 : 4, 4);
+    }
+    return drafting_steps;
+  };
+
+  options.measured_costs = true;
+  BatchGoodputPlanner guarded(options);
+  EXPECT_EQ(drafted(guarded), 0u) << "no plain step timed yet";
+  guarded.observe_step(1.0, 4, 4);
+  EXPECT_GT(drafted(guarded), 0u) << "the curves call drafting a gain";
+  guarded.observe_step(3.0, 6, 4);  // the first drafting step also reads prompts: not judged
+  EXPECT_EQ(run(guarded, 2), 2u);
+  EXPECT_TRUE(guarded.drafting_loses());
+  // Plain while it loses; the trials (after 8, 16, 32 plain steps) lose too.
+  const std::size_t trials = run(guarded, 60);
+  EXPECT_GE(trials, 2u);
+  EXPECT_LE(trials, 3u);
+  EXPECT_TRUE(guarded.drafting_loses());
+  // A trial that delivers (8 tokens in 1 s) reopens drafting. (The wait has doubled with each
+  // lost trial, and the ledger affords trials as plain steps accrue: 2 plain steps' loss plus
+  // 0.5 % of the time.)
+  std::size_t waited = 0;
+  while (drafted(guarded) == 0 && waited < 1000) {
+    guarded.observe_step(1.0, 4, 4);
+    ++waited;
+  }
+  ASSERT_LT(waited, 1000u) << "no trial";
+  EXPECT_GE(waited, 64u);
+  guarded.observe_step(1.0, 8, 4);
+  EXPECT_FALSE(guarded.drafting_loses());
+  EXPECT_GT(drafted(guarded), 0u);
+
+  // Off, or with fixed curves of one's own: the plan drafts whatever the steps deliver.
+  for (const bool guard_off : {true, false}) {
+    BatchGoodputOptions unguarded = options;
+    unguarded.plain_guard = !guard_off;
+    unguarded.measured_costs = guard_off;  // on, but over fixed curves of one's own
+    BatchGoodputPlanner planner(unguarded);
+    EXPECT_EQ(run(planner, 20), 20u);
+  }
+}
+
 TEST(BatchGoodputOptions, RejectsBadCurvesNamingTheField) {
   const auto message = [](const BatchGoodputOptions& options) {
     try {

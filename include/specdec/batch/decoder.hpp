@@ -277,9 +277,13 @@ class BatchedDecoder {
     ++stats_.steps;
     for (auto& sequence : sequences_) sequence->in_round = true;
     const auto start = std::chrono::steady_clock::now();
+    const std::size_t tokens_before = stats_.tokens;
+    const std::size_t sequences = sequences_.size();
     propose_all();
     score_and_commit_all();
-    if (planned_step_ && !prompt_step_) planner_.observe_step(detail::seconds_since(start));
+    if (planned_step_ && !prompt_step_) {
+      planner_.observe_step(detail::seconds_since(start), stats_.tokens - tokens_before, sequences);
+    }
     for (auto& sequence : sequences_) sequence->in_round = false;
     remove_finished(finished);
     return finished;

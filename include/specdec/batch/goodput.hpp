@@ -24,6 +24,14 @@
 ///    some length at its optimistic acceptance would beat the plan's rate, as the
 ///    single-sequence policy probes: without verdicts its acceptance could not recover. Not
 ///    when even that does not pay: then those sequences stay exactly plain.
+///  - Drafting is judged by what it delivers (`plain_guard`, as the single-sequence policy's
+///    GoodputOptions::plain_guard): the steps' wall times, per sequence, against the tokens
+///    they emitted per sequence. While the recent drafting steps emit fewer tokens per plain
+///    step of time than plain steps do (one per sequence), every step is plain but for a
+///    trial of the plan after a wait that doubles while trials lose. The curves price calls
+///    as measured alone, and acceptance is an estimate: a plan that both call a gain can
+///    still lose (the example GPT at B = 16, T = 1: 0.89x of plain batched decoding without
+///    it, draft catch-ups and probes every step).
 ///  - The marginal survival of the plan (the smallest P taken) is each sequence's threshold:
 ///    while drafting, a sequence stops early when the survival its drafted tokens' actual
 ///    probabilities give the next token falls below it.
@@ -66,6 +74,18 @@ struct BatchGoodputOptions {
   double target_switch_cost = 0;
   /// Steps a sequence is left plain before a probe (one drafted row) is considered.
   std::size_t probe_interval = 16;
+  /// Judge drafting by what it delivers (file comment), when timings decide anyway: with costs
+  /// measured while decoding, or fixed curves that a measurement gave (measured_costs). With
+  /// fixed curves of the user's own the plan stays independent of the guard's timings.
+  bool plain_guard = true;
+  /// The fixed curves came from a measurement (BatchCallCosts::goodput_options sets it): they
+  /// differ from run to run anyway, so plain_guard applies.
+  bool measured_costs = false;
+
+  /// \brief Whether plain_guard applies (see it).
+  [[nodiscard]] bool guarding() const noexcept {
+    return plain_guard && (!fixed_costs() || measured_costs);
+  }
 
   [[nodiscard]] bool fixed_costs() const noexcept { return !target_call_costs.empty(); }
 
@@ -212,6 +232,10 @@ class BatchGoodputPlanner {
       draft_cost_ += add_draft_row(1);
       ++rows_;
     }
+    if (options_.guarding() && rows_ != plain_rows() && !guard_allows()) {
+      walk(longest, 0, nullptr);  // every planned sequence plain
+      for (Entry& entry : sequences_) entry.probing = false;
+    }
   }
 
   [[nodiscard]] std::size_t length(std::size_t index) const noexcept {
@@ -240,8 +264,23 @@ class BatchGoodputPlanner {
   /// weights, plans from the measured curves alone ran at 0.85-0.93x of plain batched
   /// decoding.) While steps are plain the correction fades (halving in ~35 steps), so that
   /// drafting is tried and measured again. Steps that read a prompt are not observed.
-  void observe_step(double seconds) noexcept {
+  /// `emitted`: the tokens the step emitted, over `sequences` sequences (the guard's ledger).
+  /// Not with fixed curves of the user's own (BatchGoodputOptions::measured_costs false): those
+  /// keep the plan independent of timings.
+  void observe_step(double seconds, std::size_t emitted = 0, std::size_t sequences = 0) noexcept {
     if (!(seconds > 0) || !(plain_cost_ > 0)) return;
+    if (options_.fixed_costs() && !options_.measured_costs) return;
+    if (options_.guarding() && sequences > 0) {
+      const std::size_t drafted = rows_ - std::min(rows_, plain_rows());
+      const double share = 1.0 / static_cast<double>(sequences);
+      guard_.observe(drafted, static_cast<double>(emitted) * share, seconds * share);
+      plain_streak_ = drafted == 0 ? plain_streak_ + 1 : 0;
+      if (guard_trial_) {  // did the trial reopen drafting?
+        guard_wait_ =
+            guard_.drafting_loses() ? std::min(2 * guard_wait_, kMaxGuardWait) : kFirstGuardWait;
+      }
+      guard_trial_ = false;
+    }
     using Costs = detail::MeasuredCosts;
     if (rows_ == plain_rows()) {
       plain_per_unit_ = Costs::smoothed(plain_per_unit_, seconds / plain_cost_, plain_samples_);
@@ -258,6 +297,8 @@ class BatchGoodputPlanner {
       correction_ = std::clamp(drafting_per_unit_ / plain_per_unit_, 1.0, kMaxCorrection);
     }
   }
+  /// \brief Whether the guard finds the recent drafting steps losing to plain ones.
+  [[nodiscard]] bool drafting_loses() const noexcept { return guard_.drafting_loses(); }
   /// \brief The correction observe_step applies to drafting's costs (1: none).
   [[nodiscard]] double correction() const noexcept { return correction_; }
 
@@ -379,6 +420,17 @@ class BatchGoodputPlanner {
     return rows;
   }
 
+  /// Whether a step that drafts may (plain_guard): not before a plain step was timed, nor
+  /// while drafting loses, except for a trial after guard_wait_ plain steps that the ledger
+  /// affords.
+  [[nodiscard]] bool guard_allows() noexcept {
+    if (guard_.needs_plain_steps()) return false;
+    if (!guard_.drafting_loses()) return true;
+    if (plain_streak_ < guard_wait_ || !guard_.affords_trial()) return false;
+    guard_trial_ = true;
+    return true;
+  }
+
   /// What a resuming sequence's first drafted row adds (see add_planned).
   [[nodiscard]] double resume_cost(const Entry& entry) const noexcept {
     return entry.resuming && entry.length <= 1 ? at(draft_table_, 1) : 0.0;
@@ -498,6 +550,12 @@ class BatchGoodputPlanner {
   double plain_per_unit_ = 0, plain_samples_ = 0;
   double drafting_per_unit_ = 0, drafting_samples_ = 0;
   double correction_ = 1;
+  // plain_guard (file comment), as GoodputDraftLength's
+  static constexpr std::size_t kFirstGuardWait = 8, kMaxGuardWait = 256;
+  detail::DraftingGuard guard_{};
+  std::size_t plain_streak_ = 0;  // consecutive observed plain steps
+  std::size_t guard_wait_ = kFirstGuardWait;
+  bool guard_trial_ = false;
 };
 
 }  // namespace specdec

@@ -424,7 +424,7 @@ class DraftingGuard {
   }
 
   /// A round after the generation's first (whose calls also read the prompt).
-  void observe(std::size_t drafted, std::size_t emitted, double seconds) noexcept {
+  void observe(std::size_t drafted, double emitted, double seconds) noexcept {
     if (!(seconds > 0)) return;
     if (drafted == 0) {
       if (after_drafting_) {
@@ -458,7 +458,7 @@ class DraftingGuard {
     // A round preempted for a scheduler slice says nothing about drafting: no legitimate round
     // of m drafted tokens costs more than 2 (m + 1) plain steps.
     const double units = std::min(seconds / plain_seconds_, 2.0 * static_cast<double>(drafted + 1));
-    const auto tokens = static_cast<double>(emitted);
+    const double tokens = emitted;
     elapsed_units_ += units;
     if (losing_) {  // a trial, judged on its own
       lost_units_ = std::max(0.0, lost_units_ + units - tokens);

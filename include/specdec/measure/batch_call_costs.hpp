@@ -9,8 +9,9 @@
 /// Why before decoding: online, the plan learns T(n) only at the row counts the steps happen
 /// to use, and a batch's curve spans hundreds of row counts (B = 32 sequences drafting 8
 /// tokens each is a 288-row call), with the steps and dips of the engine's kernels where the
-/// rows outgrow a tile. Measured once at load time, the whole curve is known, and with fixed
-/// costs the draft lengths no longer depend on timings.
+/// rows outgrow a tile. Measured once at load time, the whole curve is known, and the draft
+/// lengths no longer depend on the timings of the calls the plan learns from (the plain guard
+/// still judges the steps by their wall times, BatchGoodputOptions::plain_guard).
 ///
 /// Row counts up to 32 are all timed; above, every eighth or so (n, then n + n / 8), and the
 /// curve between two timed counts is the line through them: a call of a few hundred rows
@@ -66,6 +67,7 @@ struct BatchCallCosts {
     base.target_call_costs = target_seconds;
     base.draft_call_costs = draft_seconds;
     base.target_switch_cost = target_switch_seconds;
+    base.measured_costs = true;  // plain_guard applies: these curves are timings anyway
     if (target_seconds.empty() || draft_seconds.empty()) {
       detail::throw_invalid_argument(
           "BatchCallCosts::goodput_options: no measured calls; expected the result of "
