@@ -251,7 +251,7 @@ class GoodputDraftLength {
     // The first round's calls also read the prompt (a KV-cached model's prefill): their times
     // say nothing about a round's cost.
     if (guarding() && !first_round_) {
-      guard_.observe(report.drafted, report.accepted + 1,
+      guard_.observe(report.drafted, static_cast<double>(report.accepted + 1),
                      std::max(report.draft_seconds, 0.0) + report.target_seconds);
       if (guard_trial_) {  // did the trial reopen drafting?
         guard_wait_ =

@@ -289,7 +289,8 @@ class StringLevelProposer {
       tokens_[proposed] = token;
       probabilities_[proposed] = token_probability(token);
       // Under rejection sampling every byte has its q row; draft_eos's token does not.
-      point_mass_[proposed] = rejection_round_ && proposed < draft_text_.size() ? 0 : 1;
+      point_mass_[proposed] =
+          rejection_round_ && proposed < draft_text_.size() ? std::uint8_t{0} : std::uint8_t{1};
       ++proposed;
     }
     work_.proposed_tokens += proposed;
