@@ -4,8 +4,9 @@
 # one row per sequence and call) of the same prompts, for every B in WIDTHS and every draft
 # policy in POLICIES: "k8" (a fixed K = 8) and "goodput" (-k auto: one plan per step sets every
 # sequence's draft length, from cost curves measured before decoding). Each (B, policy) is one
-# specdec-llama --parallel process: R paired runs (speculative then plain, each from an empty KV
-# cache), medians. Greedy unless TEMP is set, 1 thread per model, every process at nice 19.
+# specdec-llama --parallel process: R paired runs (speculative and plain, the order alternating,
+# each from an empty KV cache), medians. Greedy unless TEMP is set, 1 thread per model, every
+# process at nice 19.
 #
 #   [WIDTHS="1 2 4 8 16 32"] [POLICIES="k8 goodput"] [TEMP=0] [TARGET=x.gguf DRAFT=y.gguf] \
 #   [EXTRA_ARGS="--kv-unified on"] \
