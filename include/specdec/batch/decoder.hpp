@@ -281,7 +281,9 @@ class BatchedDecoder {
     const std::size_t sequences = sequences_.size();
     propose_all();
     score_and_commit_all();
-    if (planned_step_ && !prompt_step_) {
+    if (prompt_step_) {
+      planner_.skip_step();
+    } else if (planned_step_) {
       planner_.observe_step(detail::seconds_since(start), stats_.tokens - tokens_before, sequences);
     }
     for (auto& sequence : sequences_) sequence->in_round = false;
