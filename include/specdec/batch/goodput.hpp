@@ -48,8 +48,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <span>
 #include <utility>
@@ -423,8 +421,7 @@ class BatchGoodputPlanner {
       const double target = !shared_target_  ? target_cost_ + target_cost(m + 1) - target_cost(1)
                             : micro_batches_ ? target_cost_ + target_cost(m)
                                              : target_cost(rows_ + m);
-      const double predicted = target + draft + switch_cost(rows_ + m);
-      if (tokens / (plain_cost_ + correction_ * (predicted - plain_cost_)) > wanted) return true;
+      if (tokens / corrected(target + draft + switch_cost(rows_ + m)) > wanted) return true;
     }
     return false;
   }
@@ -490,7 +487,10 @@ class BatchGoodputPlanner {
   /// The step's cost: the curves' prediction, its part above the plain step's scaled by the
   /// correction (observe_step).
   [[nodiscard]] double cost() const noexcept {
-    const double predicted = target_cost_ + draft_cost_ + switch_cost(rows_);
+    return corrected(target_cost_ + draft_cost_ + switch_cost(rows_));
+  }
+  /// A predicted step cost with its part above the plain step scaled by the correction.
+  [[nodiscard]] double corrected(double predicted) const noexcept {
     return plain_cost_ + correction_ * (predicted - plain_cost_);
   }
   [[nodiscard]] double rate() const noexcept { return tokens_ / cost(); }

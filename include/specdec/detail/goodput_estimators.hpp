@@ -418,8 +418,7 @@ class DraftingGuard {
   void start_generation() noexcept {
     // The prompt's round changed the call shape as a drafting round does (llama.cpp rebuilds
     // its graph for one row after the prompt's): the next plain step is no steady sample.
-    after_drafting_ = true;
-    last_round_drafted_ = false;
+    unobserved_round();
     draft_warm_ = false;
   }
 
