@@ -23,6 +23,33 @@
 #include "cli_args.hpp"
 #include "decoder_ladder.hpp"
 
+namespace specdec::examples {
+
+/// --vocab-bridge: how a draft of another vocabulary drafts.
+enum class VocabularyBridge { automatic, map, text };
+/// --string-level: how text drafted by text is verified.
+enum class StringLevelVerification { automatic, rejection, exact };
+
+}  // namespace specdec::examples
+
+template <>
+struct specdec::EnumNames<specdec::examples::VocabularyBridge> {
+  static constexpr std::string_view what = "vocabulary bridge";
+  static constexpr std::array<EnumName<examples::VocabularyBridge>, 3> names{
+      {{examples::VocabularyBridge::automatic, "auto"},
+       {examples::VocabularyBridge::map, "map"},
+       {examples::VocabularyBridge::text, "text"}}};
+};
+
+template <>
+struct specdec::EnumNames<specdec::examples::StringLevelVerification> {
+  static constexpr std::string_view what = "string-level verification";
+  static constexpr std::array<EnumName<examples::StringLevelVerification>, 3> names{
+      {{examples::StringLevelVerification::automatic, "auto"},
+       {examples::StringLevelVerification::rejection, "rejection"},
+       {examples::StringLevelVerification::exact, "exact"}}};
+};
+
 namespace {
 
 using specdec::token_t;
@@ -32,7 +59,9 @@ using specdec::examples::name_of;
 using specdec::examples::parse_flag;
 using specdec::examples::parse_number;
 using specdec::examples::Proposer;
+using specdec::examples::StringLevelVerification;
 using specdec::examples::UsageError;
+using specdec::examples::VocabularyBridge;
 namespace llama = specdec::llama_cpp;
 
 constexpr const char* kHelp = R"(usage: specdec-llama [options]
@@ -139,9 +168,9 @@ struct Options {
   bool measure_costs = true;  // --draft-costs
   std::size_t parallel = 0;   // --parallel B: sequences decoded at once (0: one, no batch)
   std::string prompts_path = SPECDEC_MODELS_DIR "/prompts.txt";
-  std::size_t repeat = 1;             // --repeat R: paired runs of --parallel
-  std::string vocab_bridge = "auto";  // --vocab-bridge auto|map|text
-  std::string string_level = "auto";  // --string-level auto|rejection|exact
+  std::size_t repeat = 1;  // --repeat R: paired runs of --parallel
+  VocabularyBridge vocab_bridge = VocabularyBridge::automatic;
+  StringLevelVerification string_level = StringLevelVerification::automatic;
 };
 
 /// The string-level path (--vocab-bridge text): the draft model over its own ids and both
@@ -272,20 +301,10 @@ Options parse_args(int argc, char** argv) {
     else if (is({"--ngram-min"})) options.ngram_min = size_value();
     else if (is({"--ngram-max"})) options.ngram_max = size_value();
     else if (is({"--vocab-bridge"})) {
-      options.vocab_bridge = value();
-      if (options.vocab_bridge != "auto" && options.vocab_bridge != "map" &&
-          options.vocab_bridge != "text") {
-        throw UsageError("--vocab-bridge expects auto, map or text, got '" +
-                         options.vocab_bridge + "'");
-      }
+      options.vocab_bridge = parse_flag<VocabularyBridge>(flag, value());
     }
     else if (is({"--string-level"})) {
-      options.string_level = value();
-      if (options.string_level != "auto" && options.string_level != "rejection" &&
-          options.string_level != "exact") {
-        throw UsageError("--string-level expects auto, rejection or exact, got '" +
-                         options.string_level + "'");
-      }
+      options.string_level = parse_flag<StringLevelVerification>(flag, value());
     }
     else if (is({"--verifier"})) config.verifier = parse_flag<specdec::VerifierKind>(flag, value());
     else if (is({"--tree"})) {
@@ -634,8 +653,8 @@ int run(Options& options) {
                                      llama::vocabulary_text(target.model()));
   if (options.verbose) std::fprintf(stderr, "%s", specdec::detail::concat(check.report()).c_str());
   const specdec::VocabularyVerdict verdict = check.verdict();
-  const bool by_text = options.vocab_bridge == "text" ||
-                       (options.vocab_bridge == "auto" &&
+  const bool by_text = options.vocab_bridge == VocabularyBridge::text ||
+                       (options.vocab_bridge == VocabularyBridge::automatic &&
                         (verdict == specdec::VocabularyVerdict::disjoint ||
                          (verdict == specdec::VocabularyVerdict::needs_intersection &&
                           check.report().draft_overlap < 0.5)));
@@ -668,19 +687,20 @@ int run(Options& options) {
       if (target_eos != LLAMA_TOKEN_NULL) bridge.options.target_eos = target_eos;
     }
     const bool byte_target = bridge.target_tokens.one_token_per_byte();
-    if (options.string_level == "rejection" && !byte_target) {
+    if (options.string_level == StringLevelVerification::rejection && !byte_target) {
       throw UsageError(
           "--string-level rejection needs a target of one token per byte (a byte-level "
           "vocabulary); this target's tokens join bytes: use --string-level exact or auto");
     }
-    bridge.options.rejection_sampling = byte_target && options.string_level != "exact";
+    bridge.options.rejection_sampling =
+        byte_target && options.string_level != StringLevelVerification::exact;
     bridge.options.target_vocab_size = bridge.target_tokens.size();
     return decode(options, target, draft, bridge,
                   check.summary() + (bridge.options.rejection_sampling
                                          ? ": drafting by text (string-level rejection sampling)"
                                          : ": drafting by text (string-level exact match)"));
   }
-  if (!check.needs_map() && options.vocab_bridge != "map") {
+  if (!check.needs_map() && options.vocab_bridge != VocabularyBridge::map) {
     return decode(options, target, draft, draft, check.summary() + ": the draft as it is");
   }
   // Trees too: MappedDraft forwards the draft's score_tree (one llama_decode per depth).

@@ -437,18 +437,40 @@ constexpr std::size_t kRuns = 100'000;
 constexpr double kMinPValue = 1e-4;
 const Sequence kChiPrompt{0, 1, 2};
 
+/// The cell of three tokens in a histogram of vocab^3 cells.
+std::size_t cell_of(std::span<const token_t> tokens, std::size_t vocab) {
+  const auto t = [&](std::size_t k) { return static_cast<std::size_t>(tokens[k]); };
+  return (t(0) * vocab + t(1)) * vocab + t(2);
+}
+
+/// The target's law of the three tokens after kChiPrompt, as a histogram's probabilities.
+std::vector<double> first_tokens_law(const ScriptedPair& pair, std::size_t vocab) {
+  std::vector<double> probabilities(vocab * vocab * vocab, 0);
+  for (const auto& [sequence, p] :
+       specdec::testing::target_law(pair.target(), pair.params, kChiPrompt, 3)) {
+    probabilities[cell_of(sequence, vocab)] = p;
+  }
+  return probabilities;
+}
+
+/// The first three tokens of kRuns generations (seeds from seed_base), over a vocabulary of
+/// `vocab` tokens.
 template <class Decoder>
-std::vector<std::uint64_t> first_tokens_histogram(Decoder& decoder, std::uint64_t seed_base,
+std::vector<std::uint64_t> first_tokens_histogram(Decoder& decoder, std::size_t vocab,
+                                                  std::uint64_t seed_base,
                                                   specdec::GenerationConfig config) {
-  constexpr std::size_t v = kTargetVocab;
-  std::vector<std::uint64_t> counts(v * v * v, 0);
+  std::vector<std::uint64_t> counts(vocab * vocab * vocab, 0);
   config.max_new_tokens = 3;
   config.draft_length = 3;
   for (std::size_t i = 0; i < kRuns; ++i) {
     config.seed = seed_base + i;
     const auto result = decoder.generate(kChiPrompt, config);
-    const auto t = [&](std::size_t k) { return static_cast<std::size_t>(result.tokens[k]); };
-    ++counts[(t(0) * v + t(1)) * v + t(2)];
+    if (result.tokens.size() != 3) {
+      ADD_FAILURE() << "seed " << config.seed << ": " << result.tokens.size()
+                    << " tokens, expected 3";
+      continue;
+    }
+    ++counts[cell_of(result.tokens, vocab)];
   }
   return counts;
 }
@@ -471,14 +493,7 @@ TEST(StringLevelDecoder, ChiSquareOfTheFirstTokensAtTemperatureOneAndWithFilters
                              specdec::VerifierKind::block, true}}) {
     SCOPED_TRACE(c.name);
     const ScriptedPair pair = target_pair(c.params);
-    constexpr std::size_t v = kTargetVocab;
-    std::vector<double> probabilities(v * v * v, 0);
-    for (const auto& [sequence, p] :
-         specdec::testing::target_law(pair.target(), pair.params, kChiPrompt, 3)) {
-      const Sequence& tokens = sequence;  // a structured binding is not captured before C++20
-      const auto t = [&tokens](std::size_t k) { return static_cast<std::size_t>(tokens[k]); };
-      probabilities[(t(0) * v + t(1)) * v + t(2)] = p;
-    }
+    const std::vector<double> probabilities = first_tokens_law(pair, kTargetVocab);
     ScriptedPair::Target<float> target{&pair};
     ForeignDraft<float> draft;
     specdec::StringLevelDecoder decoder(draft, draft_vocabulary, target, target_vocabulary,
@@ -487,7 +502,7 @@ TEST(StringLevelDecoder, ChiSquareOfTheFirstTokensAtTemperatureOneAndWithFilters
     config.sampling = c.params;
     config.verifier = c.verifier;
     const auto fit = specdec::testing::chi_square_test(
-        first_tokens_histogram(decoder, 0x5e1ULL << 20, config), probabilities);
+        first_tokens_histogram(decoder, kTargetVocab, 0x5e1ULL << 20, config), probabilities);
     std::printf("[ chi2 ] string-level decoder, %s: chi2 %.1f over %zu cells, p = %.3g\n",
                 c.name.c_str(), fit.statistic, fit.cells, fit.p_value);
     EXPECT_GE(fit.p_value, kMinPValue);
@@ -503,7 +518,7 @@ TEST(StringLevelDecoder, ChiSquareOfTheFirstTokensAtTemperatureOneAndWithFilters
                MisreportingStringLevel<float>{.inner = {mutant_draft, draft_vocabulary,
                                                         target_vocabulary, foreign_options()}});
     const auto mutant_fit = specdec::testing::chi_square_test(
-        first_tokens_histogram(mutant, 0xbadULL << 20, config), probabilities);
+        first_tokens_histogram(mutant, kTargetVocab, 0xbadULL << 20, config), probabilities);
     std::printf("[ chi2 ] mutant: chi2 %.1f, p = %.3g\n", mutant_fit.statistic, mutant_fit.p_value);
     EXPECT_LT(mutant_fit.p_value, kMinPValue) << "the chi-square test cannot see the mutant";
   }
@@ -649,16 +664,7 @@ TEST(StringLevelRejection, ChiSquareThroughTheDecoderAndGreedyIdentity) {
         Case{"T=0.8 top-k 3 top-p 0.95 block", filtered, specdec::VerifierKind::block}}) {
     SCOPED_TRACE(c.name);
     const ScriptedPair pair = byte_target_pair(c.params);
-    constexpr std::size_t v = kByteTargetVocab;
-    std::vector<double> probabilities(v * v * v, 0);
-    for (const auto& [sequence, p] :
-         specdec::testing::target_law(pair.target(), pair.params, kChiPrompt, 3)) {
-      const Sequence& tokens = sequence;
-      probabilities[(static_cast<std::size_t>(tokens[0]) * v +
-                     static_cast<std::size_t>(tokens[1])) *
-                        v +
-                    static_cast<std::size_t>(tokens[2])] = p;
-    }
+    const std::vector<double> probabilities = first_tokens_law(pair, kByteTargetVocab);
     ScriptedPair::Target<float> target{&pair};
     ForeignDraft<float> draft;
     specdec::StringLevelDecoder decoder(draft, draft_vocabulary, target, target_vocabulary,
@@ -666,19 +672,8 @@ TEST(StringLevelRejection, ChiSquareThroughTheDecoderAndGreedyIdentity) {
     specdec::GenerationConfig config;
     config.sampling = c.params;
     config.verifier = c.verifier;
-    config.max_new_tokens = 3;
-    config.draft_length = 3;
-    std::vector<std::uint64_t> counts(v * v * v, 0);
-    for (std::size_t i = 0; i < kRuns; ++i) {
-      config.seed = (0x51a5ULL << 20) + i;
-      const auto result = decoder.generate(kChiPrompt, config);
-      ASSERT_EQ(result.tokens.size(), 3u);
-      ++counts[(static_cast<std::size_t>(result.tokens[0]) * v +
-                static_cast<std::size_t>(result.tokens[1])) *
-                   v +
-               static_cast<std::size_t>(result.tokens[2])];
-    }
-    const auto fit = specdec::testing::chi_square_test(counts, probabilities);
+    const auto fit = specdec::testing::chi_square_test(
+        first_tokens_histogram(decoder, kByteTargetVocab, 0x51a5ULL << 20, config), probabilities);
     std::printf(
         "[ chi2 ] string-level rejection sampling, %s: chi2 %.1f over %zu cells, p = %.3g\n",
         c.name.c_str(), fit.statistic, fit.cells, fit.p_value);
