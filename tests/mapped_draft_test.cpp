@@ -25,6 +25,8 @@
 #include "specdec/verifiers.hpp"
 #include "specdec/vocabulary.hpp"
 
+#include "sampling_cases.hpp"
+
 namespace {
 
 using specdec::MappedDraft;
@@ -39,6 +41,9 @@ using specdec::VocabularyMap;
 using specdec::testing::ScriptedModel;
 using specdec::testing::ScriptedPair;
 using specdec::testing::Sequence;
+using specdec_test::processed_case;
+using specdec_test::sampling_case;
+using specdec_test::SamplingCase;
 
 constexpr double kExactnessBound = 1e-9;
 
@@ -246,40 +251,16 @@ TEST(MappedDraft, DraftRowOfTheWrongSizeIsADomainError) {
 
 // ---- exactness: the certification harness ----------------------------------------------------
 
-struct ParamsCase {
-  std::string name;
-  SamplingParams params;
-};
-
-std::vector<ParamsCase> params_cases() {
-  std::vector<ParamsCase> cases;
-  auto add = [&](std::string name, float temperature, int top_k, float top_p, float min_p) {
-    SamplingParams params;
-    params.temperature = temperature;
-    params.top_k = top_k;
-    params.top_p = top_p;
-    params.min_p = min_p;
-    cases.push_back({std::move(name), params});
-  };
-  add("T=1", 1.0f, 0, 1.0f, 0.0f);
-  add("T=0.6", 0.6f, 0, 1.0f, 0.0f);
-  add("T=1.4", 1.4f, 0, 1.0f, 0.0f);
-  add("top_k=2", 1.0f, 2, 1.0f, 0.0f);
-  add("top_p=0.7", 1.0f, 0, 0.7f, 0.0f);
-  add("min_p=0.2", 1.0f, 0, 1.0f, 0.2f);
-  add("T=0.8,top_k=3,top_p=0.9,min_p=0.05", 0.8f, 3, 0.9f, 0.05f);
-  add("greedy", 0.0f, 0, 1.0f, 0.0f);
-  // Context dependent: penalise the last token, ban (last + 2) mod V after odd lengths.
-  SamplingParams processed;
-  processed.temperature = 0.9f;
-  processed.logits_processor = [](std::span<const token_t> context, std::span<float> logits) {
-    const auto last = static_cast<std::size_t>(context.back());
-    logits[last] -= 1.5f;
-    if (context.size() % 2 == 1) {
-      logits[(last + 2) % logits.size()] = -std::numeric_limits<float>::infinity();
-    }
-  };
-  cases.push_back({"T=0.9+processor", processed});
+std::vector<SamplingCase> params_cases() {
+  std::vector<SamplingCase> cases{
+      sampling_case("T=1", 1.0f), sampling_case("T=0.6", 0.6f), sampling_case("T=1.4", 1.4f),
+      sampling_case("top_k=2", 1.0f, 2), sampling_case("top_p=0.7", 1.0f, 0, 0.7f),
+      sampling_case("min_p=0.2", 1.0f, 0, 1.0f, 0.2f),
+      sampling_case("T=0.8,top_k=3,top_p=0.9,min_p=0.05", 0.8f, 3, 0.9f, 0.05f),
+      sampling_case("greedy", 0.0f),
+      // Context dependent: penalise the last token, ban
+      // (last + 2) mod V after odd lengths.
+      processed_case("T=0.9+processor", 0.9f, /*bans=*/true)};
   // Lifts the target's "d" (no draft token) to a finite logit: the draft then proposes it, and
   // the next draft call meets it in its context (translated to the draft's "y").
   SamplingParams lifting;
@@ -297,7 +278,7 @@ TEST(MappedDraftExactness, ChainsThroughTokenAndBlockVerifiers) {
   ForeignDraft<double> draft;
   MappedDraft mapped(draft, map, translate);
   const specdec::ModelProposer proposer(mapped);
-  for (const ParamsCase& params_case : params_cases()) {
+  for (const SamplingCase& params_case : params_cases()) {
     const ScriptedPair pair = target_pair(params_case.params);
     double accepted = 0;  // a draft that shares tokens gets some accepted (not a vacuous pass)
     for (const Sequence& context : kContexts) {
@@ -324,7 +305,7 @@ TEST(MappedDraftExactness, RoundsComposedUnderTheDecodersBudget) {
   ForeignDraft<double> draft;
   MappedDraft mapped(draft, map, translate);
   const specdec::ModelProposer proposer(mapped);
-  for (const ParamsCase& params_case : params_cases()) {
+  for (const SamplingCase& params_case : params_cases()) {
     SCOPED_TRACE(params_case.name);
     const ScriptedPair pair = target_pair(params_case.params);
     const auto law =
@@ -342,7 +323,7 @@ TEST(MappedDraftExactness, TreesThroughBothTreeVerifiers) {
   // At most 4 nodes, so that every coin is enumerated in seconds (minutes under the sanitizers).
   const std::vector<TreeShape> shapes{TreeShape::parse("3"), TreeShape::parse("2x1"),
                                       TreeShape::parse("1x3"), TreeShape::dynamic(4, 3)};
-  for (const ParamsCase& params_case : params_cases()) {
+  for (const SamplingCase& params_case : params_cases()) {
     if (params_case.params.greedy()) continue;
     const ScriptedPair pair = target_pair(params_case.params);
     for (const TreeShape& shape : shapes) {
@@ -375,7 +356,7 @@ TEST(MappedDraftExactness, PaddedPairIsTheIdentityMap) {
   draft.model.vocab = draft.returned_size = padded.size();
   MappedDraft mapped(draft, map);
   const specdec::ModelProposer proposer(mapped);
-  for (const ParamsCase& params_case : params_cases()) {
+  for (const SamplingCase& params_case : params_cases()) {
     SCOPED_TRACE(params_case.name);
     const ScriptedPair pair = target_pair(params_case.params);
     for (const Sequence& context : kContexts) {

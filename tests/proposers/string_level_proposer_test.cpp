@@ -32,6 +32,8 @@
 #include "specdec/specdec.hpp"
 #include "specdec/testing.hpp"
 
+#include "../sampling_cases.hpp"
+
 namespace {
 
 using specdec::ByteTokenizer;
@@ -44,6 +46,9 @@ using specdec::token_t;
 using specdec::testing::ScriptedModel;
 using specdec::testing::ScriptedPair;
 using specdec::testing::Sequence;
+using specdec_test::processed_case;
+using specdec_test::sampling_case;
+using specdec_test::SamplingCase;
 
 constexpr double kExactnessBound = 1e-9;
 
@@ -298,34 +303,14 @@ TEST(StringLevelProposer, TheDraftContextSpellsTheCommittedTextAcrossRollbacks) 
 
 // ---- exactness -----------------------------------------------------------------------------
 
-struct ParamsCase {
-  std::string name;
-  SamplingParams params;
-};
-
-std::vector<ParamsCase> params_cases() {
-  std::vector<ParamsCase> cases;
-  auto add = [&](std::string name, float temperature, int top_k, float top_p, float min_p) {
-    SamplingParams params;
-    params.temperature = temperature;
-    params.top_k = top_k;
-    params.top_p = top_p;
-    params.min_p = min_p;
-    cases.push_back({std::move(name), params});
-  };
-  add("T=1", 1.0f, 0, 1.0f, 0.0f);
-  add("T=0.6", 0.6f, 0, 1.0f, 0.0f);
-  add("top_k=2", 1.0f, 2, 1.0f, 0.0f);
-  add("top_p=0.7", 1.0f, 0, 0.7f, 0.0f);
-  add("min_p=0.2", 1.0f, 0, 1.0f, 0.2f);
-  add("greedy", 0.0f, 0, 1.0f, 0.0f);
-  SamplingParams processed;
-  processed.temperature = 0.9f;
-  processed.logits_processor = [](std::span<const token_t> context, std::span<float> logits) {
-    logits[static_cast<std::size_t>(context.back())] -= 1.5f;
-  };
-  cases.push_back({"T=0.9+processor", processed});
-  return cases;
+std::vector<SamplingCase> params_cases() {
+  return {sampling_case("T=1", 1.0f),
+          sampling_case("T=0.6", 0.6f),
+          sampling_case("top_k=2", 1.0f, 2),
+          sampling_case("top_p=0.7", 1.0f, 0, 0.7f),
+          sampling_case("min_p=0.2", 1.0f, 0, 1.0f, 0.2f),
+          sampling_case("greedy", 0.0f),
+          processed_case("T=0.9+processor", 0.9f, /*bans=*/false)};
 }
 
 const std::vector<Sequence> kContexts{{0, 1}, {2, 0}, {3, 4, 1}};
@@ -337,7 +322,7 @@ TEST(StringLevelExactness, RoundsThroughTokenAndBlockVerifiers) {
   for (const bool sample_draft : {false, true}) {
     const StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary,
                                        foreign_options(sample_draft));
-    for (const ParamsCase& params_case : params_cases()) {
+    for (const SamplingCase& params_case : params_cases()) {
       SCOPED_TRACE(sample_draft ? "sampled draft" : "the draft's argmax");
       const ScriptedPair pair = target_pair(params_case.params);
       double accepted = 0;
@@ -371,7 +356,7 @@ TEST(StringLevelExactness, GenerationsComposedUnderTheDecodersBudget) {
   ForeignDraft<double> draft;
   const StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary,
                                      foreign_options(/*sample_draft=*/true));
-  for (const ParamsCase& params_case : params_cases()) {
+  for (const SamplingCase& params_case : params_cases()) {
     SCOPED_TRACE(params_case.name);
     const ScriptedPair pair = target_pair(params_case.params);
     const auto law =
@@ -578,7 +563,7 @@ TEST(StringLevelRejection, RoundsAreExactThroughTokenAndBlockVerifiersAndAcceptM
                                           rejection_options(heal));
       const StringLevelProposer exact(draft, draft_vocabulary, target_vocabulary,
                                       rejection_options(heal, /*rejection=*/false));
-      for (const ParamsCase& params_case : params_cases()) {
+      for (const SamplingCase& params_case : params_cases()) {
         if (params_case.name == "T=0.6" || params_case.name == "top_p=0.7") continue;  // time
         const ScriptedPair pair = byte_target_pair(params_case.params);
         double accepted = 0;
@@ -625,7 +610,7 @@ TEST(StringLevelRejection, GenerationsComposedUnderTheDecodersBudget) {
   ForeignDraft<double> draft;
   const StringLevelProposer proposer(draft, draft_vocabulary, target_vocabulary,
                                      rejection_options(/*heal=*/true));
-  for (const ParamsCase& params_case : params_cases()) {
+  for (const SamplingCase& params_case : params_cases()) {
     SCOPED_TRACE(params_case.name);
     const ScriptedPair pair = byte_target_pair(params_case.params);
     // Both verifiers' rounds are certified above; composed, the token verifier everywhere and

@@ -24,6 +24,7 @@
 #include "specdec/testing.hpp"
 
 #include "../restated_tree_verifier.hpp"
+#include "../sampling_cases.hpp"
 
 namespace {
 
@@ -38,7 +39,10 @@ using specdec::TreeVerifier;
 using specdec::testing::ScriptedPair;
 using specdec::testing::Sequence;
 using specdec_test::ParentRowProposer;
+using specdec_test::processed_case;
 using specdec_test::RestatedTreeVerifier;
+using specdec_test::sampling_case;
+using specdec_test::SamplingCase;
 using specdec_test::TreeMutation;
 
 constexpr double kExactnessBound = 1e-9;
@@ -56,37 +60,13 @@ const char* name_of(SiblingMode mode) {
   return "?";
 }
 
-struct ParamsCase {
-  std::string name;
-  SamplingParams params;
-};
-
-std::vector<ParamsCase> params_cases() {
-  std::vector<ParamsCase> cases;
-  auto add = [&](std::string name, float temperature, int top_k, float top_p, float min_p) {
-    SamplingParams params;
-    params.temperature = temperature;
-    params.top_k = top_k;
-    params.top_p = top_p;
-    params.min_p = min_p;
-    cases.push_back({std::move(name), params});
-  };
-  add("T=1", 1.0f, 0, 1.0f, 0.0f);
-  add("T=0.7", 0.7f, 0, 1.0f, 0.0f);
-  add("T=1,top_k=3", 1.0f, 3, 1.0f, 0.0f);
-  add("T=0.7,top_p=0.8", 0.7f, 0, 0.8f, 0.0f);
-  add("T=1,min_p=0.2", 1.0f, 0, 1.0f, 0.2f);
-  SamplingParams processed;
-  processed.temperature = 0.7f;
-  processed.logits_processor = [](std::span<const token_t> context, std::span<float> logits) {
-    const auto last = static_cast<std::size_t>(context.back());
-    logits[last] -= 1.5f;
-    if (context.size() % 2 == 1) {
-      logits[(last + 2) % logits.size()] = -std::numeric_limits<float>::infinity();
-    }
-  };
-  cases.push_back({"T=0.7+processor", processed});
-  return cases;
+std::vector<SamplingCase> params_cases() {
+  return {sampling_case("T=1", 1.0f),
+          sampling_case("T=0.7", 0.7f),
+          sampling_case("T=1,top_k=3", 1.0f, 3),
+          sampling_case("T=0.7,top_p=0.8", 0.7f, 0, 0.8f),
+          sampling_case("T=1,min_p=0.2", 1.0f, 0, 1.0f, 0.2f),
+          processed_case("T=0.7+processor", 0.7f, /*bans=*/true)};
 }
 
 ScriptedPair make_pair(std::size_t vocab, const SamplingParams& params, double noise = 0.9,
@@ -124,7 +104,7 @@ double certify(const ProposerT& proposer, const VerifierT& verifier, const Scrip
 
 TEST(TreeVerifier, ExactForEverySiblingModeShapeAndFilter) {
   // V = 3: distinct siblings of width 3 exhaust the support (and filters shrink it further).
-  for (const ParamsCase& params_case : params_cases()) {
+  for (const SamplingCase& params_case : params_cases()) {
     const ScriptedPair pair = make_pair(3, params_case.params);
     auto draft = pair.draft();
     for (const ShapeCase& shape_case : shape_cases()) {
@@ -138,7 +118,7 @@ TEST(TreeVerifier, ExactForEverySiblingModeShapeAndFilter) {
 }
 
 TEST(TreeVerifier, ExactWithFourTokensUnderFilters) {
-  for (const ParamsCase& params_case : params_cases()) {
+  for (const SamplingCase& params_case : params_cases()) {
     if (params_case.name.find("top_k") == std::string::npos &&
         params_case.name.find("processor") == std::string::npos) {
       continue;
@@ -192,7 +172,7 @@ TEST(TreeVerifier, BannedTokensAndFarDraftsStayExact) {
 TEST(TraversalVerifier, ExactEverywhereAndComparedWithRecursiveRejectionSampling) {
   std::size_t more = 0, equal = 0, fewer = 0;
   double worst_ratio = 10, best_ratio = 0;
-  for (const ParamsCase& params_case : params_cases()) {
+  for (const SamplingCase& params_case : params_cases()) {
     const ScriptedPair pair = make_pair(3, params_case.params);
     auto draft = pair.draft();
     for (const ShapeCase& shape_case : shape_cases()) {
@@ -230,7 +210,7 @@ TEST(TraversalVerifier, ExactEverywhereAndComparedWithRecursiveRejectionSampling
 }
 
 TEST(TraversalVerifier, IsBlockVerificationOnAChain) {
-  for (const ParamsCase& params_case : params_cases()) {
+  for (const SamplingCase& params_case : params_cases()) {
     SCOPED_TRACE(params_case.name);
     const ScriptedPair pair = make_pair(4, params_case.params);
     auto draft = pair.draft();

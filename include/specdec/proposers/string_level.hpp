@@ -574,10 +574,17 @@ class StringLevelProposer {
     }
     work_.drafted_bytes += piece.size();
     draft_text_ += piece;
-    const double share = pending_log_probability_ / static_cast<double>(piece.size());
-    pending_log_probability_ = 0;
-    byte_log_probability_.insert(byte_log_probability_.end(), piece.size(), share);
+    byte_log_probability_.insert(byte_log_probability_.end(), piece.size(),
+                                 take_byte_share(piece.size()));
     retokenize(proposed, piece.size());
+  }
+
+  /// The drawn token's log-probability (pending_log_probability_, reset here) spread evenly
+  /// over its `bytes` new bytes: the policy's per-byte shares of point-mass proposals.
+  double take_byte_share(std::size_t bytes) noexcept {
+    const double share = pending_log_probability_ / static_cast<double>(bytes);
+    pending_log_probability_ = 0;
+    return share;
   }
 
   /// With rejection_sampling: appends the bytes of the drawn draft token `full` after its
@@ -587,8 +594,7 @@ class StringLevelProposer {
   /// holds the law the token was drawn from.
   void append_bytes(std::string_view full, std::size_t healed, std::size_t limit) {
     if (!rejection_round_) {  // greedy: point masses, the policy's shares as in exact match
-      const double share = pending_log_probability_ / static_cast<double>(full.size() - healed);
-      pending_log_probability_ = 0;
+      const double share = take_byte_share(full.size() - healed);
       for (std::size_t j = healed; j < full.size(); ++j) {
         const token_t target_id = byte_ids_[static_cast<unsigned char>(full[j])];
         if (target_id < 0) {
