@@ -27,7 +27,7 @@ DRAFTS = {"shipped": "kjv-draft-f16.gguf", "padded": "kjv-draft-padded-f16.gguf"
 
 def run(cli, models, draft, prompt, tokens, temperature, seed):
     command = [cli, "--json", "-m", str(models / "kjv-target-f16.gguf"),
-               "-md", str(models / DRAFTS[draft]), "-p", "\n" + prompt, "-n", str(tokens),
+               "-md", str(models / DRAFTS[draft]), "-p", prompt, "-n", str(tokens),
                "--temp", str(temperature), "-s", str(seed)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:

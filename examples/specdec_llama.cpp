@@ -70,7 +70,8 @@ Generates text with speculative decoding over llama.cpp models (GGUF): the draft
 tokens, the target verifies them in one llama_decode, and the output is exactly the target's
 (token for token at --temp 0). Streams the text, then runs plain decoding of the target with the
 same settings and prints the measured speedup. Without -m/-md it runs the shipped King James
-Bible pair converted to GGUF at build time (the prompt then follows a newline, as in training).
+Bible pair converted to GGUF at build time. With the shipped target (general.name kjv-target,
+whatever its weights' type) the prompt follows a newline, as in training.
 
   -m,  --model PATH          target GGUF (default: the shipped pair's target, f16)
   -md, --model-draft PATH    draft GGUF (also --spec-draft-model; default: the shipped draft).
@@ -156,7 +157,7 @@ constexpr std::size_t kDefaultDraftLength = 8;
 struct Options {
   std::string target_path = SPECDEC_GGUF_DIR "/kjv-target-f16.gguf";
   std::string draft_path = SPECDEC_GGUF_DIR "/kjv-draft-f16.gguf";
-  bool shipped_pair = true;  // neither -m nor -md given
+  bool newline_prompts = false;  // the target is the shipped pair's (follows_newlines)
   std::string prompt = "Psalms 23:1 ";
   specdec::GenerationConfig config;
   Proposer proposer = Proposer::model;
@@ -284,11 +285,8 @@ Options parse_args(int argc, char** argv) {
     };
     // clang-format off
     if (is({"-h", "--help"})) options.help = true;
-    else if (is({"-m", "--model"})) { options.target_path = value(); options.shipped_pair = false; }
-    else if (is({"-md", "--model-draft", "--spec-draft-model"})) {
-      options.draft_path = value();
-      options.shipped_pair = false;
-    }
+    else if (is({"-m", "--model"})) options.target_path = value();
+    else if (is({"-md", "--model-draft", "--spec-draft-model"})) options.draft_path = value();
     else if (is({"-p", "--prompt"})) options.prompt = value();
     else if (is({"-n", "--n-predict", "--predict"})) config.max_new_tokens = size_value();
     else if (is({"--spec-draft-n-max", "--draft-max", "--draft-n", "--draft", "-k"})) {
@@ -423,6 +421,15 @@ double tokens_per_second(const specdec::DecodeStats& stats) {
   return stats.total_seconds > 0 ? static_cast<double>(stats.emitted) / stats.total_seconds : 0;
 }
 
+/// Whether `model` is the shipped pair's target (the project's GGUF export names it kjv-target,
+/// whatever the weights' type): trained on verses that each follow a newline, so a prompt is
+/// given one (with -m naming a quantized copy too).
+bool follows_newlines(const llama_model* model) {
+  char name[32] = {};
+  return llama_model_meta_val_str(model, "general.name", name, sizeof name) > 0 &&
+         std::string_view(name) == "kjv-target";
+}
+
 std::string detokenize(const llama_vocab* vocab, std::span<const token_t> tokens) {
   llama::TextDecoder decoder(vocab);
   std::string text(decoder.push(tokens));
@@ -438,8 +445,7 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
   config.max_context = std::min(target.max_context(), draft.max_context());
   const llama_token eos = llama_vocab_eos(target.vocab());
   if (!options.ignore_eos && eos != LLAMA_TOKEN_NULL) config.stop_tokens = {eos};
-  // The shipped pair was trained on verses that each follow a newline.
-  const std::string prompt_text = options.shipped_pair ? "\n" + options.prompt : options.prompt;
+  const std::string prompt_text = options.newline_prompts ? "\n" + options.prompt : options.prompt;
   const std::vector<token_t> prompt = llama::tokenize(target.vocab(), prompt_text);
   if (prompt.empty()) throw UsageError("the prompt tokenizes to nothing; give a non-empty -p");
 
@@ -541,7 +547,7 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
         "\"tokens_per_round\": %.6g, \"draft_seconds\": %.6g, \"target_seconds\": %.6g, "
         "\"library_seconds\": %.6g, \"draft_calls\": %zu}",
         json_string(options.target_path).c_str(), json_string(options.draft_path).c_str(),
-        json_string(options.prompt).c_str(), proposer_name(options.proposer), config.draft_length,
+        json_string(prompt_text).c_str(), proposer_name(options.proposer), config.draft_length,
         name_of(config.draft_length_policy.kind), name_of(config.verifier),
         static_cast<double>(config.sampling.temperature),
         static_cast<unsigned long long>(config.seed), options.target_context.threads,
@@ -641,6 +647,7 @@ int run(Options& options) {
   options.draft_context.name = "draft";
   auto target = llama::LoadedModel::load(options.target_path, options.target_context, target_model);
   auto draft = llama::LoadedModel::load(options.draft_path, options.draft_context, draft_model);
+  options.newline_prompts = follows_newlines(target.model());
   if (options.proposer == Proposer::ngram) return decode(options, target, draft, draft, "");
 
   // The path follows the vocabularies' verdict (--vocab-bridge auto): one vocabulary drafts as
@@ -670,7 +677,8 @@ int run(Options& options) {
                       {}};
     // Drafting by text needs a draft that can write the target's text: its tokenizer must
     // spell the prompt (the shipped pair's prompts follow a newline).
-    const std::string prompt_text = options.shipped_pair ? "\n" + options.prompt : options.prompt;
+    const std::string prompt_text =
+        options.newline_prompts ? "\n" + options.prompt : options.prompt;
     if (!bridge.draft_tokens.spells(prompt_text)) {
       throw std::domain_error(
           "specdec: draft and target vocabularies are " + check.description() +
@@ -780,11 +788,9 @@ int run_parallel(Options& options) {
     draft_model.cpu_only = true;
   }
   const std::vector<std::string> lines = read_prompts(options.prompts_path);
-  std::vector<std::string> texts(width);
   std::size_t longest = 0;
   for (std::size_t i = 0; i < width; ++i) {
-    texts[i] = options.shipped_pair ? "\n" + lines[i % lines.size()] : lines[i % lines.size()];
-    longest = std::max(longest, texts[i].size());
+    longest = std::max(longest, 1 + lines[i % lines.size()].size());  // 1: a newline before it
   }
   // Each sequence's share of the unified KV cache: its prompt (bytes bound its tokens), its
   // budget and a round's draft, or -c if given.
@@ -806,6 +812,12 @@ int run_parallel(Options& options) {
                                                               per_sequence, options.draft_context),
                                draft_model);
   llama::check_compatible(draft_context.model(), target_context.model());
+  options.newline_prompts = follows_newlines(target_context.model());
+  std::vector<std::string> texts(width);
+  for (std::size_t i = 0; i < width; ++i) {
+    const std::string& line = lines[i % lines.size()];
+    texts[i] = options.newline_prompts ? "\n" + line : line;
+  }
   llama::BatchedModel target(target_context);
   llama::BatchedModel draft(draft_context);
   config.max_context = std::min(target.max_context(), draft.max_context());
@@ -941,7 +953,7 @@ int run_parallel(Options& options) {
       const specdec::DecodeStats& stats = fast.results[i].stats;
       std::printf("---- sequence %zu: %zu tokens, %.1f tokens/s, acceptance rate %.3f\n%s%s\n", i,
                   stats.emitted, tokens_per_second(stats), stats.acceptance_rate(),
-                  printable(options.shipped_pair ? texts[i].substr(1) : texts[i]).c_str(),
+                  printable(options.newline_prompts ? texts[i].substr(1) : texts[i]).c_str(),
                   printable(detokenize(target_context.vocab(), fast.results[i].tokens)).c_str());
     }
     if (options.repeat > 1) {
