@@ -293,6 +293,7 @@ void print_batch_call_costs(const std::string& path, int threads, std::size_t se
 
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
+  llama::keep_freed_heap();  // as specdec-llama: no fresh pages per llama_decode (backend.hpp)
   llama::ModelOptions target_model, draft_model;
   if (!o.rpc.empty()) {
     target_model.devices = {llama::rpc_device(o.rpc)};

@@ -1005,6 +1005,9 @@ int main(int argc, char** argv) {
       std::fputs(kHelp, stdout);
       return 0;
     }
+    // Both the speculative and the plain runs decode in this process: llama_decode's per-call
+    // copy must not cost either of them fresh pages (backend.hpp).
+    llama::keep_freed_heap();
     return options.parallel > 0 ? run_parallel(options) : run(options);
   });
 }

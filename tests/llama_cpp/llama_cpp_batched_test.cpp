@@ -10,7 +10,9 @@
 // - a sequence leaving frees its llama.cpp sequence (its KV cells dropped), and a later sequence
 //   reuses it and decodes as alone;
 // - more sequences than n_seq_max, and a KV cache too small for the call, are clear errors naming
-//   the sequences, and the decodes after them equal fresh ones.
+//   the sequences, and the decodes after them equal fresh ones;
+// - keep_freed_heap: a block of the size llama_decode copies and frees per call comes from the
+//   heap and stays mapped when freed.
 
 #include <gtest/gtest.h>
 
@@ -18,6 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -28,6 +32,18 @@
 #include <specdec/batch.hpp>
 #include <specdec/llama_cpp.hpp>
 #include <specdec/specdec.hpp>
+
+// glibc's malloc serves this program unless a sanitizer brings its own.
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+#if !defined(__has_feature)
+#define SPECDEC_TEST_GLIBC_MALLOC 1
+#elif !__has_feature(address_sanitizer)
+#define SPECDEC_TEST_GLIBC_MALLOC 1
+#endif
+#endif
+#if defined(SPECDEC_TEST_GLIBC_MALLOC)
+#include <unistd.h>
+#endif
 
 namespace {
 
@@ -372,6 +388,27 @@ TEST(LlamaCppBatched, BadRequestsAreClearErrorsAndChangeNothing) {
                   {.id = 8, .context = context, .committed = 1, .rows = 1}},
                  "sequence 8 needs a llama.cpp sequence of its own and none is left: this "
                  "context holds n_seq_max = 2 (held by 5; taken in this call by sequence 7)");
+}
+
+// keep_freed_heap (backend.hpp): every llama_decode copies its KV cache's cell state and frees
+// it (99.5 KB at 8 sequences of 260 positions, ~400 KB at 32). After keep_freed_heap such a block
+// comes from the heap, and freeing it leaves the heap's end where it was: the next call finds its
+// pages mapped. With glibc's defaults both checks fail (a block over 128 KB is mmap'd and unmapped
+// on free; one ending the heap trims it).
+TEST(LlamaCppHeap, ABlockFreedPerCallStaysMapped) {
+#if !defined(SPECDEC_TEST_GLIBC_MALLOC)
+  GTEST_SKIP() << "glibc's malloc only (a sanitizer brings its own)";
+#else
+  ASSERT_TRUE(llama::keep_freed_heap());
+  constexpr std::size_t kBlock = std::size_t{400} << 10;
+  char* const block = static_cast<char*>(std::malloc(kBlock));
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 1, kBlock);
+  char* const heap_end = static_cast<char*>(sbrk(0));
+  EXPECT_LE(block + kBlock, heap_end) << "the block was mapped apart from the heap";
+  std::free(block);
+  EXPECT_EQ(static_cast<char*>(sbrk(0)), heap_end) << "freeing the block shrank the heap";
+#endif
 }
 
 }  // namespace

@@ -96,7 +96,9 @@ namespace specdec::llama_cpp {
 /// this object); construction clears the context's memory. While this object is in use nothing
 /// else may decode on the context, the ContextModel included (call reset() on both before going
 /// back to it). The plain calls (operator()) decode a sequence of their own, as if it had an id
-/// no batch uses. Not thread-safe.
+/// no batch uses. Not thread-safe. On glibc, call keep_freed_heap() (backend.hpp) once in the
+/// program: llama_decode's per-call copy of a many-sequence KV cache's cells otherwise may cost
+/// every call fresh pages.
 class BatchedModel {
  public:
   explicit BatchedModel(ContextModel& model)
