@@ -378,8 +378,9 @@ int main(int argc, char** argv) try {
     for (std::size_t i = 0; i < context.size(); ++i) context[i] = static_cast<token_t>(32 + i % 90);
     const specdec::CallCosts costs = specdec::measure_call_costs(draft, target, context, 17, 9);
     measured_costs = costs.goodput_options();
-    std::fprintf(stderr, "measured call costs: draft %.3f, switch %.3f, T(n)/T(1):",
-                 measured_costs.draft_token_cost, measured_costs.switch_cost);
+    std::fprintf(
+        stderr, "measured call costs: draft %.3f, switch %.3f, plain growth %.5f, T(n)/T(1):",
+        measured_costs.draft_token_cost, measured_costs.switch_cost, measured_costs.plain_growth);
     for (const double ratio : measured_costs.verify_costs) std::fprintf(stderr, " %.2f", ratio);
     std::fprintf(stderr, "\n");
     reset();

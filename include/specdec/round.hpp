@@ -378,9 +378,10 @@ RoundResult verify_and_commit(PolicyT& policy, VerifierT& verifier, const RoundS
       proposal.token_probabilities.size() == n
           ? proposal.token_probabilities
           : std::span<const double>(buffers.certain_tokens.data(), n);
-  policy.observe(
-      RoundReport{n, verdict.accepted, limit, stats.draft_seconds - proposed.draft_seconds_before,
-                  stats.target_seconds - proposed.target_seconds_before, token_probabilities});
+  policy.observe(RoundReport{n, verdict.accepted, limit,
+                             stats.draft_seconds - proposed.draft_seconds_before,
+                             stats.target_seconds - proposed.target_seconds_before,
+                             token_probabilities, proposed.committed});
 
   for (std::size_t j = 0; j <= verdict.accepted; ++j) {
     const token_t token = j < verdict.accepted ? proposal.tokens[static_cast<std::size_t>(path[j])]

@@ -124,6 +124,8 @@ struct RoundReport {
   /// all 1 when the proposer reports none). Tokens [0, accepted) were accepted; token
   /// `accepted`, if drafted, was rejected; the rest were never judged.
   std::span<const double> token_probabilities{};
+  /// Tokens before the round (prompt and emitted): what a step's cost grows with (0: not told).
+  std::size_t context = 0;
 };
 
 /// \brief What a policy expected of the round it just let the proposer draft (optional:

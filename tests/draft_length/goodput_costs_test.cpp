@@ -103,7 +103,10 @@ struct World {
   std::vector<double> verify;  // T(n)/T(1)
   double draft = 0;            // t_d / T(1)
   double switch_cost = 0;      // extra when a round's row count differs from the last one's
+  double growth = 0;           // every call after L tokens costs (1 + growth L) times the above
 };
+
+constexpr std::size_t kPrompt = 30;  // a generation's context starts after a prompt this long
 
 /// Expected tokens per unit of a static plan (no switches): K = 0 is plain decoding.
 double static_rate(const World& world, double alpha, std::size_t k) {
@@ -146,6 +149,7 @@ struct Replay {
 /// seconds (1 ms per unit), as a decoder does.
 /// With `timed_in_full`, every round reports its whole cost as seconds (switch and catch-up
 /// included, 1 ms per unit), as a decoder's timings do.
+/// Every round's cost grows with its context as world.growth says, and every report tells it.
 template <class Alpha>
 Replay replay(GoodputDraftLength& policy, const World& world, Alpha&& alpha, int generations,
               std::size_t length, std::size_t late_from = SIZE_MAX, unsigned seed = 7,
@@ -161,6 +165,8 @@ Replay replay(GoodputDraftLength& policy, const World& world, Alpha&& alpha, int
     std::size_t last_rows = 0;
     bool last_plain = false;
     for (std::size_t done = 0; done < length; ++round) {
+      const std::size_t context = kPrompt + done;
+      const double grown = 1.0 + world.growth * static_cast<double>(context);
       const std::size_t limit = std::min(kCap, length - done - 1);
       std::vector<double> probabilities;
       std::size_t n = 0;
@@ -175,7 +181,7 @@ Replay replay(GoodputDraftLength& policy, const World& world, Alpha&& alpha, int
       result.tokens += accepted + 1;
       ++result.histogram[n];
       if (round >= late_from) result.late_drafted += n;
-      const double factor = n > 0 ? drafting_factor : 1.0;
+      const double factor = (n > 0 ? drafting_factor : 1.0) * grown;
       double draft_cost = static_cast<double>(n) * world.draft;
       double target_cost = world.verify[n];
       if (last_rows != 0 && n + 1 != last_rows) target_cost += world.switch_cost;
@@ -183,14 +189,15 @@ Replay replay(GoodputDraftLength& policy, const World& world, Alpha&& alpha, int
       result.units += (draft_cost + target_cost) * factor;
       last_rows = n + 1;
       last_plain = n == 0;
-      const bool timed = drafting_factor != 1.0 || timed_in_full;
+      const bool timed = drafting_factor != 1.0 || world.growth != 0.0 || timed_in_full;
       double draft_seconds = timed ? 1e-3 * factor * world.draft * static_cast<double>(n) : 0;
       double target_seconds = timed ? 1e-3 * factor * world.verify[n] : 0;
       if (timed_in_full) {
         draft_seconds = 1e-3 * factor * draft_cost;
         target_seconds = 1e-3 * factor * target_cost;
       }
-      policy.observe(RoundReport{n, accepted, limit, draft_seconds, target_seconds, probabilities});
+      policy.observe(
+          RoundReport{n, accepted, limit, draft_seconds, target_seconds, probabilities, context});
     }
   }
   return result;
@@ -421,6 +428,36 @@ TEST(GoodputCostCurvesTest, PlainGuardLeavesADraftThatPaysAlone) {
       << ::testing::PrintToString(a.histogram) << " " << ::testing::PrintToString(b.histogram);
 }
 
+// The plain guard's verdict on rounds timed after ~30-230 tokens of context, where every call
+// grows by 0.15 % per token (the shipped pair's f16 GGUF: a one-row call took 1.2 times as
+// long after ~210 tokens as after ~50). Its plain steps are timed at the start, after 30
+// tokens; every drafting round then emits 1.1 tokens per plain step of time at its own context.
+// Told the growth, the guard sees drafting that pays at every context; not told, it compares
+// the late rounds with the early plain steps, sees them 20-30 % dearer than they are, and
+// stops them.
+TEST(DraftingGuardTest, JudgesEachRoundAgainstAPlainStepAtItsContext) {
+  constexpr double kGrowth = 0.0015, kPlainAtZero = 1e-3;
+  const auto plain_at = [&](std::size_t context) {
+    return kPlainAtZero * (1 + kGrowth * static_cast<double>(context));
+  };
+  for (const bool told : {true, false}) {
+    SCOPED_TRACE(told ? "growth told" : "growth not told");
+    specdec::detail::DraftingGuard guard;
+    guard.set_plain_growth(told ? kGrowth : 0.0);
+    guard.start_generation();
+    for (std::size_t context = 30; context < 34; ++context) {
+      guard.observe(0, 1, plain_at(context), context);
+    }
+    bool stopped = false;
+    for (std::size_t context = 34; context < 230 && !stopped; context += 4) {
+      // 4 rows and 3 draft calls: 3.3 plain steps of time at this context, 3.63 tokens.
+      guard.observe(3, 3.63, 3.3 * plain_at(context), context);
+      stopped = guard.drafting_loses();
+    }
+    EXPECT_EQ(stopped, !told);
+  }
+}
+
 // Fixed costs a user gives (not measured_costs, no correct_costs) keep decisions independent
 // of timings: the same draws give the same draft lengths whatever the rounds report.
 TEST(GoodputCostCurvesTest, WithGivenFixedCostsTimingsDoNotSteer) {
@@ -513,6 +550,46 @@ TEST(MeasureCallCostsTest, TimesTheSteadyStateAndTheShapeChangeApart) {
   const GoodputOptions options = costs.goodput_options();
   EXPECT_NEAR(options.verify_costs[1], 2.0, 0.5);
   EXPECT_NEAR(options.switch_cost, 4.0, 1.5);
+  EXPECT_EQ(costs.plain_growth, 0.0);  // 6 tokens: too short a context to tell
+}
+
+// The growth of a plain step with the context: the line through two (context, seconds) points,
+// taken relative to its value at context 0; 0 where it does not grow or the line makes no sense.
+TEST(MeasureCallCostsTest, PlainGrowthIsTheLineThroughTwoWindows) {
+  // 1.0 at 50 tokens, 1.2 at 210: 0.2 / 160 per token over 1.0 - 50 * 0.2 / 160 at 0.
+  EXPECT_DOUBLE_EQ(specdec::detail::plain_growth_of(50, 1.0, 210, 1.2), 0.00125 / 0.9375);
+  EXPECT_EQ(specdec::detail::plain_growth_of(50, 1.0, 210, 1.0), 0.0);  // flat
+  EXPECT_EQ(specdec::detail::plain_growth_of(50, 1.0, 210, 0.9), 0.0);  // fell: noise
+  EXPECT_EQ(specdec::detail::plain_growth_of(50, 1.0, 60, 3.0), 0.0);   // through 0 s before 0
+  EXPECT_EQ(specdec::detail::plain_growth_of(50, 1.0, 50, 1.2), 0.0);   // one context
+}
+
+// A fake engine whose one-row call costs 100 us plus 1 us per token of context: growth 0.01 per
+// token. measure_call_costs times plain steps after ~8 and after ~64 tokens and finds it.
+TEST(MeasureCallCostsTest, MeasuresHowAPlainStepGrowsWithTheContext) {
+  constexpr std::size_t kVocab = 4;
+  std::vector<float> row(kVocab, 0.0f), rows(2 * kVocab, 0.0f);
+  std::vector<std::size_t> one_row_contexts;
+  auto draft = [&](std::span<const token_t>) -> std::span<const float> { return row; };
+  auto target = [&](std::span<const token_t> context, std::size_t n) -> std::span<const float> {
+    if (n == 1) one_row_contexts.push_back(context.size());
+    spin_for(std::chrono::microseconds(100 * n + context.size()));
+    return std::span<const float>(rows).first(n * kVocab);
+  };
+  const std::vector<token_t> context(64, 1);
+  const specdec::CallCosts costs = specdec::measure_call_costs(draft, target, context, 2, 5);
+  EXPECT_NEAR(costs.plain_growth, 0.01, 0.003);
+  EXPECT_EQ(costs.goodput_options().plain_growth, costs.plain_growth);
+  // The windows, last: three repeats of a call to the start, then 8 plain steps, after 8 and
+  // after 56 tokens.
+  ASSERT_GE(one_row_contexts.size(), 54u);
+  const std::vector<std::size_t> windows(one_row_contexts.end() - 54, one_row_contexts.end());
+  for (std::size_t repeat = 0; repeat < 3; ++repeat) {
+    for (std::size_t step = 0; step <= 8; ++step) {
+      EXPECT_EQ(windows[repeat * 18 + step], 8 + step);
+      EXPECT_EQ(windows[repeat * 18 + 9 + step], 56 + step);
+    }
+  }
 }
 
 }  // namespace

@@ -411,8 +411,19 @@ class MeasuredCosts {
 /// and a trial is allowed only while it stays within kAllowance plain steps plus kShare of the
 /// time decoded so far: a draft that never pays then costs about that share of plain
 /// decoding's speed.
+///
+/// A plain step's time grows with the context (its row attends to every cached position): on
+/// the shipped pair's f16 GGUF a one-row call took 1.2 times as long after ~210 tokens as after
+/// ~50 (llama-bench, one thread). The plain steps are timed early in a generation and the
+/// drafting rounds judged all along it, so with
+/// a growth known (GoodputOptions::plain_growth) each plain sample is taken back to context 0
+/// and the plain step a round is judged against is taken forward to the round's context.
 class DraftingGuard {
  public:
+  /// How a plain step's time grows per token of context, relative to its time at context 0
+  /// (GoodputOptions::plain_growth; 0: not known, every context alike).
+  void set_plain_growth(double growth) noexcept { plain_growth_ = growth; }
+
   /// A new generate(): its first round reads the prompt and is not observed; what the previous
   /// one's last round left behind is not this one's.
   void start_generation() noexcept {
@@ -432,10 +443,16 @@ class DraftingGuard {
     last_round_drafted_ = false;
   }
 
-  /// A round after the generation's first (whose calls also read the prompt).
-  void observe(std::size_t drafted, double emitted, double seconds) noexcept {
+  /// A round after the generation's first (whose calls also read the prompt), made after
+  /// `context` tokens (0 where the caller does not say: then every round counts alike).
+  void observe(std::size_t drafted, double emitted, double seconds,
+               std::size_t context = 0) noexcept {
     if (!(seconds > 0)) return;
+    // A round's time in plain steps is seconds / (plain_seconds_ * scale); a plain step's
+    // seconds / scale is its time at context 0.
+    const double scale = 1.0 + plain_growth_ * static_cast<double>(context);
     if (drafted == 0) {
+      seconds /= scale;
       if (after_drafting_) {
         if (plain_samples_ > 0 && last_round_drafted_) {
           charge(0.0, std::max(1.0, seconds / plain_seconds_) - 1.0);
@@ -466,7 +483,8 @@ class DraftingGuard {
     if (!(plain_samples_ > 0)) return;  // no plain step timed yet (the caller drafted anyway)
     // A round preempted for a scheduler slice says nothing about drafting: no legitimate round
     // of m drafted tokens costs more than 2 (m + 1) plain steps.
-    const double units = std::min(seconds / plain_seconds_, 2.0 * static_cast<double>(drafted + 1));
+    const double units =
+        std::min(seconds / (plain_seconds_ * scale), 2.0 * static_cast<double>(drafted + 1));
     const double tokens = emitted;
     elapsed_units_ += units;
     if (losing_) {  // a trial, judged on its own
@@ -517,8 +535,9 @@ class DraftingGuard {
   static constexpr std::size_t kRoundsToJudge = 2;
   static constexpr double kMaxPlainSamples = 16, kFirstPlainSamples = 3, kForgetting = 0.9;
   static constexpr double kAllowance = 2, kShare = 0.005, kBigLoss = 3;
-  double plain_seconds_ = 0, plain_samples_ = 0;
-  double draft_tokens_ = 0, draft_units_ = 0;  // recent drafting rounds, decayed
+  double plain_growth_ = 0;
+  double plain_seconds_ = 0, plain_samples_ = 0;  // a plain step's time at context 0
+  double draft_tokens_ = 0, draft_units_ = 0;     // recent drafting rounds, decayed
   double lost_units_ = 0, elapsed_units_ = 0;
   std::size_t judged_rounds_ = 0;
   bool after_drafting_ = false;

@@ -169,6 +169,7 @@ class GoodputDraftLength {
     round_cap_ = cap_;
     first_round_ = true;
     guard_.start_generation();
+    guard_.set_plain_growth(options_.plain_growth);
     guard_trial_ = false;
     last_rows_ = 0;  // the first round reads the prompt: a shape of its own
     batch_plan_.reset();
@@ -252,7 +253,7 @@ class GoodputDraftLength {
     // say nothing about a round's cost.
     if (guarding() && !first_round_) {
       guard_.observe(report.drafted, static_cast<double>(report.accepted + 1),
-                     std::max(report.draft_seconds, 0.0) + report.target_seconds);
+                     std::max(report.draft_seconds, 0.0) + report.target_seconds, report.context);
       if (guard_trial_) {  // did the trial reopen drafting?
         guard_wait_ =
             guard_.drafting_loses() ? std::min(2 * guard_wait_, kMaxGuardWait) : kFirstGuardWait;

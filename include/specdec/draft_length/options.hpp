@@ -133,6 +133,13 @@ struct GoodputOptions {
   /// break-even: call costs measured before decoding against those inside it, the draft's
   /// catch-up, a graph rebuilt per call shape, acceptance that block verification changes).
   bool plain_guard = true;
+  /// With plain_guard: how a plain step's time grows with the context, per token, relative to
+  /// its time at context 0 (>= 0, finite; 0: taken as constant). The guard times its plain
+  /// steps early in a generation and judges drafting rounds all along it: on the shipped pair's
+  /// f16 GGUF a one-row call took 1.2 times as long after ~210 tokens as after ~50, so without
+  /// it a late drafting round is judged against a plain step up to 20 % cheaper than its own,
+  /// and drafting that pays can look as if it lost. measure_call_costs() measures it.
+  double plain_growth = 0;
 
   /// Field by field, exactly (not `= default`, which would compare the doubles with == and make
   /// users' -Wfloat-equal builds warn).
@@ -144,7 +151,8 @@ struct GoodputOptions {
            std::ranges::equal(verify_costs, other.verify_costs, detail::exactly_equal<double>) &&
            detail::exactly_equal(switch_cost, other.switch_cost) &&
            correct_costs == other.correct_costs && keep_calibration == other.keep_calibration &&
-           measured_costs == other.measured_costs && plain_guard == other.plain_guard;
+           measured_costs == other.measured_costs && plain_guard == other.plain_guard &&
+           detail::exactly_equal(plain_growth, other.plain_growth);
   }
 
   [[nodiscard]] bool fixed_costs() const noexcept {
@@ -174,6 +182,10 @@ struct GoodputOptions {
     if (!(switch_cost >= 0) || std::isinf(switch_cost)) {
       detail::throw_invalid_argument("goodput switch_cost = ", switch_cost,
                                      "; expected a finite cost >= 0 (0: none)");
+    }
+    if (!(plain_growth >= 0) || std::isinf(plain_growth)) {
+      detail::throw_invalid_argument("goodput plain_growth = ", plain_growth,
+                                     "; expected a finite growth >= 0 per token (0: none)");
     }
     if (!verify_costs.empty()) {
       if (!(draft_token_cost >= 0) || std::isinf(draft_token_cost) || verify_row_cost >= 0) {

@@ -37,8 +37,14 @@
 /// where inside decoding a drafted token cost 0.2-0.3 and a 4-row call 2.5-3.5 (the draft's
 /// first call of a round catches up on the last round's tokens, on a graph of its own), and
 /// the policy drafted 3 tokens a round at 0.74-0.9x of plain decoding.
+///
+/// Last, plain steps (one-row calls, each after one more token) in a window after a short
+/// context and in one at the end of `context`, alternately: how a plain step's time grows with
+/// the context (CallCosts::plain_growth), which the plain guard needs because it times plain
+/// steps early in a generation and judges drafting rounds all along it.
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <span>
@@ -58,6 +64,9 @@ struct CallCosts {
   /// The extra time of a target call whose row count differs from the previous call's (the
   /// median over n of the quartiles' difference; >= 0)
   double switch_seconds = 0;
+  /// How a plain step's time grows per token of context, relative to its time at context 0
+  /// (GoodputOptions::plain_growth; 0 when the context was too short to tell)
+  double plain_growth = 0;
 
   /// \brief T_v(n) / T_v(1), n = 1 .. verify_seconds.size().
   [[nodiscard]] std::vector<double> verify_ratios() const {
@@ -81,6 +90,7 @@ struct CallCosts {
     base.verify_row_cost = -1;
     base.verify_costs = verify_ratios();
     base.switch_cost = switch_seconds / verify_seconds.front();
+    base.plain_growth = plain_growth;
     base.measured_costs = true;  // judged by what decoding delivers: plain_guard
     base.validate();
     return base;
@@ -100,6 +110,17 @@ namespace detail {
   const auto quarter = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 4);
   std::nth_element(values.begin(), quarter, values.end());
   return *quarter;
+}
+
+/// The growth per token of context, relative to the time at context 0, of the line through
+/// (short_context, short_seconds) and (long_context, long_seconds); 0 where the line does not
+/// describe a cost that grows (a step that fell, or a line through 0 seconds or below).
+[[nodiscard]] inline double plain_growth_of(double short_context, double short_seconds,
+                                            double long_context, double long_seconds) noexcept {
+  if (!(long_context > short_context) || !(long_seconds > short_seconds)) return 0;
+  const double per_token = (long_seconds - short_seconds) / (long_context - short_context);
+  const double at_zero = short_seconds - per_token * short_context;
+  return at_zero > 0 ? per_token / at_zero : 0;
 }
 
 }  // namespace detail
@@ -175,6 +196,32 @@ template <DraftModel Draft, TargetModel Target>
     switches.push_back(detail::lower_quartile_of(changed[n]) - costs.verify_seconds.back());
   }
   costs.switch_seconds = std::max(0.0, detail::median_of(switches));
+
+  // Plain steps after ~kWindow and after ~context.size() tokens, kWindow of each per repeat
+  // (at most kGrowthRepeats: each long window first reads the tokens between the two).
+  constexpr std::size_t kWindow = 8, kGrowthRepeats = 3, kShortestForGrowth = 8 * kWindow;
+  if (context.size() >= kShortestForGrowth) {
+    const std::array<std::size_t, 2> starts{kWindow, context.size() - kWindow};
+    std::array<std::vector<double>, 2> steps;
+    std::array<double, 2> mean_context{};
+    for (std::size_t window = 0; window < 2; ++window) {
+      steps[window].reserve(kWindow * kGrowthRepeats);
+      mean_context[window] = static_cast<double>(starts[window]) + (kWindow - 1) / 2.0;
+    }
+    for (std::size_t repeat = 0; repeat < std::min(repeats, kGrowthRepeats); ++repeat) {
+      for (std::size_t window = 0; window < 2; ++window) {
+        (void)target(context.first(starts[window]), 1);  // rolls back or reads up to the start
+        for (std::size_t step = 1; step <= kWindow; ++step) {
+          const auto start = clock::now();
+          (void)target(context.first(starts[window] + step), 1);
+          steps[window].push_back(seconds(start));
+        }
+      }
+    }
+    costs.plain_growth =
+        detail::plain_growth_of(mean_context[0], detail::lower_quartile_of(steps[0]),
+                                mean_context[1], detail::lower_quartile_of(steps[1]));
+  }
   return costs;
 }
 
