@@ -415,9 +415,9 @@ class MeasuredCosts {
 /// A plain step's time grows with the context (its row attends to every cached position): on
 /// the shipped pair's f16 GGUF a one-row call took 1.2 times as long after ~210 tokens as after
 /// ~50 (llama-bench, one thread). The plain steps are timed early in a generation and the
-/// drafting rounds judged all along it, so with
-/// a growth known (GoodputOptions::plain_growth) each plain sample is taken back to context 0
-/// and the plain step a round is judged against is taken forward to the round's context.
+/// drafting rounds judged all along it, so with a growth known (GoodputOptions::plain_growth)
+/// each plain sample is taken back to context 0 and the plain step a round is judged against is
+/// taken forward to the round's context.
 class DraftingGuard {
  public:
   /// How a plain step's time grows per token of context, relative to its time at context 0
