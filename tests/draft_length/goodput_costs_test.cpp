@@ -103,7 +103,6 @@ struct World {
   std::vector<double> verify;  // T(n)/T(1)
   double draft = 0;            // t_d / T(1)
   double switch_cost = 0;      // extra when a round's row count differs from the last one's
-  double growth = 0;           // every call after L tokens costs (1 + growth L) times the above
 };
 
 constexpr std::size_t kPrompt = 30;  // a generation's context starts after a prompt this long
@@ -149,7 +148,7 @@ struct Replay {
 /// seconds (1 ms per unit), as a decoder does.
 /// With `timed_in_full`, every round reports its whole cost as seconds (switch and catch-up
 /// included, 1 ms per unit), as a decoder's timings do.
-/// Every round's cost grows with its context as world.growth says, and every report tells it.
+/// Every report tells the round's context (the prompt and the tokens emitted before it).
 template <class Alpha>
 Replay replay(GoodputDraftLength& policy, const World& world, Alpha&& alpha, int generations,
               std::size_t length, std::size_t late_from = SIZE_MAX, unsigned seed = 7,
@@ -166,7 +165,6 @@ Replay replay(GoodputDraftLength& policy, const World& world, Alpha&& alpha, int
     bool last_plain = false;
     for (std::size_t done = 0; done < length; ++round) {
       const std::size_t context = kPrompt + done;
-      const double grown = 1.0 + world.growth * static_cast<double>(context);
       const std::size_t limit = std::min(kCap, length - done - 1);
       std::vector<double> probabilities;
       std::size_t n = 0;
@@ -181,7 +179,7 @@ Replay replay(GoodputDraftLength& policy, const World& world, Alpha&& alpha, int
       result.tokens += accepted + 1;
       ++result.histogram[n];
       if (round >= late_from) result.late_drafted += n;
-      const double factor = (n > 0 ? drafting_factor : 1.0) * grown;
+      const double factor = n > 0 ? drafting_factor : 1.0;
       double draft_cost = static_cast<double>(n) * world.draft;
       double target_cost = world.verify[n];
       if (last_rows != 0 && n + 1 != last_rows) target_cost += world.switch_cost;
@@ -189,7 +187,7 @@ Replay replay(GoodputDraftLength& policy, const World& world, Alpha&& alpha, int
       result.units += (draft_cost + target_cost) * factor;
       last_rows = n + 1;
       last_plain = n == 0;
-      const bool timed = drafting_factor != 1.0 || world.growth != 0.0 || timed_in_full;
+      const bool timed = drafting_factor != 1.0 || timed_in_full;
       double draft_seconds = timed ? 1e-3 * factor * world.draft * static_cast<double>(n) : 0;
       double target_seconds = timed ? 1e-3 * factor * world.verify[n] : 0;
       if (timed_in_full) {
