@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -390,6 +391,48 @@ TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSte
     BatchGoodputPlanner planner(unguarded);
     EXPECT_EQ(run(planner, 20), 20u);
   }
+}
+
+// While drafting loses, a step whose only drafted rows are probes stays plain however long
+// the wait (the estimates expect probes to lose; each pays a draft's catch-up), as with the
+// single-sequence policy; a trial is of the plan. Not losing, the same probes are planned.
+TEST(BatchGoodputPlanner, WhileDraftingLosesProbesAloneAreNoTrial) {
+  BatchGoodputOptions options =
+      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+            curve(4, [](std::size_t) { return 0.01; }));
+  options.measured_costs = true;
+  const std::vector<std::vector<double>> good(4, std::vector<double>(8, 0.9));
+  const std::vector<std::vector<double>> useless(4, std::vector<double>(8, 0.05));
+  const auto rows = [](const Planned& planned) {
+    return std::accumulate(planned.lengths.begin(), planned.lengths.end(), std::size_t{0});
+  };
+  const auto timed = [&](BatchGoodputPlanner& planner) {
+    planner.skip_step();  // the prompts' step
+    for (const double seconds : {1.0, 1.0}) {
+      EXPECT_EQ(rows(plan(planner, good, options)), 0u);
+      planner.observe_step(seconds, 4, 4);
+    }
+  };
+
+  BatchGoodputPlanner losing(options);
+  timed(losing);
+  for (int step = 0; step < 3; ++step) {  // 6 tokens in 3 plain steps' time (the first unjudged)
+    ASSERT_GT(rows(plan(losing, good, options)), 0u);
+    losing.observe_step(3.0, 6, 4);
+  }
+  ASSERT_TRUE(losing.drafting_loses());
+  for (std::size_t step = 0; step < 300; ++step) {
+    ASSERT_EQ(rows(plan(losing, useless, options, /*optimistic=*/0.9, /*probe_due=*/true)), 0u)
+        << "step " << step;
+    losing.observe_step(1.0, 4, 4);
+  }
+  EXPECT_GT(rows(plan(losing, good, options)), 0u) << "a trial of the plan is due";
+
+  BatchGoodputPlanner winning(options);
+  timed(winning);
+  const Planned probes = plan(winning, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
+  EXPECT_EQ(rows(probes), 4u);
+  EXPECT_TRUE(probes.probing[0] && probes.probing[3]);
 }
 
 TEST(BatchGoodputOptions, RejectsBadCurvesNamingTheField) {
