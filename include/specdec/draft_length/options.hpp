@@ -110,7 +110,8 @@ struct GoodputOptions {
   /// measured before decoding read drafting cheaper than decoding then paid for it (on the
   /// shipped pair's Q8_0 weights, a 4-row call at 2.4 one-row calls against 3.0 inside
   /// decoding), and near break-even that is the difference between 0.8x and 1.0x of plain
-  /// decoding. CallCosts::goodput_options() turns it on.
+  /// decoding. Off unless set: CallCosts::goodput_options() marks its costs measured_costs
+  /// instead, and the plain guard judges the rounds.
   bool correct_costs = false;
   /// Keep the calibration by the draft's probability from one generate() to the next while
   /// the sampling parameters stay the same (it describes the model pair, not the text). With
