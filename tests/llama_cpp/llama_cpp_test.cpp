@@ -538,8 +538,7 @@ TEST(LlamaCppExactness, FirstTwoTokensFollowTheTargetAtTemperatureOne) {
     for (std::size_t run = 0; run < kRuns; ++run) {
       config.seed = run;
       const auto result = decoder.generate(prompt, config);
-      ++counts[static_cast<std::size_t>(result.tokens[0]) * vocab +
-               static_cast<std::size_t>(result.tokens[1])];
+      ++counts[specdec::testing::cell_of(result.tokens, vocab, 2)];
       accepted += result.stats.accepted;
     }
     const auto fit = specdec::testing::chi_square_test(counts, law);

@@ -68,6 +68,22 @@ using specdec::testing::GoodnessOfFit;
 
 // ---- the harness's statistics: known values --------------------------------------------------
 
+// The cells the χ² tests of the first tokens count runs in: the first token varies slowest,
+// only the first `length` tokens count, and a law's longer sequences add up in their cell.
+TEST(ChiSquareMachineryTest, CellsOfTheFirstTokens) {
+  using specdec::testing::cell_of;
+  EXPECT_EQ(cell_of(std::vector<token_t>{2, 1, 3}, 4, 3), (2u * 4 + 1) * 4 + 3);
+  EXPECT_EQ(cell_of(std::vector<token_t>{2, 1, 3, 7}, 4, 2), 2u * 4 + 1);
+  const specdec::testing::Law law{{{0, 1}, 0.25}, {{0, 1, 2}, 0.25}, {{3, 3}, 0.5}};
+  std::vector<double> expected(16, 0.0);
+  expected[1] = 0.5;
+  expected[15] = 0.5;
+  EXPECT_EQ(specdec::testing::law_cells(law, 4, 2), expected);
+  EXPECT_THROW((void)cell_of(std::vector<token_t>{1}, 4, 2), std::invalid_argument);
+  EXPECT_THROW((void)cell_of(std::vector<token_t>{4, 0}, 4, 2), std::invalid_argument);
+  EXPECT_THROW((void)cell_of(std::vector<token_t>{0, -1}, 4, 2), std::invalid_argument);
+}
+
 TEST(ChiSquareMachineryTest, SurvivalFunctionMatchesKnownValues) {
   EXPECT_NEAR(chi_square_survival(3.841458820694124, 1), 0.05, 1e-12);
   EXPECT_NEAR(chi_square_survival(7.3, 2), std::exp(-7.3 / 2), 1e-14);  // dof 2: exp(-x/2)
@@ -455,9 +471,7 @@ struct SampleSummary {
 };
 
 std::size_t cell_of(std::span<const token_t> tokens) {
-  return (static_cast<std::size_t>(tokens[0]) * kVocab + static_cast<std::size_t>(tokens[1])) *
-             kVocab +
-         static_cast<std::size_t>(tokens[2]);
+  return specdec::testing::cell_of(tokens, kVocab, 3);
 }
 
 specdec::GenerationConfig three_token_config(const SamplingParams& params,

@@ -100,18 +100,8 @@ struct TreeTarget {
   }
 };
 
-std::size_t cell_of(const Sequence& tokens) {
-  std::size_t cell = 0;
-  for (std::size_t i = 0; i < kEmitted; ++i) {
-    cell = cell * kTargetVocab + static_cast<std::size_t>(tokens[i]);
-  }
-  return cell;
-}
-
 std::vector<double> as_cells(const specdec::testing::Law& law) {
-  std::vector<double> cells(kTargetVocab * kTargetVocab * kTargetVocab, 0.0);
-  for (const auto& [sequence, probability] : law) cells[cell_of(sequence)] += probability;
-  return cells;
+  return specdec::testing::law_cells(law, kTargetVocab, kEmitted);
 }
 
 template <class Decoder>
@@ -120,7 +110,8 @@ std::vector<std::uint64_t> first_three_counts(Decoder& decoder, specdec::Generat
   config.max_new_tokens = kEmitted;
   for (std::size_t run = 0; run < kRuns; ++run) {
     config.seed = 1000 + run;
-    ++counts[cell_of(decoder.generate(kPrompt, config).tokens)];
+    ++counts[specdec::testing::cell_of(decoder.generate(kPrompt, config).tokens, kTargetVocab,
+                                       kEmitted)];
   }
   return counts;
 }

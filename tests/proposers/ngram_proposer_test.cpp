@@ -592,12 +592,7 @@ std::vector<std::uint64_t> first_tokens_histogram(Decoder& decoder, std::size_t 
   config.logprobs = false;
   for (std::size_t i = 0; i < kRuns; ++i) {
     config.seed = seed_base + i;
-    const auto result = decoder.generate(kChiPrompt, config);
-    const std::size_t cell = (static_cast<std::size_t>(result.tokens[0]) * vocab +
-                              static_cast<std::size_t>(result.tokens[1])) *
-                                 vocab +
-                             static_cast<std::size_t>(result.tokens[2]);
-    ++counts[cell];
+    ++counts[specdec::testing::cell_of(decoder.generate(kChiPrompt, config).tokens, vocab, 3)];
   }
   return counts;
 }
@@ -605,14 +600,8 @@ std::vector<std::uint64_t> first_tokens_histogram(Decoder& decoder, std::size_t 
 TEST(NgramDecoderTest, ChiSquareOfTheFirstTokensAtTemperatureOne) {
   ScriptedPair pair;  // T = 1
   const std::size_t vocab = pair.vocab();
-  std::vector<double> probabilities(vocab * vocab * vocab, 0);
-  for (const auto& [sequence, p] :
-       specdec::testing::target_law(pair.target(), pair.params, kChiPrompt, 3)) {
-    probabilities[(static_cast<std::size_t>(sequence[0]) * vocab +
-                   static_cast<std::size_t>(sequence[1])) *
-                      vocab +
-                  static_cast<std::size_t>(sequence[2])] = p;
-  }
+  const std::vector<double> probabilities = specdec::testing::law_cells(
+      specdec::testing::target_law(pair.target(), pair.params, kChiPrompt, 3), vocab, 3);
   const MisreportingNgramProposer<double> exact_mutant{
       .lookup = BasicNgramProposer<double>({.min_ngram = 1, .max_ngram = 3})};
   const double mutant_tv =

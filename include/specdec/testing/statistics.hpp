@@ -232,6 +232,42 @@ inline GoodnessOfFit goodness_of_fit(std::span<const std::uint64_t> observed,
   return out;
 }
 
+/// \brief The cell of a sequence's first `length` tokens in a table of vocab^length cells,
+/// the first token varying slowest: the index χ² tests of the first tokens count runs in.
+/// Throws std::invalid_argument for fewer than `length` tokens or a token outside
+/// [0, vocab).
+[[nodiscard]] inline std::size_t cell_of(std::span<const token_t> tokens, std::size_t vocab,
+                                         std::size_t length) {
+  if (tokens.size() < length) {
+    throw std::invalid_argument("testing::cell_of: " + std::to_string(tokens.size()) +
+                                " tokens; expected at least " + std::to_string(length));
+  }
+  std::size_t cell = 0;
+  for (std::size_t i = 0; i < length; ++i) {
+    if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= vocab) {
+      throw std::invalid_argument("testing::cell_of: token " + std::to_string(tokens[i]) + " at " +
+                                  std::to_string(i) + "; expected one in [0, " +
+                                  std::to_string(vocab) + ")");
+    }
+    cell = cell * vocab + static_cast<std::size_t>(tokens[i]);
+  }
+  return cell;
+}
+
+/// \brief `law`'s probabilities of the first `length` tokens as vocab^length cells (cell_of),
+/// the expected side of a χ² test of the first tokens (sequences of a law cut to `length`
+/// tokens by truncate() add up in their cell).
+[[nodiscard]] inline std::vector<double> law_cells(const Law& law, std::size_t vocab,
+                                                   std::size_t length) {
+  std::size_t cells = 1;
+  for (std::size_t i = 0; i < length; ++i) cells *= vocab;
+  std::vector<double> out(cells, 0.0);
+  for (const auto& [sequence, probability] : law) {
+    out[cell_of(sequence, vocab, length)] += probability;
+  }
+  return out;
+}
+
 /// \brief Largest absolute difference of one sequence's probability between two laws (a
 /// pointwise companion to total_variation, which is at least as large).
 [[nodiscard]] inline double max_abs_difference(const Law& a, const Law& b) {
