@@ -408,9 +408,10 @@ TEST(BatchGoodputPlanner, WhileDraftingLosesProbesAloneAreNoTrial) {
   };
   const auto timed = [&](BatchGoodputPlanner& planner) {
     planner.skip_step();  // the prompts' step
-    for (const double seconds : {1.0, 1.0}) {
+    // Plain steps, timed before any step may draft.
+    for (int step = 0; step < 2; ++step) {
       EXPECT_EQ(rows(plan(planner, good, options)), 0u);
-      planner.observe_step(seconds, 4, 4);
+      planner.observe_step(1.0, 4, 4);
     }
   };
 
