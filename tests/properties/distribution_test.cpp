@@ -444,11 +444,9 @@ TEST(DistributionTest, ReferenceLawAgreesWithTheHarnessTargetLaw) {
   const LogitTable target = target_table();
   for (const Mode& mode : sampling_modes()) {
     const std::vector<double> reference = target_three_token_law(target, mode.params);
-    std::vector<double> harness(kCells, 0.0);
-    for (const auto& [tokens, p] :
-         specdec::testing::target_law(DoubleTableTarget{&target}, mode.params, kPrompt, kEmitted)) {
-      harness[cell_of(tokens)] += p;
-    }
+    const std::vector<double> harness = specdec::testing::law_cells(
+        specdec::testing::target_law(DoubleTableTarget{&target}, mode.params, kPrompt, kEmitted),
+        kVocab, kEmitted);
     for (std::size_t cell = 0; cell < kCells; ++cell) {
       EXPECT_NEAR(harness[cell], reference[cell], 1e-12) << mode.name << " cell " << cell;
       EXPECT_EQ(harness[cell] > 0, reference[cell] > 0) << mode.name << " cell " << cell;
@@ -471,7 +469,7 @@ struct SampleSummary {
 };
 
 std::size_t cell_of(std::span<const token_t> tokens) {
-  return specdec::testing::cell_of(tokens, kVocab, 3);
+  return specdec::testing::cell_of(tokens, kVocab, kEmitted);
 }
 
 specdec::GenerationConfig three_token_config(const SamplingParams& params,
@@ -696,13 +694,11 @@ std::vector<double> exact_three_token_law(Mutation mutation) {
   const LogitTable draft = draft_table(target, DraftQuality::well_matched);
   DoubleTableDraft draft_model{&draft};
   const specdec::ModelProposer proposer(draft_model);
-  std::vector<double> law(kCells, 0.0);
-  for (const auto& [tokens, p] : specdec::testing::speculative_law(
-           proposer, specdec::StaticDraftLength{}, RestatedTokenVerifier{mutation},
-           DoubleTableTarget{&target}, SamplingParams{}, kPrompt, kEmitted, kPowerDraftLength)) {
-    law[cell_of(tokens)] += p;
-  }
-  return law;
+  return specdec::testing::law_cells(
+      specdec::testing::speculative_law(proposer, specdec::StaticDraftLength{},
+                                        RestatedTokenVerifier{mutation}, DoubleTableTarget{&target},
+                                        SamplingParams{}, kPrompt, kEmitted, kPowerDraftLength),
+      kVocab, kEmitted);
 }
 
 double total_variation(const std::vector<double>& a, const std::vector<double>& b) {

@@ -214,7 +214,8 @@ class BatchGoodputPlanner {
     for (std::size_t cap = 1; cap < longest; cap *= 2) walk(cap, kAll, &best);
     if (longest > 0) walk(longest, kAll, &best);
     walk(best.cap, best.taken, nullptr);
-    const bool plan_drafts = rows_ != plain_rows();
+    const std::size_t plain = plain_rows();  // probes below leave it as it is
+    const bool plan_drafts = rows_ != plain;
     // Probes: one row for a sequence left plain long enough, if drafting some length at its
     // optimistic acceptance would beat the plan's rate. (Judging the single row alone kept a
     // batch of 8 plain for good where one more row cost more than the rows after it: the
@@ -233,7 +234,7 @@ class BatchGoodputPlanner {
       draft_cost_ += add_draft_row(1);
       ++rows_;
     }
-    if (options_.guarding() && rows_ != plain_rows() && !guard_allows(!plan_drafts)) {
+    if (options_.guarding() && rows_ != plain && !guard_allows(!plan_drafts)) {
       walk(longest, 0, nullptr);  // every planned sequence plain
       for (Entry& entry : sequences_) entry.probing = false;
     }
