@@ -40,12 +40,6 @@ namespace {
 using specdec::token_t;
 using specdec::examples::GptModel;
 
-/// Plain batched decoding: never draft (every round one target row per sequence).
-struct NeverDraft {
-  [[nodiscard]] bool draft_more(const specdec::DraftState&) const noexcept { return false; }
-  void observe(const specdec::RoundReport&) const noexcept {}
-};
-
 /// CPU time of this process, in seconds.
 double cpu_seconds() {
   timespec now{};
@@ -227,7 +221,7 @@ int main(int argc, char** argv) {
               break;
             }
             case 0:
-              plain_run = decode(target, draft, NeverDraft{}, prompts, fixed_configs);
+              plain_run = decode(target, draft, specdec::NeverDraft{}, prompts, fixed_configs);
               break;
             case 1:
               fixed_run =

@@ -15,7 +15,11 @@
 // goodput-block, goodput-measured / goodput-measured-block (the same policy with the pair's call
 // costs measured once before the first prompt: measure_call_costs), each with -correct
 // (GoodputOptions::correct_costs on) and/or -noguard (plain_guard off) appended for A/B runs;
-// every goodput setting has a decoder of its own. ngram (prompt lookup),
+// every goodput setting has a decoder of its own. batch-plain, batch-K8, batch-block4,
+// batch-goodput-measured[-block] etc.: the setting through BatchedDecoder with one sequence
+// (B = 1) over BatchedModel contexts of their own, the goodput plan's costs measured once by
+// measure_batch_call_costs (batch-plain: NeverDraft, plain batched decoding): what the batched
+// path costs a lone sequence, against the same setting's line. ngram (prompt lookup),
 // ngram-draft (lookup, else the draft model); textK8, textblock8 etc. (StringLevelDecoder: the
 // --text-draft model, a draft with a tokenizer of its own, drafts text that the target's
 // tokenizer re-tokenizes; K counts target tokens; verified by exact match); textrsK8,
@@ -289,6 +293,21 @@ void print_batch_call_costs(const std::string& path, int threads, std::size_t se
   }
 }
 
+/// One prompt through a BatchedDecoder, alone (B = 1); its wall time as total_seconds.
+template <class Decoder>
+specdec::GenerationResult decode_alone(Decoder& decoder, const std::vector<token_t>& prompt,
+                                       const specdec::GenerationConfig& config) {
+  const auto start = std::chrono::steady_clock::now();
+  decoder.add(0, prompt, config);
+  std::vector<specdec::FinishedSequence> finished = decoder.run();
+  const double seconds = seconds_since(start);
+  if (finished.size() != 1) throw std::logic_error("a batch of one finished other than once");
+  if (finished[0].error) std::rethrow_exception(finished[0].error);
+  specdec::GenerationResult result = std::move(finished[0].result);
+  result.stats.total_seconds = seconds;
+  return result;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -355,23 +374,57 @@ int main(int argc, char** argv) try {
   specdec::NgramDecoder lookup(target, {.min_ngram = 4, .max_ngram = 12});
   specdec::NgramThenModelDecoder lookup_then_draft(draft, target,
                                                    {.min_ngram = 4, .max_ngram = 12});
+  // batch-*: the pair again as one-sequence batched contexts of the single ones' size.
+  const bool batched =
+      std::ranges::any_of(o.settings, [](const std::string& s) { return s.starts_with("batch-"); });
+  std::optional<llama::LoadedModel> batch_target_context, batch_draft_context;
+  std::optional<llama::BatchedModel> batch_target, batch_draft;
+  if (batched) {
+    batch_target_context.emplace(llama::LoadedModel::load(
+        o.target_path,
+        llama::batched_context_options(1, static_cast<std::uint32_t>(target.max_context()),
+                                       {.threads = o.threads}),
+        target_model));
+    batch_draft_context.emplace(llama::LoadedModel::load(
+        o.draft_path.empty() ? o.target_path : o.draft_path,
+        llama::batched_context_options(1, static_cast<std::uint32_t>(draft.max_context()),
+                                       {.threads = o.threads_draft}),
+        draft_model));
+    batch_target.emplace(*batch_target_context);
+    batch_draft.emplace(*batch_draft_context);
+  }
+  using BatchedSpeculative =
+      specdec::BatchedDecoder<llama::BatchedModel, specdec::ModelProposer<llama::BatchedModel>>;
+  using BatchedPlain =
+      specdec::BatchedDecoder<llama::BatchedModel, specdec::ModelProposer<llama::BatchedModel>,
+                              specdec::NeverDraft>;
+  std::map<std::string, std::unique_ptr<BatchedSpeculative>> batch_decoders;  // as goodput's
+  std::unique_ptr<BatchedPlain> batch_plain;
+  specdec::BatchGoodputOptions batch_costs;
   const auto reset = [&] {
     target.reset();
     draft.reset();
     if (text_draft) text_draft->reset();
+    if (batch_target) batch_target->reset();
+    if (batch_draft) batch_draft->reset();
   };
   // Warm-up outside every timing: llama.cpp allocates a graph per batch shape on first use.
   {
     std::vector<token_t> warm(40, 'a');
     for (std::size_t n = 1; n <= 17; ++n) (void)target(warm, n);
     (void)draft(warm, 1);
+    if (batched) {
+      for (std::size_t n = 1; n <= 17; ++n) (void)(*batch_target)(warm, n);
+      (void)(*batch_draft)(warm, 1);
+    }
     reset();
   }
   // goodput-measured: the pair's call costs measured once, before any prompt (as specdec-llama
   // does for --spec-draft-n-max auto).
   specdec::GoodputOptions measured_costs;
-  if (std::ranges::any_of(o.settings,
-                          [](const std::string& s) { return s.starts_with("goodput-measured"); })) {
+  if (std::ranges::any_of(o.settings, [](const std::string& s) {
+        return s.starts_with("goodput-measured") || s.starts_with("batch-goodput-measured");
+      })) {
     // 256 tokens: the rounds walk through positions 128-255, like a generation's (the KV cache
     // length matters to a call's cost).
     std::vector<token_t> context(256);
@@ -383,6 +436,11 @@ int main(int argc, char** argv) try {
         measured_costs.draft_token_cost, measured_costs.switch_cost, measured_costs.plain_growth);
     for (const double ratio : measured_costs.verify_costs) std::fprintf(stderr, " %.2f", ratio);
     std::fprintf(stderr, "\n");
+    if (batched) {
+      batch_costs =
+          specdec::measure_batch_call_costs(*batch_draft, *batch_target, context, 1, 16, 9)
+              .goodput_options();
+    }
     reset();
   }
   const std::vector<std::string> lines = read_prompts(o.prompts_file);
@@ -398,7 +456,29 @@ int main(int argc, char** argv) try {
       base.logprobs = false;
       for (const std::string& setting : o.settings) {
         specdec::GenerationConfig config = base;
+        // batch-X: setting X through the batched path (its config parsed from X below).
+        const bool batch = setting.starts_with("batch-");
+        const std::string_view kind = std::string_view(setting).substr(batch ? 6 : 0);
+        const auto run_batched = [&]() -> specdec::GenerationResult {
+          if (kind == "plain") {
+            if (!batch_plain) {
+              batch_plain = std::make_unique<BatchedPlain>(
+                  *batch_target, specdec::ModelProposer(*batch_draft), specdec::NeverDraft{});
+            }
+            return decode_alone(*batch_plain, prompt, config);
+          }
+          auto& decoder = batch_decoders[setting];
+          if (!decoder) {
+            decoder = std::make_unique<BatchedSpeculative>(
+                *batch_target, specdec::ModelProposer(*batch_draft),
+                specdec::ConfiguredDraftLength{}, specdec::ConfiguredVerifier{},
+                kind.starts_with("goodput-measured") ? batch_costs
+                                                     : specdec::BatchGoodputOptions{});
+          }
+          return decode_alone(*decoder, prompt, config);
+        };
         const auto run_speculative = [&]() -> specdec::GenerationResult {
+          if (batch) return run_batched();
           if (setting == "ngram") return lookup.generate(prompt, config);
           if (setting.starts_with("textrs")) return by_text_rs->generate(prompt, config);
           if (setting.starts_with("text")) return by_text->generate(prompt, config);
@@ -422,7 +502,7 @@ int main(int argc, char** argv) try {
               result.stats.total_seconds);
           continue;
         }
-        if (setting.starts_with("text") || setting.starts_with("map")) {
+        if (!batch && (setting.starts_with("text") || setting.starts_with("map"))) {
           const bool text = setting.starts_with("text");
           const bool rejection = setting.starts_with("textrs");
           if (text ? !by_text : !by_map) {
@@ -444,16 +524,18 @@ int main(int argc, char** argv) try {
             throw std::invalid_argument("unknown setting '" + setting + "'");
           }
           config.draft_length = number<std::size_t>(rest);
-        } else if (setting.starts_with("K")) {
-          config.draft_length = number<std::size_t>(std::string_view(setting).substr(1));
-        } else if (setting.starts_with("block")) {
-          config.draft_length = number<std::size_t>(std::string_view(setting).substr(5));
+        } else if (batch && kind == "plain") {
+          // NeverDraft: nothing to configure
+        } else if (kind.starts_with("K")) {
+          config.draft_length = number<std::size_t>(kind.substr(1));
+        } else if (kind.starts_with("block")) {
+          config.draft_length = number<std::size_t>(kind.substr(5));
           config.verifier = specdec::VerifierKind::block;
-        } else if (setting.starts_with("goodput")) {
+        } else if (kind.starts_with("goodput")) {
           config.draft_length = 16;
           config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
           // goodput[-measured|-never][-block][-correct|-nocorrect][-noguard]
-          std::string_view rest = std::string_view(setting).substr(7);
+          std::string_view rest = kind.substr(7);
           const auto take = [&](std::string_view part) {
             if (!rest.starts_with(part)) return false;
             rest.remove_prefix(part.size());
@@ -468,8 +550,11 @@ int main(int argc, char** argv) try {
           if (take("-correct")) config.draft_length_policy.goodput.correct_costs = true;
           if (take("-nocorrect")) config.draft_length_policy.goodput.correct_costs = false;
           if (take("-noguard")) config.draft_length_policy.goodput.plain_guard = false;
-          if (!rest.empty()) throw std::invalid_argument("unknown setting '" + setting + "'");
-        } else if (setting == "ngram" || setting == "ngram-draft") {
+          if (!rest.empty() || (batch && kind != "goodput" && kind != "goodput-measured" &&
+                                kind != "goodput-measured-block")) {
+            throw std::invalid_argument("unknown setting '" + setting + "'");
+          }
+        } else if (!batch && (setting == "ngram" || setting == "ngram-draft")) {
           config.draft_length = 8;
         } else {
           throw std::invalid_argument("unknown setting '" + setting + "'");

@@ -494,13 +494,6 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
 
 // ---- --batch B --------------------------------------------------------------------------------
 
-/// The plain batched baseline's policy: never draft, so every round is one target row per
-/// sequence through the same batched forward (BatchedDecoder's plain steps).
-struct NeverDraft {
-  [[nodiscard]] bool draft_more(const specdec::DraftState&) const noexcept { return false; }
-  void observe(const specdec::RoundReport&) const noexcept {}
-};
-
 /// One sequence of a batch: its prompt (as given and as tokens) and settings.
 struct BatchSequence {
   std::string text;
@@ -766,7 +759,8 @@ int run_batch(Options& options) {
                                     specdec::ConfiguredDraftLength{}, sequences, costs);
   BatchRun slow;
   if (options.baseline) {
-    slow = run_batched(target, specdec::ModelProposer<GptModel>(draft), NeverDraft{}, sequences);
+    slow = run_batched(target, specdec::ModelProposer<GptModel>(draft), specdec::NeverDraft{},
+                       sequences);
   }
   if (options.json) {
     print_batch_json(options, sequences, fast, slow);

@@ -720,15 +720,6 @@ int run(Options& options) {
 // ---- --parallel: B sequences at once
 // -------------------------------------------------------------
 
-/// A proposer that drafts nothing: every round is a plain target step (one row per sequence),
-/// so BatchedDecoder with it is plain batched decoding.
-struct NoDraft {
-  template <class Coins>
-  specdec::Proposal<float> propose(specdec::DraftRequest& /*request*/, Coins& /*coins*/) {
-    return {};
-  }
-};
-
 std::vector<std::string> read_prompts(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("specdec: cannot read --prompts file '" + path + "'");
@@ -872,7 +863,7 @@ int run_parallel(Options& options) {
   };
   const auto run_slow = [&] {
     target.reset();
-    specdec::BatchedDecoder decoder(target, NoDraft{});
+    specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft), specdec::NeverDraft{});
     slow = run_batch(decoder, prompts, config);
     slow_rates.push_back(slow.tokens_per_second());
   };

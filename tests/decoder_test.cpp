@@ -355,4 +355,28 @@ TEST(DecoderTest, AutoregressiveMatchesSpeculativeWhenEveryRoundIsAPlainStep) {
   }
 }
 
+TEST(DecoderTest, NeverDraftRoundsArePlainStepsWithoutDraftCalls) {
+  // Every round one target row and no draft call; greedy, plain decoding's tokens; sampled, the
+  // same tokens as AutoregressiveDecoder with the same seed (a round without drafts spends one
+  // coin, on the bonus sampler, as a plain step does).
+  ToyDraft draft;
+  ToyTarget target;
+  specdec::StrategyDecoder never(target, specdec::ModelProposer(draft), specdec::NeverDraft{},
+                                 specdec::ConfiguredVerifier{});
+  specdec::AutoregressiveDecoder plain(target);
+  const std::vector<token_t> prompt{4, 4};
+  for (const float temperature : {0.0f, 1.0f}) {
+    specdec::GenerationConfig config;
+    config.max_new_tokens = 30;
+    config.sampling.temperature = temperature;
+    config.seed = 7;
+    const specdec::GenerationResult result = never.generate(prompt, config);
+    EXPECT_EQ(result.tokens, plain.generate(prompt, config).tokens) << "T = " << temperature;
+    EXPECT_EQ(result.stats.draft_calls, 0u);
+    EXPECT_EQ(result.stats.drafted, 0u);
+    EXPECT_EQ(result.stats.rounds, 30u);
+    EXPECT_EQ(result.stats.target_calls, 30u);
+  }
+}
+
 }  // namespace

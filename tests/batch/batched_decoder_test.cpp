@@ -14,6 +14,7 @@
 
 #include "specdec/batch.hpp"
 #include "specdec/decoder.hpp"
+#include "specdec/draft_length/never.hpp"
 #include "specdec/testing.hpp"
 
 #include "batch_models.hpp"
@@ -317,6 +318,36 @@ TEST(BatchedDecoderCalls, WithoutBatchedCallsOneTargetCallPerSequenceRound) {
   (void)decoder.run();
   EXPECT_EQ(decoder.stats().target_calls, decoder.stats().rounds);
   EXPECT_DOUBLE_EQ(decoder.stats().rounds_per_target_call(), 1.0);
+}
+
+TEST(BatchedDecoderCalls, NeverDraftIsPlainBatchedDecoding) {
+  const ScriptedPair pair = make_pair();
+  const std::vector<Request> all = requests();
+  Models<true> models(pair);
+  BatchedDecoder decoder(models.target, ModelProposer<BatchedScriptedDraft>(models.draft),
+                         specdec::NeverDraft{});
+  for (std::size_t i = 0; i < 4; ++i) decoder.add(i, all[i].prompt, all[i].config);
+  std::size_t rounds = 0;
+  while (!decoder.empty()) {
+    rounds += decoder.size();
+    (void)decoder.step();
+  }
+  auto finished = by_id(decoder.run());
+  const specdec::BatchStats& stats = decoder.stats();
+  EXPECT_EQ(stats.draft_calls, 0u);
+  EXPECT_EQ(models.draft.batch_calls, 0u);
+  EXPECT_EQ(stats.target_calls, stats.steps);
+  EXPECT_EQ(stats.target_rows, rounds);  // one row per sequence and step, nothing else
+  // Greedy, the tokens of plain decoding; sampled, every token one of the target's (the law is
+  // the target's by construction: no draft, the round samples the target's row).
+  Request greedy = all[0];
+  PlainTarget target = pair.target<float>();
+  specdec::AutoregressiveDecoder plain(target);
+  decoder.add(9, greedy.prompt, greedy.config);
+  finished = by_id(decoder.run());
+  EXPECT_EQ(finished.at(9).result.tokens, plain.generate(greedy.prompt, greedy.config).tokens);
+  EXPECT_EQ(finished.at(9).result.stats.drafted, 0u);
+  EXPECT_EQ(decoder.stats().draft_calls, 0u);
 }
 
 // ---- leaving: release(id) ----------------------------------------------------------------
