@@ -14,7 +14,8 @@
 // block4 etc. (block verification), goodput (K <= 16 chosen per round, costs measured online),
 // goodput-block, goodput-measured / goodput-measured-block (the same policy with the pair's call
 // costs measured once before the first prompt: measure_call_costs), each with -correct
-// (GoodputOptions::correct_costs on) and/or -noguard (plain_guard off) appended for A/B runs;
+// (GoodputOptions::correct_costs on), -noguard (plain_guard off) and/or -nogrowth (the guard
+// told no plain_growth) appended for A/B runs;
 // every goodput setting has a decoder of its own. batch-plain, batch-K8, batch-block4,
 // batch-goodput-measured[-block] etc.: the setting through BatchedDecoder with one sequence
 // (B = 1) over BatchedModel contexts of their own, the goodput plan's costs measured once by
@@ -440,6 +441,7 @@ int main(int argc, char** argv) try {
       batch_costs =
           specdec::measure_batch_call_costs(*batch_draft, *batch_target, context, 1, 16, 9)
               .goodput_options();
+      std::fprintf(stderr, "measured batch (B = 1) plain growth %.5f\n", batch_costs.plain_growth);
     }
     reset();
   }
@@ -469,11 +471,12 @@ int main(int argc, char** argv) try {
           }
           auto& decoder = batch_decoders[setting];
           if (!decoder) {
+            specdec::BatchGoodputOptions costs = batch_costs;
+            if (!kind.starts_with("goodput-measured")) costs = {};
+            if (kind.ends_with("-nogrowth")) costs.plain_growth = 0;
             decoder = std::make_unique<BatchedSpeculative>(
                 *batch_target, specdec::ModelProposer(*batch_draft),
-                specdec::ConfiguredDraftLength{}, specdec::ConfiguredVerifier{},
-                kind.starts_with("goodput-measured") ? batch_costs
-                                                     : specdec::BatchGoodputOptions{});
+                specdec::ConfiguredDraftLength{}, specdec::ConfiguredVerifier{}, std::move(costs));
           }
           return decode_alone(*decoder, prompt, config);
         };
@@ -534,7 +537,7 @@ int main(int argc, char** argv) try {
         } else if (kind.starts_with("goodput")) {
           config.draft_length = 16;
           config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
-          // goodput[-measured|-never][-block][-correct|-nocorrect][-noguard]
+          // goodput[-measured|-never][-block][-correct|-nocorrect][-noguard][-nogrowth]
           std::string_view rest = kind.substr(7);
           const auto take = [&](std::string_view part) {
             if (!rest.starts_with(part)) return false;
@@ -550,8 +553,8 @@ int main(int argc, char** argv) try {
           if (take("-correct")) config.draft_length_policy.goodput.correct_costs = true;
           if (take("-nocorrect")) config.draft_length_policy.goodput.correct_costs = false;
           if (take("-noguard")) config.draft_length_policy.goodput.plain_guard = false;
-          if (!rest.empty() || (batch && kind != "goodput" && kind != "goodput-measured" &&
-                                kind != "goodput-measured-block")) {
+          if (take("-nogrowth")) config.draft_length_policy.goodput.plain_growth = 0;
+          if (!rest.empty() || (batch && !kind.starts_with("goodput-measured"))) {
             throw std::invalid_argument("unknown setting '" + setting + "'");
           }
         } else if (!batch && (setting == "ngram" || setting == "ngram-draft")) {

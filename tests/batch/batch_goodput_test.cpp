@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <functional>
@@ -436,6 +437,43 @@ TEST(BatchGoodputPlanner, WhileDraftingLosesProbesAloneAreNoTrial) {
   EXPECT_TRUE(probes.probing[0] && probes.probing[3]);
 }
 
+// A step's time grows with its sequences' context (0.15 % per token: the shipped pair's f16
+// GGUF). The plain steps are timed early, after ~30 tokens; every drafting step then delivers
+// 3.75 tokens per sequence in 3.3 plain steps of time at its own context. Told the growth, the
+// guard sees drafting that pays all along; not told, it compares the late steps with the early
+// plain ones, finds them ~30 % dearer than they are, and stops them.
+TEST(BatchGoodputPlanner, ThePlainGuardJudgesEachStepAgainstAPlainStepAtItsContext) {
+  constexpr double kGrowth = 0.0015;
+  const auto plain_at = [&](std::size_t context) {
+    return 1.0 + kGrowth * static_cast<double>(context);
+  };
+  const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
+  for (const bool told : {true, false}) {
+    SCOPED_TRACE(told ? "growth told" : "growth not told");
+    BatchGoodputOptions options =
+        fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+              curve(4, [](std::size_t) { return 0.01; }));
+    options.measured_costs = true;
+    options.plain_growth = told ? kGrowth : 0.0;
+    BatchGoodputPlanner planner(options);
+    planner.skip_step();  // the prompts' step
+    std::size_t context = 30;
+    for (; context < 34; ++context) {
+      (void)plan(planner, acceptance, options);
+      planner.observe_step(plain_at(context), 4, 4, context);
+    }
+    bool stopped = false;
+    for (; context < 230 && !stopped; context += 4) {
+      const Planned planned = plan(planner, acceptance, options);
+      ASSERT_GT(std::accumulate(planned.lengths.begin(), planned.lengths.end(), std::size_t{0}),
+                0u);
+      planner.observe_step(3.3 * plain_at(context), 15, 4, context);
+      stopped = planner.drafting_loses();
+    }
+    EXPECT_EQ(stopped, !told) << "at context " << context;
+  }
+}
+
 TEST(BatchGoodputOptions, RejectsBadCurvesNamingTheField) {
   const auto message = [](const BatchGoodputOptions& options) {
     try {
@@ -452,6 +490,9 @@ TEST(BatchGoodputOptions, RejectsBadCurvesNamingTheField) {
   BatchGoodputOptions no_probes;
   no_probes.probe_interval = 0;
   EXPECT_NE(message(no_probes).find("probe_interval"), std::string::npos);
+  BatchGoodputOptions shrinking;
+  shrinking.plain_growth = -0.001;
+  EXPECT_NE(message(shrinking).find("plain_growth = -0.001"), std::string::npos);
   EXPECT_THROW(BatchGoodputPlanner(fixed({1.0}, {})), std::invalid_argument);
   EXPECT_EQ(message(fixed({1.0}, {0.1})), "no error");
 }
@@ -569,6 +610,42 @@ TEST(BatchedDecoderGoodput, BadOptionsAreRejectedByTheConstructor) {
 
 // ---- measure_batch_call_costs
 // ------------------------------------------------------------------------
+
+void spin_for(std::chrono::microseconds duration) {
+  const auto end = std::chrono::steady_clock::now() + duration;
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+
+// A fake batched engine whose call costs 100 us per row plus 1 us per token of its sequences'
+// contexts: a plain step grows by 0.01 per token. measure_batch_call_costs finds it from one
+// sequence's plain steps after ~8 and ~64 tokens, as measure_call_costs does.
+TEST(MeasureBatchCallCosts, MeasuresHowAPlainStepGrowsWithTheContext) {
+  struct GrowingTarget : BatchedScriptedTarget {
+    using BatchedScriptedTarget::BatchedScriptedTarget;
+    const std::vector<float>& score_batch(std::span<const specdec::ScoreRequest> requests) {
+      std::size_t work = 0;
+      for (const specdec::ScoreRequest& request : requests) {
+        work += 100 * request.rows + request.context.size();
+      }
+      spin_for(std::chrono::microseconds(work));
+      return BatchedScriptedTarget::score_batch(requests);
+    }
+  };
+  const ScriptedPair pair = make_pair();
+  GrowingTarget target(pair.target<float>());
+  BatchedScriptedDraft draft(pair.draft<float>());
+  const std::vector<token_t> context(64, 1);
+  const specdec::BatchCallCosts costs =
+      specdec::measure_batch_call_costs(draft, target, context, 1, 2, 5);
+  EXPECT_NEAR(costs.plain_growth, 0.01, 0.003);
+  EXPECT_EQ(costs.goodput_options().plain_growth, costs.plain_growth);
+  EXPECT_EQ(target.broken_promises, 0u);
+  // Too short a context to tell: no growth.
+  const std::vector<token_t> short_context(24, 1);
+  EXPECT_EQ(specdec::measure_batch_call_costs(draft, target, short_context, 1, 2, 3).plain_growth,
+            0.0);
+}
 
 TEST(MeasureBatchCallCosts, TimesEveryRowCountAndDraftWidthWithinTheContractAndReleases) {
   const ScriptedPair pair = make_pair();

@@ -279,12 +279,15 @@ class BatchedDecoder {
     const auto start = std::chrono::steady_clock::now();
     const std::size_t tokens_before = stats_.tokens;
     const std::size_t sequences = sequences_.size();
+    std::size_t context = 0;  // the sequences' committed tokens, for the plan's guard
+    for (const auto& sequence : sequences_) context += sequence->context.size();
     propose_all();
     score_and_commit_all();
     if (prompt_step_) {
       planner_.skip_step();
     } else if (planned_step_) {
-      planner_.observe_step(detail::seconds_since(start), stats_.tokens - tokens_before, sequences);
+      planner_.observe_step(detail::seconds_since(start), stats_.tokens - tokens_before, sequences,
+                            context / sequences);
     }
     for (auto& sequence : sequences_) sequence->in_round = false;
     remove_finished(finished);

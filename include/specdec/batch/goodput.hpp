@@ -26,7 +26,8 @@
 ///    when even that does not pay: then those sequences stay exactly plain.
 ///  - Drafting is judged by what it delivers (`plain_guard`, as the single-sequence policy's
 ///    GoodputOptions::plain_guard): the steps' wall times, per sequence, against the tokens
-///    they emitted per sequence. While the recent drafting steps emit fewer tokens per plain
+///    they emitted per sequence, each step against a plain step at its sequences' mean
+///    context (`plain_growth`). While the recent drafting steps emit fewer tokens per plain
 ///    step of time than plain steps do (one per sequence), every step is plain (probes too)
 ///    but for a trial of the plan after a wait that doubles while trials lose. The curves
 ///    price calls as measured alone, and acceptance is an estimate: a plan that both call a
@@ -72,6 +73,11 @@ struct BatchGoodputOptions {
   /// previous call's (an engine that prepares each call shape anew: llama.cpp builds a new
   /// compute graph), in the curves' unit; 0: none.
   double target_switch_cost = 0;
+  /// How a plain step's time grows per token of context (its sequences' mean), relative to
+  /// its time at context 0: the guard judges each step against a plain step at the step's
+  /// context, as GoodputOptions::plain_growth (BatchCallCosts::goodput_options sets it; 0: every
+  /// context alike).
+  double plain_growth = 0;
   /// Steps a sequence is left plain before a probe (one drafted row) is considered.
   std::size_t probe_interval = 16;
   /// Judge drafting by what it delivers (file comment), when timings decide anyway: with costs
@@ -112,6 +118,10 @@ struct BatchGoodputOptions {
       detail::throw_invalid_argument("BatchGoodputOptions::target_switch_cost = ",
                                      target_switch_cost, "; expected a finite cost >= 0");
     }
+    if (!std::isfinite(plain_growth) || plain_growth < 0) {
+      detail::throw_invalid_argument("BatchGoodputOptions::plain_growth = ", plain_growth,
+                                     "; expected a finite growth >= 0 per token");
+    }
     if (probe_interval == 0) {
       detail::throw_invalid_argument("BatchGoodputOptions::probe_interval = 0; expected >= 1");
     }
@@ -125,6 +135,7 @@ class BatchGoodputPlanner {
   BatchGoodputPlanner() = default;
   explicit BatchGoodputPlanner(BatchGoodputOptions options) : options_(std::move(options)) {
     options_.validate();
+    guard_.set_plain_growth(options_.plain_growth);
   }
 
   /// \brief How the models are called: one target call for all sequences (score_batch) or
@@ -266,16 +277,18 @@ class BatchGoodputPlanner {
   /// weights, plans from the measured curves alone ran at 0.85-0.93x of plain batched
   /// decoding.) While steps are plain the correction fades (halving in ~35 steps), so that
   /// drafting is tried and measured again. Steps that read a prompt are not observed.
-  /// `emitted`: the tokens the step emitted, over `sequences` sequences (the guard's ledger).
+  /// `emitted`: the tokens the step emitted, over `sequences` sequences (the guard's ledger),
+  /// whose mean context was `context` tokens at the step's start (0: not said).
   /// Not with fixed curves of the user's own (BatchGoodputOptions::measured_costs false): those
   /// keep the plan independent of timings.
-  void observe_step(double seconds, std::size_t emitted = 0, std::size_t sequences = 0) noexcept {
+  void observe_step(double seconds, std::size_t emitted = 0, std::size_t sequences = 0,
+                    std::size_t context = 0) noexcept {
     if (!(seconds > 0) || !(plain_cost_ > 0)) return;
     if (options_.fixed_costs() && !options_.measured_costs) return;
     if (options_.guarding() && sequences > 0) {
       const std::size_t drafted = rows_ - std::min(rows_, plain_rows());
       const double share = 1.0 / static_cast<double>(sequences);
-      guard_.observe(drafted, static_cast<double>(emitted) * share, seconds * share);
+      guard_.observe(drafted, static_cast<double>(emitted) * share, seconds * share, context);
       plain_streak_ = drafted == 0 ? plain_streak_ + 1 : 0;
       if (guard_trial_) {  // did the trial reopen drafting?
         guard_wait_ =

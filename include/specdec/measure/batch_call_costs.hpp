@@ -25,7 +25,10 @@
 /// a step of unchanged rows runs in), as measure_call_costs does; the first, minus the
 /// second, gives the cost of a change of shape (BatchCallCosts::target_switch_seconds). Every
 /// sequence's rows follow its own positions after
-/// the last call's, walked through the second half of `context` again and again. The
+/// the last call's, walked through the second half of `context` again and again. Last, one
+/// sequence's plain steps early and late in `context` give BatchCallCosts::plain_growth, as
+/// measure_call_costs does (the guard judges each step against a plain step at the step's
+/// context: BatchGoodputOptions::plain_growth). The
 /// sequences use ids first_id .. first_id + sequences - 1 and are released from both models
 /// (release(id), if they have it) at the end, so a decoder may use those ids afterwards. A
 /// measurement tool: it allocates, and it calls the models many times.
@@ -52,6 +55,9 @@ struct BatchCallCosts {
   /// The extra time of a target call whose total rows differ from the previous call's (the
   /// median over the timed row counts of the quartiles' difference; >= 0)
   double target_switch_seconds = 0;
+  /// How one sequence's plain step grows per token of context, relative to its time at context
+  /// 0 (BatchGoodputOptions::plain_growth; 0 when the context was too short to tell)
+  double plain_growth = 0;
 
   /// \brief T(n) / T(1), n = 1 .. target_seconds.size().
   [[nodiscard]] std::vector<double> target_ratios() const {
@@ -67,6 +73,7 @@ struct BatchCallCosts {
     base.target_call_costs = target_seconds;
     base.draft_call_costs = draft_seconds;
     base.target_switch_cost = target_switch_seconds;
+    base.plain_growth = plain_growth;
     base.measured_costs = true;  // plain_guard applies: these curves are timings anyway
     if (target_seconds.empty() || draft_seconds.empty()) {
       detail::throw_invalid_argument(
@@ -196,6 +203,11 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
     for (auto& times : draft_times) {
       costs.draft_seconds.push_back(std::max(detail::lower_quartile_of(times), 1e-9));
     }
+    costs.plain_growth =
+        detail::measure_plain_growth(context.size(), repeats, [&](std::size_t length) {
+          score[0] = ScoreRequest{first_id, context.first(length), length, 1};
+          (void)target.score_batch(std::span<const ScoreRequest>(score.data(), 1));
+        });
   } catch (...) {
     release_all();
     throw;

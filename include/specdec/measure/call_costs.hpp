@@ -123,6 +123,38 @@ namespace detail {
   return at_zero > 0 ? per_token / at_zero : 0;
 }
 
+/// CallCosts::plain_growth: times plain steps (`step(length)`: one row after the first `length`
+/// tokens of a context of `size`) in two windows, after ~kWindow and after ~size tokens,
+/// kWindow steps in each per repeat (at most kGrowthRepeats: each long window first reads the
+/// tokens between the two), and returns the growth of plain_growth_of's line through their
+/// lower quartiles; 0 for a context too short to tell. measure_call_costs and
+/// measure_batch_call_costs (one sequence) share it.
+template <class PlainStep>
+[[nodiscard]] double measure_plain_growth(std::size_t size, std::size_t repeats, PlainStep step) {
+  constexpr std::size_t kWindow = 8, kGrowthRepeats = 3, kShortestForGrowth = 8 * kWindow;
+  if (size < kShortestForGrowth) return 0;
+  const std::array<std::size_t, 2> starts{kWindow, size - kWindow};
+  std::array<std::vector<double>, 2> steps;
+  std::array<double, 2> mean_context{};
+  for (std::size_t window = 0; window < 2; ++window) {
+    steps[window].reserve(kWindow * kGrowthRepeats);
+    mean_context[window] = static_cast<double>(starts[window]) + (kWindow - 1) / 2.0;
+  }
+  for (std::size_t repeat = 0; repeat < std::min(repeats, kGrowthRepeats); ++repeat) {
+    for (std::size_t window = 0; window < 2; ++window) {
+      step(starts[window]);  // rolls back or reads up to the start
+      for (std::size_t n = 1; n <= kWindow; ++n) {
+        const auto start = std::chrono::steady_clock::now();
+        step(starts[window] + n);
+        steps[window].push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+    }
+  }
+  return plain_growth_of(mean_context[0], lower_quartile_of(steps[0]), mean_context[1],
+                         lower_quartile_of(steps[1]));
+}
+
 }  // namespace detail
 
 /// \brief Times `draft(context)` and `target(context, n)` for n = 1 .. max_rows, `repeats`
@@ -197,31 +229,8 @@ template <DraftModel Draft, TargetModel Target>
   }
   costs.switch_seconds = std::max(0.0, detail::median_of(switches));
 
-  // Plain steps after ~kWindow and after ~context.size() tokens, kWindow of each per repeat
-  // (at most kGrowthRepeats: each long window first reads the tokens between the two).
-  constexpr std::size_t kWindow = 8, kGrowthRepeats = 3, kShortestForGrowth = 8 * kWindow;
-  if (context.size() >= kShortestForGrowth) {
-    const std::array<std::size_t, 2> starts{kWindow, context.size() - kWindow};
-    std::array<std::vector<double>, 2> steps;
-    std::array<double, 2> mean_context{};
-    for (std::size_t window = 0; window < 2; ++window) {
-      steps[window].reserve(kWindow * kGrowthRepeats);
-      mean_context[window] = static_cast<double>(starts[window]) + (kWindow - 1) / 2.0;
-    }
-    for (std::size_t repeat = 0; repeat < std::min(repeats, kGrowthRepeats); ++repeat) {
-      for (std::size_t window = 0; window < 2; ++window) {
-        (void)target(context.first(starts[window]), 1);  // rolls back or reads up to the start
-        for (std::size_t step = 1; step <= kWindow; ++step) {
-          const auto start = clock::now();
-          (void)target(context.first(starts[window] + step), 1);
-          steps[window].push_back(seconds(start));
-        }
-      }
-    }
-    costs.plain_growth =
-        detail::plain_growth_of(mean_context[0], detail::lower_quartile_of(steps[0]),
-                                mean_context[1], detail::lower_quartile_of(steps[1]));
-  }
+  costs.plain_growth = detail::measure_plain_growth(
+      context.size(), repeats, [&](std::size_t length) { (void)target(context.first(length), 1); });
   return costs;
 }
 
