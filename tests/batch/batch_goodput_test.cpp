@@ -432,9 +432,64 @@ TEST(BatchGoodputPlanner, WhileDraftingLosesProbesAloneAreNoTrial) {
 
   BatchGoodputPlanner winning(options);
   timed(winning);
+  for (int step = 0; step < 3; ++step) {  // 12 tokens in 1.5 plain steps' time: a verdict
+    ASSERT_GT(rows(plan(winning, good, options)), 0u);
+    winning.observe_step(1.5, 12, 4);
+  }
+  ASSERT_FALSE(winning.drafting_loses());
   const Planned probes = plan(winning, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
   EXPECT_EQ(rows(probes), 4u);
   EXPECT_TRUE(probes.probing[0] && probes.probing[3]);
+}
+
+// Before the guard's first verdict a probe drafts the length its optimistic acceptance plans,
+// as long as the ledger affords its worst case, not one row: on a curve where a second row
+// costs nearly a whole call, a one-token round cannot win, and the guard's first verdicts are
+// on these rounds. After a verdict, one row.
+TEST(BatchGoodputPlanner, BeforeTheGuardsFirstVerdictAProbeDraftsTheOptimisticLength) {
+  // T(n) = 1.8 + 0.1 (n - 2) for n >= 2: two rows cost 1.8 calls, nine 2.5.
+  BatchGoodputOptions options = fixed(
+      curve(9, [](std::size_t n) { return n == 1 ? 1.0 : 1.8 + 0.1 * static_cast<double>(n - 2); }),
+      curve(1, [](std::size_t) { return 0.02; }));
+  options.measured_costs = true;
+  const std::vector<std::vector<double>> useless(1, std::vector<double>(8, 0.05));
+  const std::vector<std::vector<double>> good(1, std::vector<double>(8, 0.9));
+  BatchGoodputPlanner planner(options);
+  planner.skip_step();
+  for (int step = 0; step < 2; ++step) {
+    (void)plan(planner, useless, options);
+    planner.observe_step(1.0, 1, 1);
+  }
+  const Planned cold = plan(planner, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
+  ASSERT_TRUE(cold.probing[0]);
+  EXPECT_GE(cold.lengths[0], 6u);  // 0.9 per token: the best rate at 8 rows, 6.1 tokens / 2.7
+  // Three drafting steps that win (the first, the draft's prefill, unjudged): a verdict.
+  for (int step = 0; step < 3; ++step) planner.observe_step(2.5, 5, 1);
+  ASSERT_FALSE(planner.drafting_loses());
+  const Planned warm = plan(planner, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
+  ASSERT_TRUE(warm.probing[0]);
+  EXPECT_EQ(warm.lengths[0], 1u);
+  // A steeper curve (T(n) = 1 + 0.6 (n - 1)) where the optimistic plan is 8 rows: the probe
+  // is cut to what the ledger affords in its worst case, one token for the step's whole cost:
+  // 3 rows (T(4) + 3 draft rows = 2.86 calls, 1.86 lost <= 2 allowed; 4 rows would lose 2.48).
+  BatchGoodputOptions steep =
+      fixed(curve(9, [](std::size_t n) { return 1.0 + 0.6 * static_cast<double>(n - 1); }),
+            curve(1, [](std::size_t) { return 0.02; }));
+  steep.measured_costs = true;
+  BatchGoodputPlanner bounded(steep);
+  bounded.skip_step();
+  for (int step = 0; step < 2; ++step) {
+    (void)plan(bounded, useless, steep);
+    bounded.observe_step(1.0, 1, 1);
+  }
+  const Planned cut = plan(bounded, useless, steep, /*optimistic=*/0.95, /*probe_due=*/true);
+  ASSERT_TRUE(cut.probing[0]);
+  EXPECT_EQ(cut.lengths[0], 3u);
+  // Without the guard, probes are one row from the start.
+  options.plain_guard = false;
+  BatchGoodputPlanner unguarded(options);
+  const Planned plain = plan(unguarded, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
+  EXPECT_EQ(plain.lengths[0], 1u);
 }
 
 // A step's time grows with its sequences' context (0.15 % per token: the shipped pair's f16

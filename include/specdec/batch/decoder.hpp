@@ -485,7 +485,9 @@ class BatchedDecoder {
       if (!s.active() || s.planned == nullptr) continue;
       s.limit = planner_.length(s.plan_index);
       prompt_step_ = prompt_step_ || (s.limit > 0 && !s.draft_prefilled);
-      s.planned->follow_batch_plan(s.limit, planner_.threshold());
+      // A probe drafts its whole length: the batch's threshold belongs to the rows it planned.
+      s.planned->follow_batch_plan(s.limit,
+                                   planner_.probing(s.plan_index) ? 0.0 : planner_.threshold());
       s.plain_steps = s.limit == 0 ? s.plain_steps + 1 : 0;
     }
   }

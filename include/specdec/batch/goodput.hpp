@@ -22,8 +22,9 @@
 ///    sequence's limit is 0, so the step makes no draft call and scores no extra row.
 ///  - A sequence left plain for probe_interval steps is given one row anyway when drafting
 ///    some length at its optimistic acceptance would beat the plan's rate, as the
-///    single-sequence policy probes: without verdicts its acceptance could not recover. Not
-///    when even that does not pay: then those sequences stay exactly plain.
+///    single-sequence policy probes: without verdicts its acceptance could not recover (before
+///    the guard's first verdict, that best length: the guard must judge rounds that can win).
+///    Not when even that does not pay: then those sequences stay exactly plain.
 ///  - Drafting is judged by what it delivers (`plain_guard`, as the single-sequence policy's
 ///    GoodputOptions::plain_guard): the steps' wall times, per sequence, against the tokens
 ///    they emitted per sequence, each step against a plain step at its sequences' mean
@@ -231,19 +232,37 @@ class BatchGoodputPlanner {
     // optimistic acceptance would beat the plan's rate. (Judging the single row alone kept a
     // batch of 8 plain for good where one more row cost more than the rows after it: the
     // acceptance never had a verdict to recover from.)
+    // Before the guard has a verdict, a probe drafts the length its optimistic acceptance
+    // plans: the guard's first verdicts are on these rounds, and on a curve where two rows
+    // cost nearly two plain steps a one-token round cannot win (the shipped pair's f16 weights
+    // through llama.cpp at B = 1: a fresh sequence's one-row probes were judged losing, and
+    // 24-28 of 50 generations then ran 90 % plain or more, against 17-20 with the
+    // single-sequence policy, whose probe, re-planned at every drafted token, grows into a
+    // round that can win).
+    const bool cold = options_.guarding() && !guard_.has_verdict();
     for (Entry& entry : sequences_) {
       if (!entry.planned || entry.length > 0 || !entry.probe_due || entry.limit == 0) continue;
-      if (!optimism_pays(entry)) continue;
-      entry.length = 1;
+      const std::size_t length = optimistic_length(entry);
+      if (length == 0) continue;
+      std::size_t drafted = cold ? length : 1;
+      // ... at most as long as the ledger affords its worst case (one token per sequence, as
+      // a plain step gives, for the step's whole cost): the probes of quantized weights, where
+      // a second row nearly doubles the call, stay short.
+      while (drafted > 1 &&
+             probe_step_cost(entry, drafted) / plain_cost_ - 1 > guard_.allowance_left()) {
+        --drafted;
+      }
+      entry.length = drafted;
       entry.probing = true;
-      tokens_ += entry.optimistic;
+      double survival = 1;
+      for (std::size_t m = 1; m <= drafted; ++m) tokens_ += (survival *= entry.optimistic);
       count_rows(1, -1);
-      count_rows(2, +1);
+      count_rows(drafted + 1, +1);
       draft_cost_ += resume_cost(entry);
-      target_cost_ = shared_target_ ? shared_call_cost(rows_ + 1)
-                                    : target_cost_ + target_cost(2) - target_cost(1);
-      draft_cost_ += add_draft_row(1);
-      ++rows_;
+      target_cost_ = shared_target_ ? shared_call_cost(rows_ + drafted)
+                                    : target_cost_ + target_cost(drafted + 1) - target_cost(1);
+      for (std::size_t m = 1; m <= drafted; ++m) draft_cost_ += add_draft_row(m);
+      rows_ += drafted;
     }
     if (options_.guarding() && rows_ != plain && !guard_allows(!plan_drafts)) {
       walk(longest, 0, nullptr);  // every planned sequence plain
@@ -413,9 +432,10 @@ class BatchGoodputPlanner {
     }
   }
 
-  /// Whether `entry` (plain in the plan) drafting m tokens, for some m up to its limit, each
-  /// accepted at its optimistic rate, would beat the plan's rate by kProbeMargin, its cost
-  /// above the plan's scaled by the correction as every plan's is (cost()).
+  /// The m up to its limit for which `entry` (plain in the plan) drafting m tokens, each
+  /// accepted at its optimistic rate, gives the step its best rate, if that beats the plan's
+  /// rate by kProbeMargin (its cost above the plan's scaled by the correction as every plan's
+  /// is, cost()); 0 if no m does.
   ///
   /// Why a margin: a probe is the step's dearest kind of row. Its sequence's draft catches up
   /// on every token the plain steps emitted, and both models meet a call shape they have not
@@ -426,19 +446,29 @@ class BatchGoodputPlanner {
   /// run cost 3-6 % of plain batched decoding's speed (0.94-0.97x). A sequence whose drafting
   /// pays as the batch plans it needs no probe; a probe only reopens drafting the estimates
   /// have written off, and that is worth it where the best case is a clear gain.
-  [[nodiscard]] bool optimism_pays(const Entry& entry) const noexcept {
-    double tokens = tokens_, survival = 1, draft = draft_cost_ + resume_cost(entry);
-    const double wanted = rate() * (1 + kProbeMargin);
+  [[nodiscard]] std::size_t optimistic_length(const Entry& entry) const noexcept {
+    double tokens = tokens_, survival = 1;
+    double best_rate = rate() * (1 + kProbeMargin);
+    std::size_t best = 0;
     for (std::size_t m = 1; m <= entry.limit; ++m) {
       tokens += (survival *= entry.optimistic);
-      draft += draft_row_cost(m);
-      // (With equal micro-batches: its m rows above the others' as one more pass, at most.)
-      const double target = !shared_target_  ? target_cost_ + target_cost(m + 1) - target_cost(1)
-                            : micro_batches_ ? target_cost_ + target_cost(m)
-                                             : target_cost(rows_ + m);
-      if (tokens / corrected(target + draft + switch_cost(rows_ + m)) > wanted) return true;
+      const double step_rate = tokens / probe_step_cost(entry, m);
+      if (step_rate > best_rate) {
+        best_rate = step_rate;
+        best = m;
+      }
     }
-    return false;
+    return best;
+  }
+  /// The step's cost (cost()) with `entry`, plain in the plan, drafting m tokens.
+  [[nodiscard]] double probe_step_cost(const Entry& entry, std::size_t m) const noexcept {
+    double draft = draft_cost_ + resume_cost(entry);
+    for (std::size_t k = 1; k <= m; ++k) draft += draft_row_cost(k);
+    // (With equal micro-batches: its m rows above the others' as one more pass, at most.)
+    const double target = !shared_target_  ? target_cost_ + target_cost(m + 1) - target_cost(1)
+                          : micro_batches_ ? target_cost_ + target_cost(m)
+                                           : target_cost(rows_ + m);
+    return corrected(target + draft + switch_cost(rows_ + m));
   }
 
   /// The step's rows with nothing planned drafted.
@@ -563,7 +593,7 @@ class BatchGoodputPlanner {
   }
 
   static constexpr double kTieTolerance = 1e-9;
-  static constexpr double kProbeMargin = 0.1;  // optimism_pays
+  static constexpr double kProbeMargin = 0.1;  // optimistic_length
   static constexpr std::size_t kAmortizedSteps = 4;
   static constexpr double kPriorDraftShare = 0.05;
   BatchGoodputOptions options_{};

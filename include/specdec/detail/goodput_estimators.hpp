@@ -516,9 +516,15 @@ class DraftingGuard {
   /// The recent drafting rounds (two judged at least) emitted fewer tokens per plain step of
   /// time than plain steps do, and no trial since has won.
   [[nodiscard]] bool drafting_loses() const noexcept { return losing_; }
+  /// Whether drafting has a verdict: the first rounds judged (kRoundsToJudge), or found losing.
+  [[nodiscard]] bool has_verdict() const noexcept {
+    return losing_ || judged_rounds_ >= kRoundsToJudge;
+  }
   /// Whether the ledger affords another drafting round while drafting loses.
-  [[nodiscard]] bool affords_trial() const noexcept {
-    return lost_units_ <= kAllowance + kShare * elapsed_units_;
+  [[nodiscard]] bool affords_trial() const noexcept { return allowance_left() >= 0; }
+  /// What the ledger has left, in plain steps: what a round may still lose.
+  [[nodiscard]] double allowance_left() const noexcept {
+    return kAllowance + kShare * elapsed_units_ - lost_units_;
   }
   /// No plain step has been timed yet, so no drafting round could be judged: the rounds
   /// should be plain until one is (the first two rounds of the policy's life, the first being
