@@ -252,13 +252,13 @@ class BatchGoodputPlanner {
              probe_step_cost(entry, drafted) / plain_cost_ - 1 > guard_.allowance_left()) {
         --drafted;
       }
+      draft_cost_ += resume_cost(entry);  // once, as walk() charges it with the first row
       entry.length = drafted;
       entry.probing = true;
       double survival = 1;
       for (std::size_t m = 1; m <= drafted; ++m) tokens_ += (survival *= entry.optimistic);
       count_rows(1, -1);
       count_rows(drafted + 1, +1);
-      draft_cost_ += resume_cost(entry);
       target_cost_ = shared_target_ ? shared_call_cost(rows_ + drafted)
                                     : target_cost_ + target_cost(drafted + 1) - target_cost(1);
       for (std::size_t m = 1; m <= drafted; ++m) draft_cost_ += add_draft_row(m);
