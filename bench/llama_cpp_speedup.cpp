@@ -471,8 +471,7 @@ int main(int argc, char** argv) try {
           }
           auto& decoder = batch_decoders[setting];
           if (!decoder) {
-            specdec::BatchGoodputOptions costs = batch_costs;
-            if (!kind.starts_with("goodput-measured")) costs = {};
+            specdec::BatchGoodputOptions costs = batch_costs;  // only goodput-measured parses
             if (kind.ends_with("-nogrowth")) costs.plain_growth = 0;
             decoder = std::make_unique<BatchedSpeculative>(
                 *batch_target, specdec::ModelProposer(*batch_draft),

@@ -453,13 +453,16 @@ TEST(BatchGoodputPlanner, BeforeTheGuardsFirstVerdictAProbeDraftsTheOptimisticLe
       curve(1, [](std::size_t) { return 0.02; }));
   options.measured_costs = true;
   const std::vector<std::vector<double>> useless(1, std::vector<double>(8, 0.05));
-  const std::vector<std::vector<double>> good(1, std::vector<double>(8, 0.9));
+  // The prompt's step, then two plain steps timed: the guard may judge, and has no verdict.
+  const auto timed = [&](BatchGoodputPlanner& planner, const BatchGoodputOptions& curves) {
+    planner.skip_step();
+    for (int step = 0; step < 2; ++step) {
+      (void)plan(planner, useless, curves);
+      planner.observe_step(1.0, 1, 1);
+    }
+  };
   BatchGoodputPlanner planner(options);
-  planner.skip_step();
-  for (int step = 0; step < 2; ++step) {
-    (void)plan(planner, useless, options);
-    planner.observe_step(1.0, 1, 1);
-  }
+  timed(planner, options);
   const Planned cold = plan(planner, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
   ASSERT_TRUE(cold.probing[0]);
   EXPECT_GE(cold.lengths[0], 6u);  // 0.9 per token: the best rate at 8 rows, 6.1 tokens / 2.7
@@ -477,11 +480,7 @@ TEST(BatchGoodputPlanner, BeforeTheGuardsFirstVerdictAProbeDraftsTheOptimisticLe
             curve(1, [](std::size_t) { return 0.02; }));
   steep.measured_costs = true;
   BatchGoodputPlanner bounded(steep);
-  bounded.skip_step();
-  for (int step = 0; step < 2; ++step) {
-    (void)plan(bounded, useless, steep);
-    bounded.observe_step(1.0, 1, 1);
-  }
+  timed(bounded, steep);
   const Planned cut = plan(bounded, useless, steep, /*optimistic=*/0.95, /*probe_due=*/true);
   ASSERT_TRUE(cut.probing[0]);
   EXPECT_EQ(cut.lengths[0], 3u);
