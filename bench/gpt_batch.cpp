@@ -10,8 +10,10 @@
 // table gives the medians of total tokens/s (all sequences' tokens / wall time) and the
 // median of the per-repetition ratios to plain, and the same ratio from the process's CPU time
 // (one thread per call: CPU time is the run's time without what other processes took, and
-// without the time the process was stopped), and goodput's ratio to the fixed K. Sequence i
-// has seed i (T > 0).
+// without the time the process was stopped), goodput's ratio to the fixed K, and per-sequence
+// latency (the median over the sequences of the milliseconds per token each waited from
+// joining the batch to leaving it; medians over the repetitions). Sequence i has seed i
+// (T > 0).
 //
 // At B = 1 each repetition also runs the single-sequence decoders on the same prompt and config
 // (SpeculativeDecoder with the fixed K, AutoregressiveDecoder), and a line after each B = 1 row
@@ -47,10 +49,17 @@ double cpu_seconds() {
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
 
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 struct Run {
   std::size_t tokens = 0;
   double seconds = 0;
   double cpu = 0;
+  double ms_per_token = 0;  // per-sequence latency: the median over the sequences
   double rows_per_call = 0;
   double acceptance = 0;
   std::vector<std::vector<token_t>> tokens_by_sequence;
@@ -87,24 +96,23 @@ Run decode(GptModel& target, GptModel& draft, Policy policy,
   for (std::size_t i = 0; i < prompts.size(); ++i) decoder.add(i, prompts[i], configs[i]);
   Run run;
   specdec::DecodeStats all;
+  std::vector<double> ms_per_token;
   run.tokens_by_sequence.resize(prompts.size());
   for (specdec::FinishedSequence& done : decoder.run()) {
     if (done.error) std::rethrow_exception(done.error);
     run.tokens += done.result.stats.emitted;
+    ms_per_token.push_back(
+        1e3 * done.result.stats.total_seconds /
+        static_cast<double>(std::max<std::size_t>(done.result.stats.emitted, 1)));
     all += done.result.stats;
     run.tokens_by_sequence[done.id] = std::move(done.result.tokens);
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.cpu = cpu_seconds() - cpu_start;
   run.rows_per_call = decoder.stats().rows_per_target_call();
+  run.ms_per_token = median(std::move(ms_per_token));
   run.acceptance = all.acceptance_rate();
   return run;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 std::vector<std::size_t> size_list(std::string_view text) {
@@ -168,8 +176,9 @@ int main(int argc, char** argv) {
   std::printf(
       "| T | B | plain tokens/s | K = %zu tokens/s | goodput tokens/s | K = %zu / plain, median "
       "of %zu [min, max] | goodput / plain [min, max] | goodput / K = %zu | CPU time: K, goodput "
-      "/ plain | rows/target call (K, goodput) | acceptance (K, goodput) | greedy identical |\n"
-      "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n",
+      "/ plain | ms per token per sequence (plain, K, goodput) | rows/target call (K, goodput) | "
+      "acceptance (K, goodput) | greedy identical |\n"
+      "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n",
       draft_length, draft_length, repeats, draft_length);
   for (const float temperature : temperatures) {
     for (const std::size_t batch : batches) {
@@ -199,7 +208,7 @@ int main(int argc, char** argv) {
               .goodput_options();
       if (probe_interval > 0) costs.probe_interval = probe_interval;
       std::vector<double> plain_rate, fixed_rate, goodput_rate, fixed_ratio, goodput_ratio,
-          versus_fixed, fixed_cpu, goodput_cpu;
+          versus_fixed, fixed_cpu, goodput_cpu, plain_ms, fixed_ms, goodput_ms;
       Run plain_run, fixed_run, goodput_run, single_fixed_run, single_plain_run;
       std::vector<double> single_fixed_ratio, single_plain_ratio;
       const std::size_t turns = batch == 1 ? 5 : 3;
@@ -236,6 +245,9 @@ int main(int argc, char** argv) {
         plain_rate.push_back(plain_run.tokens_per_second());
         fixed_rate.push_back(fixed_run.tokens_per_second());
         goodput_rate.push_back(goodput_run.tokens_per_second());
+        plain_ms.push_back(plain_run.ms_per_token);
+        fixed_ms.push_back(fixed_run.ms_per_token);
+        goodput_ms.push_back(goodput_run.ms_per_token);
         fixed_ratio.push_back(fixed_rate.back() / plain_rate.back());
         goodput_ratio.push_back(goodput_rate.back() / plain_rate.back());
         versus_fixed.push_back(goodput_rate.back() / fixed_rate.back());
@@ -260,12 +272,13 @@ int main(int argc, char** argv) {
       };
       std::printf(
           "| %g | %zu | %.0f | %.0f | %.0f | %.2fx [%.2f, %.2f] | %.2fx [%.2f, %.2f] | %.2f | "
-          "%.2fx, %.2fx | %.1f, %.1f | %.3f, %.3f | %s |\n",
+          "%.2fx, %.2fx | %.2f, %.2f, %.2f | %.1f, %.1f | %.3f, %.3f | %s |\n",
           static_cast<double>(temperature), batch, median(plain_rate), median(fixed_rate),
           median(goodput_rate), median(fixed_ratio), low(fixed_ratio), high(fixed_ratio),
           median(goodput_ratio), low(goodput_ratio), high(goodput_ratio), median(versus_fixed),
-          median(fixed_cpu), median(goodput_cpu), fixed_run.rows_per_call,
-          goodput_run.rows_per_call, fixed_run.acceptance, goodput_run.acceptance,
+          median(fixed_cpu), median(goodput_cpu), median(plain_ms), median(fixed_ms),
+          median(goodput_ms), fixed_run.rows_per_call, goodput_run.rows_per_call,
+          fixed_run.acceptance, goodput_run.acceptance,
           temperature > 0 ? "-"
           : identical     ? "yes"
                           : "NO");

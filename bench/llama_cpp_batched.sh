@@ -6,7 +6,8 @@
 # sequence's draft length, from cost curves measured before decoding). Each (B, policy) is one
 # specdec-llama --parallel process: R paired runs (speculative and plain, the order alternating,
 # each from an empty KV cache), medians. Greedy unless TEMP is set, 1 thread per model, every
-# process at nice 19.
+# process at nice 19. Per-sequence latency: the median over the sequences of the milliseconds
+# per token each waited from joining the batch to leaving it (medians of the runs).
 #
 #   [WIDTHS="1 2 4 8 16 32"] [POLICIES="k8 goodput"] [TEMP=0] [TARGET=x.gguf DRAFT=y.gguf] \
 #   [EXTRA_ARGS="--kv-unified on"] \
@@ -41,13 +42,15 @@ python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 print("\n| B | policy | specdec batched (tokens/s) | plain batched (tokens/s) | ratio (median of pairs) "
-      "| rows per target call | acceptance rate | identical |")
-print("|---:|---|---:|---:|---:|---:|---:|:---:|")
+      "| ms per token per sequence: specdec, plain | rows per target call | draft calls "
+      "| acceptance rate | identical |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|:---:|")
 for r in rows:
     s, p = r["speculative"], r["plain"]
     print(f'| {r["parallel"]} | {r["policy"]} | {s["tokens_per_second"]:.0f} | '
           f'{p["tokens_per_second"]:.0f} | {r["measured_speedup"]:.2f}x | '
-          f'{s["rows_per_target_call"]:.1f} | {s["acceptance_rate"]:.3f} | '
+          f'{s["ms_per_token_per_sequence"]:.3f}, {p["ms_per_token_per_sequence"]:.3f} | '
+          f'{s["rows_per_target_call"]:.1f} | {s["draft_calls"]} | {s["acceptance_rate"]:.3f} | '
           f'{"yes" if r["identical"] else "no"} |')
 PY
 rm -f "$out"

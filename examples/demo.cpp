@@ -4,10 +4,8 @@
 // and compares with plain batched decoding. `specdec-demo --help` lists the flags.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -17,6 +15,7 @@
 
 #include <specdec/specdec.hpp>
 
+#include "batch_run.hpp"
 #include "cli_args.hpp"
 #include "decoder_ladder.hpp"
 #include "gpt/bpe_tokenizer.hpp"
@@ -26,15 +25,20 @@
 namespace {
 
 using specdec::token_t;
+using specdec::examples::BatchPrompts;
+using specdec::examples::BatchRun;
 using specdec::examples::DecoderChoice;
 using specdec::examples::GptModel;
+using specdec::examples::histogram_text;
 using specdec::examples::json_string;
 using specdec::examples::kAutoDraftLengthCap;
 using specdec::examples::name_of;
 using specdec::examples::parse_flag;
 using specdec::examples::parse_number;
+using specdec::examples::per_call;
 using specdec::examples::Proposer;
 using specdec::examples::TextStream;
+using specdec::examples::tokens_per_second;
 using specdec::examples::tree_name;
 using specdec::examples::UsageError;
 
@@ -323,10 +327,6 @@ std::string to_text(std::span<const token_t> tokens) {
   return text;
 }
 
-double tokens_per_second(const specdec::DecodeStats& stats) {
-  return stats.total_seconds > 0 ? static_cast<double>(stats.emitted) / stats.total_seconds : 0;
-}
-
 double seconds_per_target_call(const specdec::DecodeStats& stats) {
   return stats.target_seconds / static_cast<double>(stats.target_calls);
 }
@@ -354,12 +354,8 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
       stats.total_seconds, tokens_per_second(stats), stats.rounds, stats.acceptance_rate(),
       stats.alpha_hat(), stats.tokens_per_round(), stats.cost_ratio(),
       stats.predicted_speedup(config.draft_length));
-  std::string histogram;
-  for (const std::size_t rounds : stats.draft_length_histogram()) {
-    histogram += (histogram.empty() ? "" : ", ") + std::to_string(rounds);
-  }
-  std::printf(",\n  \"draft_length_histogram\": [%s],\n  \"plain_rounds\": %zu", histogram.c_str(),
-              stats.plain_rounds());
+  std::printf(",\n  \"draft_length_histogram\": [%s],\n  \"plain_rounds\": %zu",
+              histogram_text(stats.draft_length_histogram(), true).c_str(), stats.plain_rounds());
   if (options.decoder.tree) {
     const auto list = [](const std::vector<std::size_t>& values) {
       std::string out;
@@ -465,16 +461,8 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
     std::printf("  (accepted / drafted nodes that were a parent's r-th child)\n");
   }
   if (adaptive) {
-    // The chosen draft lengths, as "length x rounds" for every length that occurred.
-    std::string chosen;
-    const std::vector<std::size_t> histogram = stats.draft_length_histogram();
-    for (std::size_t n = 0; n < histogram.size(); ++n) {
-      if (histogram[n] == 0) continue;
-      chosen +=
-          (chosen.empty() ? "" : ", ") + std::to_string(n) + ": " + std::to_string(histogram[n]);
-    }
-    std::printf("draft lengths chosen:  %s  (length: rounds; %zu plain steps)\n", chosen.c_str(),
-                stats.plain_rounds());
+    std::printf("draft lengths chosen:  %s  (length: rounds; %zu plain steps)\n",
+                histogram_text(stats.draft_length_histogram()).c_str(), stats.plain_rounds());
     if (stats.predicted_seconds > 0) {
       const double model_seconds = stats.draft_seconds + stats.target_seconds;
       std::printf("policy expected:       %.1f tokens/s of model time, measured %.1f\n",
@@ -494,58 +482,26 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
 
 // ---- --batch B --------------------------------------------------------------------------------
 
-/// One sequence of a batch: its prompt (as given and as tokens) and settings.
-struct BatchSequence {
-  std::string text;
-  std::vector<token_t> prompt;
-  specdec::GenerationConfig config;
-};
-
-/// A batched run: every sequence's result by index, the engine calls, the wall time.
-struct BatchRun {
-  std::vector<specdec::GenerationResult> results;
-  specdec::BatchStats stats;
-  double seconds = 0;
-
-  [[nodiscard]] std::size_t tokens() const {
-    std::size_t total = 0;
-    for (const auto& result : results) total += result.stats.emitted;
-    return total;
-  }
-  [[nodiscard]] double tokens_per_second() const {
-    return seconds > 0 ? static_cast<double>(tokens()) / seconds : 0;
-  }
-};
-
 /// --prompts FILE's lines, cycled to `count` sequences: "\n" + line each, seed --seed + index,
 /// budget clamped so that prompt + N + K + 1 fits the models' context.
-std::vector<BatchSequence> batch_sequences(const Options& options, std::size_t max_context) {
-  std::ifstream in(options.prompts_path);
-  if (!in) throw std::runtime_error("cannot read --prompts file '" + options.prompts_path + "'");
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(line);
-  }
-  if (lines.empty()) {
-    throw std::runtime_error("--prompts file '" + options.prompts_path + "' has no prompts");
-  }
-  std::vector<BatchSequence> sequences(options.batch);
+BatchPrompts batch_prompts(const Options& options, std::size_t max_context) {
+  const std::vector<std::string> lines = specdec::examples::read_prompt_lines(options.prompts_path);
+  BatchPrompts sequences;
   std::size_t clamped = 0;
-  for (std::size_t i = 0; i < sequences.size(); ++i) {
-    BatchSequence& sequence = sequences[i];
-    sequence.text = lines[i % lines.size()];
-    sequence.prompt.push_back('\n');  // BOS: every training verse follows a newline
-    for (const unsigned char byte : sequence.text) sequence.prompt.push_back(byte);
-    sequence.config = options.config;
-    sequence.config.seed = options.config.seed + i;
-    const std::size_t fixed = sequence.prompt.size() + sequence.config.usable_draft_length() + 1;
+  for (std::size_t i = 0; i < options.batch; ++i) {
+    const std::string& text = sequences.texts.emplace_back(lines[i % lines.size()]);
+    std::vector<token_t>& prompt = sequences.tokens.emplace_back(1, '\n');  // BOS: every
+    for (const unsigned char byte : text) prompt.push_back(byte);  // training verse follows one
+    specdec::GenerationConfig& config = sequences.configs.emplace_back(options.config);
+    config.seed = options.config.seed + i;
+    const std::size_t fixed = prompt.size() + config.usable_draft_length() + 1;
     if (fixed >= max_context) {
-      throw UsageError("prompt " + std::to_string(i) + " (" +
-                       std::to_string(sequence.prompt.size()) + " tokens) + K + 1 leaves no " +
-                       "room for new tokens in the max context of " + std::to_string(max_context));
+      throw UsageError("prompt " + std::to_string(i) + " (" + std::to_string(prompt.size()) +
+                       " tokens) + K + 1 leaves no room for new tokens in the max context of " +
+                       std::to_string(max_context));
     }
-    if (sequence.config.max_new_tokens > max_context - fixed) {
-      sequence.config.max_new_tokens = max_context - fixed;
+    if (config.max_new_tokens > max_context - fixed) {
+      config.max_new_tokens = max_context - fixed;
       ++clamped;
     }
   }
@@ -562,51 +518,17 @@ std::vector<BatchSequence> batch_sequences(const Options& options, std::size_t m
 /// before the first step; `costs` is the goodput plan's cost model (batch/goodput.hpp).
 template <class Policy>
 BatchRun run_batched(GptModel& target, specdec::ModelProposer<GptModel> proposer, Policy policy,
-                     const std::vector<BatchSequence>& sequences,
-                     specdec::BatchGoodputOptions costs = {}) {
+                     const BatchPrompts& sequences, specdec::BatchGoodputOptions costs = {}) {
   specdec::BatchedDecoder<GptModel, specdec::ModelProposer<GptModel>, Policy> decoder(
       target, proposer, std::move(policy), {}, std::move(costs));
-  const auto start = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < sequences.size(); ++i) {
-    decoder.add(i, sequences[i].prompt, sequences[i].config);
-  }
-  BatchRun run;
-  run.results.resize(sequences.size());
-  for (specdec::FinishedSequence& done : decoder.run()) {
-    if (done.error) std::rethrow_exception(done.error);
-    run.results[done.id] = std::move(done.result);
-  }
-  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  run.stats = decoder.stats();
-  return run;
+  return specdec::examples::run_batch(decoder, sequences);
 }
 
-/// The sequences' statistics pooled: acceptance and the draft-length histogram of all rounds.
-specdec::DecodeStats pooled(const BatchRun& run) {
-  specdec::DecodeStats all;
-  for (const auto& result : run.results) all += result.stats;
-  return all;
-}
-
-double per_call(std::size_t rows, std::size_t calls) {
-  return calls == 0 ? 0 : static_cast<double>(rows) / static_cast<double>(calls);
-}
-
-/// "0: 3, 4: 120" (length: rounds, for the lengths that occurred).
-std::string histogram_text(const std::vector<std::size_t>& histogram) {
-  std::string text;
-  for (std::size_t n = 0; n < histogram.size(); ++n) {
-    if (histogram[n] == 0) continue;
-    text += (text.empty() ? "" : ", ") + std::to_string(n) + ": " + std::to_string(histogram[n]);
-  }
-  return text;
-}
-
-void print_batch_json(const Options& options, const std::vector<BatchSequence>& sequences,
-                      const BatchRun& fast, const BatchRun& slow) {
+void print_batch_json(const Options& options, const BatchPrompts& sequences, const BatchRun& fast,
+                      const BatchRun& slow) {
   const specdec::GenerationConfig& config = options.config;
   const specdec::SamplingParams& s = config.sampling;
-  const specdec::DecodeStats all = pooled(fast);
+  const specdec::DecodeStats all = fast.pooled();
   std::printf(
       "{\n  \"batch\": %zu,\n  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n"
       "  \"verifier\": \"%s\",\n  \"threads\": {\"target\": %zu, \"draft\": %zu},\n"
@@ -622,52 +544,48 @@ void print_batch_json(const Options& options, const std::vector<BatchSequence>& 
     std::printf(
         "%s\n    {\"prompt\": %s, \"seed\": %llu, \"text\": %s, \"new_tokens\": %zu, "
         "\"seconds\": %.6g, \"tokens_per_second\": %.6g, \"acceptance_rate\": %.6g}",
-        i ? "," : "", json_string(sequences[i].text).c_str(),
-        static_cast<unsigned long long>(sequences[i].config.seed),
+        i ? "," : "", json_string(sequences.texts[i]).c_str(),
+        static_cast<unsigned long long>(sequences.configs[i].seed),
         json_string(to_text(result.tokens)).c_str(), result.stats.emitted,
         result.stats.total_seconds, tokens_per_second(result.stats),
         result.stats.acceptance_rate());
-  }
-  std::string histogram;
-  for (const std::size_t rounds : all.draft_length_histogram()) {
-    histogram += (histogram.empty() ? "" : ", ") + std::to_string(rounds);
   }
   std::printf(
       "\n  ],\n  \"speculative\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
       "\"tokens_per_second\": %.6g, \"rounds\": %zu, \"acceptance_rate\": %.6g, "
       "\"target_calls\": %zu, \"rows_per_target_call\": %.6g, \"draft_calls\": %zu, "
-      "\"rows_per_draft_call\": %.6g},\n  \"draft_length_histogram\": [%s]",
+      "\"rows_per_draft_call\": %.6g, \"ms_per_token_per_sequence\": %.6g},\n"
+      "  \"draft_length_histogram\": [%s]",
       fast.tokens(), fast.seconds, fast.tokens_per_second(), all.rounds, all.acceptance_rate(),
       fast.stats.target_calls, fast.stats.rows_per_target_call(), fast.stats.draft_calls,
-      per_call(fast.stats.draft_rows, fast.stats.draft_calls), histogram.c_str());
+      per_call(fast.stats.draft_rows, fast.stats.draft_calls), fast.median_ms_per_token(),
+      histogram_text(all.draft_length_histogram(), true).c_str());
   if (options.baseline) {
-    bool identical = true;
-    for (std::size_t i = 0; i < sequences.size(); ++i) {
-      identical = identical && fast.results[i].tokens == slow.results[i].tokens;
-    }
     std::printf(
         ",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, \"tokens_per_second\": "
-        "%.6g, \"target_calls\": %zu, \"rows_per_target_call\": %.6g},\n"
-        "  \"measured_speedup\": %.6g,\n  \"identical\": %s",
+        "%.6g, \"target_calls\": %zu, \"rows_per_target_call\": %.6g, "
+        "\"ms_per_token_per_sequence\": %.6g},\n  \"measured_speedup\": %.6g,\n"
+        "  \"identical\": %s",
         slow.tokens(), slow.seconds, slow.tokens_per_second(), slow.stats.target_calls,
-        slow.stats.rows_per_target_call(), fast.tokens_per_second() / slow.tokens_per_second(),
-        identical ? "true" : "false");
+        slow.stats.rows_per_target_call(), slow.median_ms_per_token(),
+        fast.tokens_per_second() / slow.tokens_per_second(),
+        fast.differing_from(slow) == 0 ? "true" : "false");
   }
   std::printf("\n}\n");
 }
 
-void print_batch(const Options& options, const std::vector<BatchSequence>& sequences,
-                 const BatchRun& fast, const BatchRun& slow) {
+void print_batch(const Options& options, const BatchPrompts& sequences, const BatchRun& fast,
+                 const BatchRun& slow) {
   // Each sequence's text apart, in order, escaped like the streamed text (text_stream.hpp).
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     std::printf("--- sequence %zu (seed %llu) ---\n%s%s\n", i,
-                static_cast<unsigned long long>(sequences[i].config.seed),
-                sequences[i].text.c_str(),
+                static_cast<unsigned long long>(sequences.configs[i].seed),
+                sequences.texts[i].c_str(),
                 specdec::examples::escape_generated(fast.results[i].tokens).c_str());
     if (options.baseline && options.baseline_text &&
         fast.results[i].tokens != slow.results[i].tokens) {
       std::printf("--- sequence %zu, plain batched decoding ---\n%s%s\n", i,
-                  sequences[i].text.c_str(),
+                  sequences.texts[i].c_str(),
                   specdec::examples::escape_generated(slow.results[i].tokens).c_str());
     }
   }
@@ -687,12 +605,16 @@ void print_batch(const Options& options, const std::vector<BatchSequence>& seque
     }
     std::printf("\n");
   }
-  const specdec::DecodeStats all = pooled(fast);
-  std::printf("speculative, batched:  %4zu tokens in %.3f s, %7.1f tokens/s total\n", fast.tokens(),
-              fast.seconds, fast.tokens_per_second());
+  const specdec::DecodeStats all = fast.pooled();
+  std::printf(
+      "speculative, batched:  %4zu tokens in %.3f s, %7.1f tokens/s total, %.3f ms per token "
+      "per sequence\n",
+      fast.tokens(), fast.seconds, fast.tokens_per_second(), fast.median_ms_per_token());
   if (options.baseline) {
-    std::printf("plain, batched:        %4zu tokens in %.3f s, %7.1f tokens/s total\n",
-                slow.tokens(), slow.seconds, slow.tokens_per_second());
+    std::printf(
+        "plain, batched:        %4zu tokens in %.3f s, %7.1f tokens/s total, %.3f ms per token "
+        "per sequence\n",
+        slow.tokens(), slow.seconds, slow.tokens_per_second(), slow.median_ms_per_token());
     std::printf("measured speedup:      %.2fx\n",
                 fast.tokens_per_second() / slow.tokens_per_second());
   }
@@ -714,12 +636,8 @@ void print_batch(const Options& options, const std::vector<BatchSequence>& seque
                 options.draft_threads);
   }
   if (options.baseline && config.sampling.greedy()) {
-    bool identical = true;
-    for (std::size_t i = 0; i < sequences.size(); ++i) {
-      identical = identical && fast.results[i].tokens == slow.results[i].tokens;
-    }
     std::printf("greedy outputs identical: %s\n",
-                identical ? "yes" : "NO (a bug: please report it)");
+                fast.differing_from(slow) == 0 ? "yes" : "NO (a bug: please report it)");
   }
 }
 
@@ -729,10 +647,10 @@ int run_batch(Options& options) {
   target.set_threads(options.target_threads);
   draft.set_threads(options.draft_threads);
   const std::size_t max_context = std::min(target.max_context(), draft.max_context());
-  const std::vector<BatchSequence> sequences = batch_sequences(options, max_context);
+  const BatchPrompts sequences = batch_prompts(options, max_context);
 
   // Warm-up, kept out of both timings: a model's first call may pay page faults and cold caches.
-  target.target(sequences[0].prompt, 1);
+  target.target(sequences.tokens[0], 1);
   target.reset();
 
   // goodput with measured costs: the batch's calls timed (target calls of 1 .. B (K + 1) rows,
@@ -741,14 +659,9 @@ int run_batch(Options& options) {
   specdec::BatchGoodputOptions costs;
   if (options.measure_costs &&
       options.config.draft_length_policy.kind == specdec::DraftLengthKind::goodput) {
-    std::vector<token_t> context;
     const std::size_t wanted = std::max<std::size_t>(64, 2 * (options.config.draft_length + 1));
-    while (context.size() < std::min(wanted, max_context)) {
-      for (const BatchSequence& sequence : sequences) {
-        context.insert(context.end(), sequence.prompt.begin(), sequence.prompt.end());
-      }
-    }
-    context.resize(std::min(wanted, max_context));
+    const std::vector<token_t> context =
+        specdec::examples::cost_context(sequences, std::min(wanted, max_context));
     costs = specdec::measure_batch_call_costs(draft, target, context, sequences.size(),
                                               options.config.draft_length, 3)
                 .goodput_options();
@@ -767,12 +680,8 @@ int run_batch(Options& options) {
   } else {
     print_batch(options, sequences, fast, slow);
   }
-  bool greedy_mismatch = false;
-  if (options.baseline && options.config.sampling.greedy()) {
-    for (std::size_t i = 0; i < sequences.size(); ++i) {
-      greedy_mismatch = greedy_mismatch || fast.results[i].tokens != slow.results[i].tokens;
-    }
-  }
+  const bool greedy_mismatch =
+      options.baseline && options.config.sampling.greedy() && fast.differing_from(slow) != 0;
   return greedy_mismatch ? 1 : 0;
 }
 

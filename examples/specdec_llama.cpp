@@ -4,10 +4,8 @@
 // so its users know them. `specdec-llama --help` lists them.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -20,6 +18,7 @@
 #include <specdec/llama_cpp.hpp>
 #include <specdec/specdec.hpp>
 
+#include "batch_run.hpp"
 #include "cli_args.hpp"
 #include "decoder_ladder.hpp"
 
@@ -53,13 +52,18 @@ struct specdec::EnumNames<specdec::examples::StringLevelVerification> {
 namespace {
 
 using specdec::token_t;
+using specdec::examples::BatchPrompts;
+using specdec::examples::BatchRun;
+using specdec::examples::histogram_text;
 using specdec::examples::json_string;
 using specdec::examples::kAutoDraftLengthCap;
+using specdec::examples::median;
 using specdec::examples::name_of;
 using specdec::examples::parse_flag;
 using specdec::examples::parse_number;
 using specdec::examples::Proposer;
 using specdec::examples::StringLevelVerification;
+using specdec::examples::tokens_per_second;
 using specdec::examples::UsageError;
 using specdec::examples::VocabularyBridge;
 namespace llama = specdec::llama_cpp;
@@ -417,10 +421,6 @@ std::string printable(std::string_view text) {
   return out;
 }
 
-double tokens_per_second(const specdec::DecodeStats& stats) {
-  return stats.total_seconds > 0 ? static_cast<double>(stats.emitted) / stats.total_seconds : 0;
-}
-
 /// Whether `model` is the shipped pair's target (the project's GGUF export names it kjv-target,
 /// whatever the weights' type): trained on verses that each follow a newline, so a prompt is
 /// given one (with -m naming a quantized copy too).
@@ -720,55 +720,6 @@ int run(Options& options) {
 // ---- --parallel: B sequences at once
 // -------------------------------------------------------------
 
-std::vector<std::string> read_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("specdec: cannot read --prompts file '" + path + "'");
-  std::vector<std::string> prompts;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) prompts.push_back(line);
-  }
-  if (prompts.empty()) {
-    throw std::invalid_argument("specdec: --prompts file '" + path +
-                                "' has no prompt; expected one prompt per line");
-  }
-  return prompts;
-}
-
-/// One batched run: every sequence's result, the batch's statistics and the wall time.
-struct BatchRun {
-  std::vector<specdec::GenerationResult> results;  // by sequence id
-  specdec::BatchStats stats;
-  double seconds = 0;
-  [[nodiscard]] std::size_t tokens() const {
-    std::size_t total = 0;
-    for (const auto& result : results) total += result.stats.emitted;
-    return total;
-  }
-  [[nodiscard]] double tokens_per_second() const {
-    return seconds > 0 ? static_cast<double>(tokens()) / seconds : 0;
-  }
-};
-
-template <class Decoder>
-BatchRun run_batch(Decoder& decoder, const std::vector<std::vector<token_t>>& prompts,
-                   const specdec::GenerationConfig& config) {
-  BatchRun run;
-  run.results.resize(prompts.size());
-  const auto start = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    specdec::GenerationConfig own = config;
-    own.seed = config.seed + i;  // sampled: a cycled prompt does not repeat its twin's text
-    decoder.add(i, prompts[i], own);
-  }
-  for (specdec::FinishedSequence& done : decoder.run()) {
-    if (done.error) std::rethrow_exception(done.error);
-    run.results[done.id] = std::move(done.result);
-  }
-  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  run.stats = decoder.stats();
-  return run;
-}
-
 int run_parallel(Options& options) {
   llama::set_verbose(options.verbose);
   specdec::GenerationConfig& config = options.config;
@@ -778,7 +729,7 @@ int run_parallel(Options& options) {
     target_model.devices = {llama::rpc_device(options.rpc)};
     draft_model.cpu_only = true;
   }
-  const std::vector<std::string> lines = read_prompts(options.prompts_path);
+  const std::vector<std::string> lines = specdec::examples::read_prompt_lines(options.prompts_path);
   std::size_t longest = 0;
   for (std::size_t i = 0; i < width; ++i) {
     longest = std::max(longest, 1 + lines[i % lines.size()].size());  // 1: a newline before it
@@ -804,25 +755,25 @@ int run_parallel(Options& options) {
                                draft_model);
   llama::check_compatible(draft_context.model(), target_context.model());
   options.newline_prompts = follows_newlines(target_context.model());
-  std::vector<std::string> texts(width);
-  for (std::size_t i = 0; i < width; ++i) {
-    const std::string& line = lines[i % lines.size()];
-    texts[i] = options.newline_prompts ? "\n" + line : line;
-  }
   llama::BatchedModel target(target_context);
   llama::BatchedModel draft(draft_context);
   config.max_context = std::min(target.max_context(), draft.max_context());
   const llama_token eos = llama_vocab_eos(target_context.vocab());
   if (!options.ignore_eos && eos != LLAMA_TOKEN_NULL) config.stop_tokens = {eos};
-  std::vector<std::vector<token_t>> prompts(width);
+  BatchPrompts prompts;
   for (std::size_t i = 0; i < width; ++i) {
-    prompts[i] = llama::tokenize(target_context.vocab(), texts[i]);
-    if (prompts[i].empty())
+    const std::string& line = lines[i % lines.size()];
+    const std::string& text =
+        prompts.texts.emplace_back(options.newline_prompts ? "\n" + line : line);
+    if (prompts.tokens.emplace_back(llama::tokenize(target_context.vocab(), text)).empty()) {
       throw UsageError("prompt " + std::to_string(i) + " tokenizes to nothing");
+    }
+    // Sampled: a cycled prompt does not repeat its twin's text.
+    prompts.configs.emplace_back(config).seed = config.seed + i;
   }
   // Warm-up outside the timings: the first llama_decode of a shape allocates its graph.
-  (void)target(prompts[0], 1);
-  (void)draft(prompts[0], 1);
+  (void)target(prompts.tokens[0], 1);
+  (void)draft(prompts.tokens[0], 1);
   target.reset();
   draft.reset();
 
@@ -833,13 +784,8 @@ int run_parallel(Options& options) {
   if (config.draft_length_policy.kind == specdec::DraftLengthKind::goodput &&
       options.measure_costs) {
     const std::size_t wanted = std::max<std::size_t>(64, 2 * (config.draft_length + 1));
-    const std::size_t size = std::min<std::size_t>(wanted, per_sequence - 1);
-    std::vector<token_t> context;
-    while (context.size() < size) {
-      for (const auto& prompt : prompts)
-        context.insert(context.end(), prompt.begin(), prompt.end());
-    }
-    context.resize(size);
+    const std::vector<token_t> context =
+        specdec::examples::cost_context(prompts, std::min<std::size_t>(wanted, per_sequence - 1));
     costs = specdec::measure_batch_call_costs(draft, target, context, width, config.draft_length, 3)
                 .goodput_options();
     target.reset();
@@ -851,21 +797,23 @@ int run_parallel(Options& options) {
   // work in both, always speculative first read 0.94-0.98x); the medians are printed (the
   // other figures are the last pair's).
   BatchRun fast, slow;
-  std::vector<double> fast_rates, slow_rates, ratios;
+  std::vector<double> fast_rates, slow_rates, ratios, fast_latencies, slow_latencies;
   const auto run_fast = [&] {
     target.reset();
     draft.reset();
     specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft),
                                     specdec::ConfiguredDraftLength{}, specdec::ConfiguredVerifier{},
                                     costs);
-    fast = run_batch(decoder, prompts, config);
+    fast = specdec::examples::run_batch(decoder, prompts);
     fast_rates.push_back(fast.tokens_per_second());
+    fast_latencies.push_back(fast.median_ms_per_token());
   };
   const auto run_slow = [&] {
     target.reset();
     specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft), specdec::NeverDraft{});
-    slow = run_batch(decoder, prompts, config);
+    slow = specdec::examples::run_batch(decoder, prompts);
     slow_rates.push_back(slow.tokens_per_second());
+    slow_latencies.push_back(slow.median_ms_per_token());
   };
   for (std::size_t r = 0; r < options.repeat; ++r) {
     if (!options.baseline) {
@@ -881,21 +829,13 @@ int run_parallel(Options& options) {
     }
     ratios.push_back(fast_rates.back() / slow_rates.back());
   }
-  const auto median = [](std::vector<double> values) {
-    if (values.empty()) return 0.0;
-    std::sort(values.begin(), values.end());
-    const std::size_t n = values.size();
-    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-  };
   const double fast_rate = median(fast_rates);
   const double slow_rate = median(slow_rates);
+  const double fast_latency = median(fast_latencies);  // ms per token, per sequence
+  const double slow_latency = median(slow_latencies);
 
-  specdec::DecodeStats pooled;
-  std::size_t differing = 0;
-  for (std::size_t i = 0; i < width; ++i) {
-    pooled = pooled + fast.results[i].stats;
-    if (options.baseline && fast.results[i].tokens != slow.results[i].tokens) ++differing;
-  }
+  const specdec::DecodeStats pooled = fast.pooled();
+  const std::size_t differing = options.baseline ? fast.differing_from(slow) : 0;
   const std::vector<std::size_t> histogram = pooled.draft_length_histogram();
   const double ratio = median(ratios);
   const bool greedy = config.sampling.greedy();
@@ -913,30 +853,28 @@ int run_parallel(Options& options) {
       std::printf(
           "%s\n    {\"prompt\": %s, \"text\": %s, \"new_tokens\": %zu, "
           "\"tokens_per_second\": %.6g, \"acceptance_rate\": %.6g}",
-          i ? "," : "", json_string(texts[i]).c_str(),
+          i ? "," : "", json_string(prompts.texts[i]).c_str(),
           json_string(detokenize(target_context.vocab(), fast.results[i].tokens)).c_str(),
           stats.emitted, tokens_per_second(stats), stats.acceptance_rate());
-    }
-    std::string counts;
-    for (const std::size_t count : histogram) {
-      counts += (counts.empty() ? "" : ", ") + std::to_string(count);
     }
     std::printf(
         "\n  ],\n  \"speculative\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
         "\"tokens_per_second\": %.6g, \"target_calls\": %zu, "
         "\"rows_per_target_call\": %.6g, \"draft_calls\": %zu, "
-        "\"acceptance_rate\": %.6g, \"draft_length_histogram\": [%s]}",
+        "\"acceptance_rate\": %.6g, \"ms_per_token_per_sequence\": %.6g, "
+        "\"draft_length_histogram\": [%s]}",
         fast.tokens(), fast.seconds, fast_rate, fast.stats.target_calls,
         fast.stats.rows_per_target_call(), fast.stats.draft_calls, pooled.acceptance_rate(),
-        counts.c_str());
+        fast_latency, histogram_text(histogram, true).c_str());
     if (options.baseline) {
       std::printf(
           ",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
           "\"tokens_per_second\": %.6g, \"target_calls\": %zu, "
-          "\"rows_per_target_call\": %.6g},\n  \"measured_speedup\": %.6g,\n"
-          "  \"identical\": %s",
+          "\"rows_per_target_call\": %.6g, \"ms_per_token_per_sequence\": %.6g},\n"
+          "  \"measured_speedup\": %.6g,\n  \"identical\": %s",
           slow.tokens(), slow.seconds, slow_rate, slow.stats.target_calls,
-          slow.stats.rows_per_target_call(), ratio, differing == 0 ? "true" : "false");
+          slow.stats.rows_per_target_call(), slow_latency, ratio,
+          differing == 0 ? "true" : "false");
     }
     std::printf("\n}\n");
   } else {
@@ -944,7 +882,8 @@ int run_parallel(Options& options) {
       const specdec::DecodeStats& stats = fast.results[i].stats;
       std::printf("---- sequence %zu: %zu tokens, %.1f tokens/s, acceptance rate %.3f\n%s%s\n", i,
                   stats.emitted, tokens_per_second(stats), stats.acceptance_rate(),
-                  printable(options.newline_prompts ? texts[i].substr(1) : texts[i]).c_str(),
+                  printable(options.newline_prompts ? prompts.texts[i].substr(1) : prompts.texts[i])
+                      .c_str(),
                   printable(detokenize(target_context.vocab(), fast.results[i].tokens)).c_str());
     }
     if (options.repeat > 1) {
@@ -953,25 +892,21 @@ int run_parallel(Options& options) {
     }
     std::printf(
         "\nspeculative, %zu sequences at once (%s K %s %zu): %zu tokens in %.3f s, "
-        "%.1f tokens/s in all\n",
+        "%.1f tokens/s in all, %.3f ms per token per sequence\n",
         width, name_of(config.draft_length_policy.kind),
         config.draft_length_policy.kind != specdec::DraftLengthKind::fixed ? "<=" : "=",
-        config.draft_length, fast.tokens(), fast.seconds, fast_rate);
+        config.draft_length, fast.tokens(), fast.seconds, fast_rate, fast_latency);
     std::printf(
         "  target calls %zu, rows per target call %.1f, sequence rounds per call %.2f; "
         "draft calls %zu; acceptance rate %.3f\n",
         fast.stats.target_calls, fast.stats.rows_per_target_call(),
         fast.stats.rounds_per_target_call(), fast.stats.draft_calls, pooled.acceptance_rate());
-    std::printf("  draft lengths (rounds):");
-    for (std::size_t n = 0; n < histogram.size(); ++n) {
-      if (histogram[n] > 0) std::printf(" %zu: %zu", n, histogram[n]);
-    }
-    std::printf("\n");
+    std::printf("  draft lengths: %s (length: rounds)\n", histogram_text(histogram).c_str());
     if (options.baseline) {
       std::printf(
-          "plain batched decoding: %zu tokens in %.3f s, %.1f tokens/s in all "
-          "(%zu target calls, %.1f rows each)\n",
-          slow.tokens(), slow.seconds, slow_rate, slow.stats.target_calls,
+          "plain batched decoding: %zu tokens in %.3f s, %.1f tokens/s in all, %.3f ms per token "
+          "per sequence (%zu target calls, %.1f rows each)\n",
+          slow.tokens(), slow.seconds, slow_rate, slow_latency, slow.stats.target_calls,
           slow.stats.rows_per_target_call());
       std::printf("measured speedup:       %.2fx\n", ratio);
       if (greedy) {
