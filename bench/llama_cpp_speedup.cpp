@@ -6,7 +6,8 @@
 //
 //   llama_cpp_speedup -m TARGET -md DRAFT [--prompts-file F] [--first I] [--count N]
 //                     [-n TOKENS] [--temps 0,1] [-t N] [-td N] [--settings LIST] [--rpc H:P]
-//                     [--call-costs [--repeats N] [--batch B]] [--text-draft DRAFT2]
+//                     [--call-costs [--repeats N] [--batch B]] [--catch-up [--repeats N]]
+//                     [--text-draft DRAFT2]
 //
 // Settings (comma-separated; default all): llama (llama.cpp's own decoding loop through its C
 // API, llama_sampler greedy / dist, no specdec: what the adapter must not slow down), plain
@@ -37,6 +38,12 @@
 // KV cache of B sequences) T(n)/T(1) for n total rows up to B x 9 (B sequences drafting K = 8),
 // the rows spread evenly over as many sequences as divide them (at most B), each after its own
 // 64-token context: the curve a batch's draft lengths are planned on.
+//
+// --catch-up instead times what resuming drafting after m plain steps costs (m = 1, 2, 4, ...
+// 64): the target takes m one-row steps, then the draft's next call reads the m tokens it has
+// not seen (one llama_decode of m rows, on a graph of that shape) before its next token. One
+// JSON line per m: the median catch-up call, and the same in plain steps (the median one-row
+// target call of those steps) and in steady draft calls (the second one-token call after it).
 
 #include <algorithm>
 #include <charconv>
@@ -46,6 +53,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -67,6 +75,7 @@ struct Options {
   int threads = 1, threads_draft = 1;
   std::vector<std::string> settings;
   bool call_costs = false;
+  bool catch_up = false;
   std::size_t batch = 0;  // --call-costs --batch B: the batched target's curve
   int repeats = 41;       // --call-costs: calls per row count (the median is reported)
 };
@@ -122,6 +131,8 @@ Options parse(int argc, char** argv) {
       o.text_draft_path = value();
     else if (flag == "--call-costs")
       o.call_costs = true;
+    else if (flag == "--catch-up")
+      o.catch_up = true;
     else if (flag == "--batch")
       o.batch = number<std::size_t>(value());
     else if (flag == "--repeats")
@@ -222,6 +233,50 @@ void print_call_costs(llama::ContextModel& target, int repeats) {
     medians.push_back(*middle);
     std::printf("{\"n\": %zu, \"seconds\": %.6g, \"ratio\": %.4f}\n", n, *middle,
                 *middle / medians[0]);
+    std::fflush(stdout);
+  }
+}
+
+double median_of(std::vector<double> values) {
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+
+/// --catch-up (the file comment): the draft resuming after m plain steps of the target, over a
+/// prompt of the held-out set, as decoding meets it.
+void print_catch_up_costs(llama::ContextModel& target, llama::ContextModel& draft,
+                          const std::vector<token_t>& context, int repeats) {
+  constexpr std::size_t kStart = 16;  // the tokens both models read first (a prompt)
+  (void)target(context, 1);
+  (void)draft(context);  // warm-up: both models' one-row graphs
+  for (std::size_t m = 1; m <= 64 && kStart + m + 2 <= context.size(); m *= 2) {
+    std::vector<double> catch_up, plain, steady;
+    for (int repeat = 0; repeat < repeats; ++repeat) {
+      target.reset();
+      draft.reset();
+      const auto at = [&](std::size_t n) { return std::span(context).first(n); };
+      (void)target(at(kStart), 1);
+      (void)draft(at(kStart));
+      for (std::size_t j = 1; j <= m; ++j) {  // m plain steps
+        const auto start = std::chrono::steady_clock::now();
+        (void)target(at(kStart + j), 1);
+        plain.push_back(seconds_since(start));
+      }
+      auto start = std::chrono::steady_clock::now();
+      (void)draft(at(kStart + m));  // reads the m tokens the plain steps emitted
+      catch_up.push_back(seconds_since(start));
+      (void)draft(at(kStart + m + 1));  // the next drafted token (a one-row graph again)
+      start = std::chrono::steady_clock::now();
+      (void)draft(at(kStart + m + 2));  // and the one after it: a steady call
+      steady.push_back(seconds_since(start));
+    }
+    const double seconds = median_of(catch_up);
+    std::printf(
+        "{\"m\": %zu, \"catch_up_seconds\": %.6g, \"in_plain_steps\": %.3f, "
+        "\"in_draft_calls\": %.3f, \"plain_seconds\": %.6g, \"draft_seconds\": %.6g}\n",
+        m, seconds, seconds / median_of(plain), seconds / median_of(steady), median_of(plain),
+        median_of(steady));
     std::fflush(stdout);
   }
 }
@@ -331,6 +386,16 @@ int main(int argc, char** argv) try {
   auto draft = llama::LoadedModel::load(o.draft_path.empty() ? o.target_path : o.draft_path,
                                         {.threads = o.threads_draft}, draft_model);
   llama::check_compatible(draft.model(), target.model());
+  if (o.catch_up) {
+    std::vector<token_t> context;  // held-out prompts back to back, as the runs below read them
+    for (const std::string& line : read_prompts(o.prompts_file)) {
+      context.push_back('\n');
+      for (const unsigned char byte : line) context.push_back(byte);
+      if (context.size() > 96) break;
+    }
+    print_catch_up_costs(target, draft, context, o.repeats);
+    return 0;
+  }
 
   // A draft of another tokenizer, for the text settings (string-level exact match).
   std::optional<llama::LoadedModel> text_draft;
