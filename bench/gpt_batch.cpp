@@ -35,24 +35,22 @@
 
 #include <specdec/specdec.hpp>
 
+#include "batch_run.hpp"
 #include "gpt/gpt_model.hpp"
 
 namespace {
 
 using specdec::token_t;
+using specdec::examples::BatchPrompts;
+using specdec::examples::BatchRun;
 using specdec::examples::GptModel;
+using specdec::examples::median;
 
 /// CPU time of this process, in seconds.
 double cpu_seconds() {
   timespec now{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 struct Run {
@@ -85,33 +83,22 @@ Run decode_single(Decoder& decoder, const std::vector<token_t>& prompt,
 }
 
 template <class Policy>
-Run decode(GptModel& target, GptModel& draft, Policy policy,
-           const std::vector<std::vector<token_t>>& prompts,
-           const std::vector<specdec::GenerationConfig>& configs,
+Run decode(GptModel& target, GptModel& draft, Policy policy, const BatchPrompts& prompts,
            const specdec::BatchGoodputOptions& costs = {}) {
   specdec::BatchedDecoder<GptModel, specdec::ModelProposer<GptModel>, Policy> decoder(
       target, specdec::ModelProposer<GptModel>(draft), std::move(policy), {}, costs);
-  const auto start = std::chrono::steady_clock::now();
   const double cpu_start = cpu_seconds();
-  for (std::size_t i = 0; i < prompts.size(); ++i) decoder.add(i, prompts[i], configs[i]);
+  BatchRun batch = specdec::examples::run_batch(decoder, prompts);
   Run run;
-  specdec::DecodeStats all;
-  std::vector<double> ms_per_token;
-  run.tokens_by_sequence.resize(prompts.size());
-  for (specdec::FinishedSequence& done : decoder.run()) {
-    if (done.error) std::rethrow_exception(done.error);
-    run.tokens += done.result.stats.emitted;
-    ms_per_token.push_back(
-        1e3 * done.result.stats.total_seconds /
-        static_cast<double>(std::max<std::size_t>(done.result.stats.emitted, 1)));
-    all += done.result.stats;
-    run.tokens_by_sequence[done.id] = std::move(done.result.tokens);
-  }
-  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.cpu = cpu_seconds() - cpu_start;
-  run.rows_per_call = decoder.stats().rows_per_target_call();
-  run.ms_per_token = median(std::move(ms_per_token));
-  run.acceptance = all.acceptance_rate();
+  run.seconds = batch.seconds;
+  run.tokens = batch.tokens();
+  run.ms_per_token = batch.median_ms_per_token();
+  run.rows_per_call = batch.stats.rows_per_target_call();
+  run.acceptance = batch.pooled().acceptance_rate();
+  for (specdec::GenerationResult& result : batch.results) {
+    run.tokens_by_sequence.push_back(std::move(result.tokens));
+  }
   return run;
 }
 
@@ -182,22 +169,22 @@ int main(int argc, char** argv) {
       draft_length, draft_length, repeats, draft_length);
   for (const float temperature : temperatures) {
     for (const std::size_t batch : batches) {
-      std::vector<std::vector<token_t>> prompts;
-      std::vector<specdec::GenerationConfig> fixed_configs, goodput_configs;
+      BatchPrompts fixed, goodput;   // the same prompts, each sequence's config
       std::vector<token_t> context;  // the prompts back to back: measure_batch_call_costs'
       for (std::size_t i = 0; i < batch; ++i) {
-        prompts.push_back(all_prompts[i % all_prompts.size()]);
+        fixed.tokens.push_back(all_prompts[i % all_prompts.size()]);
         specdec::GenerationConfig config;
         config.max_new_tokens = tokens;
         config.sampling.temperature = temperature;
         config.draft_length = draft_length;
         config.verifier = specdec::VerifierKind::block;  // the demo's default
         config.seed = i;
-        fixed_configs.push_back(config);
+        fixed.configs.push_back(config);
         config.draft_length = goodput_cap;
         config.draft_length_policy.kind = specdec::DraftLengthKind::goodput;
-        goodput_configs.push_back(config);
+        goodput.configs.push_back(config);
       }
+      goodput.tokens = fixed.tokens;
       for (std::size_t i = 0; context.size() < std::max<std::size_t>(64, 2 * goodput_cap + 2);
            ++i) {
         const auto& prompt = all_prompts[i % all_prompts.size()];
@@ -220,25 +207,23 @@ int main(int argc, char** argv) {
               target.reset();
               draft.reset();
               specdec::SpeculativeDecoder single(draft, target);
-              single_fixed_run = decode_single(single, prompts[0], fixed_configs[0]);
+              single_fixed_run = decode_single(single, fixed.tokens[0], fixed.configs[0]);
               break;
             }
             case 4: {
               target.reset();
               specdec::AutoregressiveDecoder single(target);
-              single_plain_run = decode_single(single, prompts[0], fixed_configs[0]);
+              single_plain_run = decode_single(single, fixed.tokens[0], fixed.configs[0]);
               break;
             }
             case 0:
-              plain_run = decode(target, draft, specdec::NeverDraft{}, prompts, fixed_configs);
+              plain_run = decode(target, draft, specdec::NeverDraft{}, fixed);
               break;
             case 1:
-              fixed_run =
-                  decode(target, draft, specdec::ConfiguredDraftLength{}, prompts, fixed_configs);
+              fixed_run = decode(target, draft, specdec::ConfiguredDraftLength{}, fixed);
               break;
             default:
-              goodput_run = decode(target, draft, specdec::ConfiguredDraftLength{}, prompts,
-                                   goodput_configs, costs);
+              goodput_run = decode(target, draft, specdec::ConfiguredDraftLength{}, goodput, costs);
               break;
           }
         }
