@@ -50,7 +50,9 @@ if [ -f "$stamp" ] && have_programs; then
   exit 0
 fi
 
-for tool in npm git cmake tar; do
+tools=(npm git cmake tar)
+[ "$want_tools" = 1 ] && tools+=(python3)  # the llama-parallel patch below
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || { echo "install-llama-cpp: '$tool' is required" >&2; exit 1; }
 done
 
@@ -87,6 +89,22 @@ cmake --build build -j"$jobs" >>build.log 2>&1 || fail
 if [ ! -f "$stamp" ]; then
   rm -rf "$prefix"
   cmake --install build >>build.log 2>&1 || fail
+fi
+# llama-parallel prefixes every request with a built-in system prompt of 1141 bytes, which the
+# shipped pair (one token per byte, 384 positions) cannot hold: its first line is kept, so that
+# the comparison's continuous batching runs on these models (docs/llama_cpp.md). Idempotent.
+if [ "$want_tools" = 1 ]; then
+  python3 - src/examples/parallel/parallel.cpp <<'PY' || fail
+import re, sys
+path = sys.argv[1]
+source = open(path).read()
+if "Recommend a nice restaurant" in source:
+    patched = re.sub(r'(static std::string k_system =\s*R"\([^\n]*\n).*?(\)";)', r"\1\2", source,
+                     count=1, flags=re.S)
+    if patched == source:
+        sys.exit("install-llama-cpp: llama-parallel's system prompt not found")
+    open(path, "w").write(patched)
+PY
 fi
 # Pass 2: the same tree with tools and examples configured; only the programs asked for are
 # built (the library objects are reused; ggml-rpc-server needs ggml alone) and copied in by hand.
