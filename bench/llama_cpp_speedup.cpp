@@ -215,6 +215,20 @@ std::vector<std::string> read_prompts(const std::string& path) {
   return prompts;
 }
 
+double median_of(std::vector<double> values) {
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+
+/// A held-out prompt as every run here reads it: a newline (the shipped pair's verses follow
+/// one), then one token per byte.
+std::vector<token_t> prompt_tokens(const std::string& line) {
+  std::vector<token_t> prompt{'\n'};
+  for (const unsigned char byte : line) prompt.push_back(byte);
+  return prompt;
+}
+
 void print_call_costs(llama::ContextModel& target, int repeats) {
   std::vector<token_t> context(80);
   for (std::size_t i = 0; i < context.size(); ++i) context[i] = static_cast<token_t>(32 + i % 90);
@@ -228,19 +242,11 @@ void print_call_costs(llama::ContextModel& target, int repeats) {
       (void)target(context, n);
       times.push_back(seconds_since(start));
     }
-    const auto middle = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
-    std::nth_element(times.begin(), middle, times.end());
-    medians.push_back(*middle);
-    std::printf("{\"n\": %zu, \"seconds\": %.6g, \"ratio\": %.4f}\n", n, *middle,
-                *middle / medians[0]);
+    medians.push_back(median_of(std::move(times)));
+    std::printf("{\"n\": %zu, \"seconds\": %.6g, \"ratio\": %.4f}\n", n, medians.back(),
+                medians.back() / medians[0]);
     std::fflush(stdout);
   }
-}
-
-double median_of(std::vector<double> values) {
-  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
-  std::nth_element(values.begin(), middle, values.end());
-  return *middle;
 }
 
 /// --catch-up (the file comment): the draft resuming after m plain steps of the target, over a
@@ -389,8 +395,8 @@ int main(int argc, char** argv) try {
   if (o.catch_up) {
     std::vector<token_t> context;  // held-out prompts back to back, as the runs below read them
     for (const std::string& line : read_prompts(o.prompts_file)) {
-      context.push_back('\n');
-      for (const unsigned char byte : line) context.push_back(byte);
+      const std::vector<token_t> prompt = prompt_tokens(line);
+      context.insert(context.end(), prompt.begin(), prompt.end());
       if (context.size() > 96) break;
     }
     print_catch_up_costs(target, draft, context, o.repeats);
@@ -512,8 +518,7 @@ int main(int argc, char** argv) try {
   }
   const std::vector<std::string> lines = read_prompts(o.prompts_file);
   for (std::size_t p = o.first; p < std::min(lines.size(), o.first + o.count); ++p) {
-    std::vector<token_t> prompt{'\n'};
-    for (const unsigned char byte : lines[p]) prompt.push_back(byte);
+    const std::vector<token_t> prompt = prompt_tokens(lines[p]);
     for (const float temperature : o.temperatures) {
       specdec::GenerationConfig base;
       base.max_new_tokens = o.tokens;

@@ -18,11 +18,6 @@
 
 namespace specdec::examples {
 
-/// Tokens per second of one generation (0 when it took no time).
-inline double tokens_per_second(const DecodeStats& stats) {
-  return stats.total_seconds > 0 ? static_cast<double>(stats.emitted) / stats.total_seconds : 0;
-}
-
 /// The median of `values` (0 when empty).
 inline double median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -80,9 +75,7 @@ struct BatchRun {
   [[nodiscard]] double median_ms_per_token() const {
     std::vector<double> ms;
     for (const auto& result : results) {
-      if (result.stats.emitted > 0) {
-        ms.push_back(1e3 * result.stats.total_seconds / static_cast<double>(result.stats.emitted));
-      }
+      if (const double rate = result.stats.tokens_per_second(); rate > 0) ms.push_back(1e3 / rate);
     }
     return median(std::move(ms));
   }

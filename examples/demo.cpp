@@ -38,7 +38,6 @@ using specdec::examples::parse_number;
 using specdec::examples::per_call;
 using specdec::examples::Proposer;
 using specdec::examples::TextStream;
-using specdec::examples::tokens_per_second;
 using specdec::examples::tree_name;
 using specdec::examples::UsageError;
 
@@ -351,7 +350,7 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
       options.draft_threads, config.max_new_tokens, static_cast<unsigned long long>(config.seed),
       static_cast<double>(s.temperature), s.top_k, static_cast<double>(s.top_p),
       static_cast<double>(s.min_p), json_string(to_text(fast.tokens)).c_str(), stats.emitted,
-      stats.total_seconds, tokens_per_second(stats), stats.rounds, stats.acceptance_rate(),
+      stats.total_seconds, stats.tokens_per_second(), stats.rounds, stats.acceptance_rate(),
       stats.alpha_hat(), stats.tokens_per_round(), stats.cost_ratio(),
       stats.predicted_speedup(config.draft_length));
   std::printf(",\n  \"draft_length_histogram\": [%s],\n  \"plain_rounds\": %zu",
@@ -392,8 +391,8 @@ void print_json(const Options& options, const specdec::GenerationResult& fast,
         ",\n  \"plain\": {%s\"new_tokens\": %zu, \"seconds\": %.6g, \"tokens_per_second\""
         ": %.6g},\n  \"measured_speedup\": %.6g,\n  \"verify_cost\": %.6g,\n"
         "  \"predicted_speedup_with_verify_cost\": %.6g,\n  \"identical\": %s",
-        text.c_str(), slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats),
-        tokens_per_second(stats) / tokens_per_second(slow.stats), verify_cost,
+        text.c_str(), slow.stats.emitted, slow.stats.total_seconds, slow.stats.tokens_per_second(),
+        stats.tokens_per_second() / slow.stats.tokens_per_second(), verify_cost,
         stats.predicted_speedup(config.draft_length, verify_cost),
         fast.tokens == slow.tokens ? "true" : "false");
   }
@@ -419,12 +418,12 @@ void print_comparison(const Options& options, const specdec::GenerationResult& f
               adaptive ? name_of(options.config.draft_length_policy.kind) : "",
               adaptive ? ", " : "", tree ? "tree, nodes" : "K", adaptive || tree ? "<=" : "=", k,
               options.config.verifier == specdec::VerifierKind::block ? ", block" : "",
-              stats.emitted, stats.total_seconds, tokens_per_second(stats));
+              stats.emitted, stats.total_seconds, stats.tokens_per_second());
   if (options.baseline) {
     std::printf("plain decoding:        %4zu tokens in %.3f s, %7.1f tokens/s\n",
-                slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats));
+                slow.stats.emitted, slow.stats.total_seconds, slow.stats.tokens_per_second());
     std::printf("measured speedup:      %.2fx\n",
-                tokens_per_second(stats) / tokens_per_second(slow.stats));
+                stats.tokens_per_second() / slow.stats.tokens_per_second());
   }
   if (options.target_threads > 1 || options.draft_threads > 1) {
     std::printf("threads per call:      target %zu, draft %zu\n", options.target_threads,
@@ -547,7 +546,7 @@ void print_batch_json(const Options& options, const BatchPrompts& sequences, con
         i ? "," : "", json_string(sequences.texts[i]).c_str(),
         static_cast<unsigned long long>(sequences.configs[i].seed),
         json_string(to_text(result.tokens)).c_str(), result.stats.emitted,
-        result.stats.total_seconds, tokens_per_second(result.stats),
+        result.stats.total_seconds, result.stats.tokens_per_second(),
         result.stats.acceptance_rate());
   }
   std::printf(
@@ -598,10 +597,10 @@ void print_batch(const Options& options, const BatchPrompts& sequences, const Ba
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     const specdec::DecodeStats& stats = fast.results[i].stats;
     std::printf("  sequence %2zu: %4zu tokens in %.3f s, %7.1f tokens/s  (acceptance %.3f)", i,
-                stats.emitted, stats.total_seconds, tokens_per_second(stats),
+                stats.emitted, stats.total_seconds, stats.tokens_per_second(),
                 stats.acceptance_rate());
     if (options.baseline) {
-      std::printf("  plain %7.1f tokens/s", tokens_per_second(slow.results[i].stats));
+      std::printf("  plain %7.1f tokens/s", slow.results[i].stats.tokens_per_second());
     }
     std::printf("\n");
   }

@@ -63,7 +63,6 @@ using specdec::examples::parse_flag;
 using specdec::examples::parse_number;
 using specdec::examples::Proposer;
 using specdec::examples::StringLevelVerification;
-using specdec::examples::tokens_per_second;
 using specdec::examples::UsageError;
 using specdec::examples::VocabularyBridge;
 namespace llama = specdec::llama_cpp;
@@ -534,7 +533,7 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
   const specdec::DecodeStats& stats = fast.stats;
   const bool adaptive = config.draft_length_policy.kind != specdec::DraftLengthKind::fixed;
   const double speedup =
-      options.baseline ? tokens_per_second(stats) / tokens_per_second(slow.stats) : 0;
+      options.baseline ? stats.tokens_per_second() / slow.stats.tokens_per_second() : 0;
   const bool identical = fast.tokens == slow.tokens;
   if (options.json) {
     std::printf(
@@ -554,7 +553,7 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
         options.draft_context.threads, json_string(options.rpc).c_str(),
         json_string(vocabulary_path).c_str(),
         json_string(detokenize(target.vocab(), fast.tokens)).c_str(), stats.emitted,
-        stats.total_seconds, tokens_per_second(stats), stats.rounds, stats.acceptance_rate(),
+        stats.total_seconds, stats.tokens_per_second(), stats.rounds, stats.acceptance_rate(),
         stats.tokens_per_round(), stats.draft_seconds, stats.target_seconds, stats.library_seconds,
         stats.draft_calls);
     if constexpr (by_text) {
@@ -582,7 +581,7 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
           ",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
           "\"tokens_per_second\": %.6g},\n  \"measured_speedup\": %.6g,\n"
           "  \"identical\": %s",
-          slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats), speedup,
+          slow.stats.emitted, slow.stats.total_seconds, slow.stats.tokens_per_second(), speedup,
           identical ? "true" : "false");
     }
     std::printf("\n}\n");
@@ -592,7 +591,7 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
                 name_of(config.draft_length_policy.kind), options.tree ? "nodes" : "K",
                 adaptive || options.tree ? "<=" : "=", config.draft_length,
                 config.verifier == specdec::VerifierKind::block ? ", block" : "", stats.emitted,
-                stats.total_seconds, tokens_per_second(stats));
+                stats.total_seconds, stats.tokens_per_second());
     std::printf(
         "  rounds %zu, tokens per round %.2f, acceptance rate %.3f; time in draft %.1f %%, "
         "target %.1f %%, library %.1f %%\n",
@@ -624,7 +623,7 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
     }
     if (options.baseline) {
       std::printf("plain decoding:        %4zu tokens in %.3f s, %7.1f tokens/s\n",
-                  slow.stats.emitted, slow.stats.total_seconds, tokens_per_second(slow.stats));
+                  slow.stats.emitted, slow.stats.total_seconds, slow.stats.tokens_per_second());
       std::printf("measured speedup:      %.2fx\n", speedup);
       if (config.sampling.greedy()) {
         std::printf("greedy outputs identical: %s\n",
@@ -855,7 +854,7 @@ int run_parallel(Options& options) {
           "\"tokens_per_second\": %.6g, \"acceptance_rate\": %.6g}",
           i ? "," : "", json_string(prompts.texts[i]).c_str(),
           json_string(detokenize(target_context.vocab(), fast.results[i].tokens)).c_str(),
-          stats.emitted, tokens_per_second(stats), stats.acceptance_rate());
+          stats.emitted, stats.tokens_per_second(), stats.acceptance_rate());
     }
     std::printf(
         "\n  ],\n  \"speculative\": {\"new_tokens\": %zu, \"seconds\": %.6g, "
@@ -881,7 +880,7 @@ int run_parallel(Options& options) {
     for (std::size_t i = 0; i < width; ++i) {
       const specdec::DecodeStats& stats = fast.results[i].stats;
       std::printf("---- sequence %zu: %zu tokens, %.1f tokens/s, acceptance rate %.3f\n%s%s\n", i,
-                  stats.emitted, tokens_per_second(stats), stats.acceptance_rate(),
+                  stats.emitted, stats.tokens_per_second(), stats.acceptance_rate(),
                   printable(options.newline_prompts ? prompts.texts[i].substr(1) : prompts.texts[i])
                       .c_str(),
                   printable(detokenize(target_context.vocab(), fast.results[i].tokens)).c_str());
