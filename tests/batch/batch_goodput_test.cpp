@@ -653,6 +653,48 @@ TEST(BatchedDecoderGoodput, MeasuredCostsAreLearntFromTheCalls) {
   EXPECT_GT(run.stats.target_calls, 0u);
 }
 
+// A sequence alone in the batch shares no call: its policy plans its rounds as the
+// single-sequence decoder's does (re-planning at every drafted token), in the batch's curves at
+// one sequence. Same curves as the single decoder's fixed costs: the same rounds, token for token,
+// greedy and sampled.
+TEST(BatchedDecoderGoodput, ASequenceAloneDraftsAsTheSingleSequenceDecoder) {
+  const ScriptedPair pair = make_pair();
+  const std::vector<double> target_curve =
+      curve(9, [](std::size_t n) { return 1.0 + 0.12 * static_cast<double>(n - 1); });
+  const BatchGoodputOptions batch_costs =
+      fixed(target_curve, curve(1, [](std::size_t) { return 0.06; }));
+  specdec::GoodputOptions single_costs;
+  single_costs.draft_token_cost = 0.06;
+  single_costs.verify_costs = target_curve;
+  const std::vector<token_t> prompt = {1, 2};
+  for (const float temperature : {0.0f, 1.0f}) {
+    GenerationConfig config = goodput_config(temperature, 7);
+    config.max_new_tokens = 120;
+    config.draft_length_policy.goodput = single_costs;
+    auto single_target = pair.target<float>();
+    auto single_draft = pair.draft<float>();
+    specdec::SpeculativeDecoder single(single_draft, single_target);
+    const specdec::GenerationResult want = single.generate(prompt, config);
+
+    BatchedScriptedTarget target(pair.target<float>());
+    BatchedScriptedDraft draft(pair.draft<float>());
+    Decoder decoder(target, ModelProposer<BatchedScriptedDraft>(draft), {}, {}, batch_costs);
+    decoder.add(0, prompt, config);
+    const std::vector<specdec::FinishedSequence> done = decoder.run();
+    ASSERT_EQ(done.size(), 1u);
+    ASSERT_FALSE(done[0].error);
+    const specdec::GenerationResult& got = done[0].result;
+    EXPECT_EQ(got.tokens, want.tokens) << "T = " << temperature;
+    EXPECT_EQ(got.stats.rounds, want.stats.rounds) << "T = " << temperature;
+    EXPECT_EQ(got.stats.drafted, want.stats.drafted) << "T = " << temperature;
+    EXPECT_EQ(got.stats.accepted_at, want.stats.accepted_at) << "T = " << temperature;
+    EXPECT_EQ(got.stats.draft_length_histogram(), want.stats.draft_length_histogram())
+        << "T = " << temperature;
+    // Not plain throughout: the rounds drafted at several lengths.
+    EXPECT_GT(got.stats.drafted, got.stats.rounds) << "T = " << temperature;
+  }
+}
+
 TEST(BatchedDecoderGoodput, BadOptionsAreRejectedByTheConstructor) {
   const ScriptedPair pair = make_pair();
   BatchedScriptedTarget target(pair.target<float>());

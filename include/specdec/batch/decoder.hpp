@@ -20,7 +20,9 @@
 /// not choose its draft length alone: before each step one plan over the whole batch
 /// (batch/goodput.hpp) weighs every such sequence's expected acceptance against the cost of
 /// the step's shared calls, and their policies follow it; where no drafted row pays, the step
-/// is exactly plain batched decoding. Such a sequence's law is still its target's and its
+/// is exactly plain batched decoding. A sequence alone in the batch shares no call: its policy
+/// plans its rounds as under a decoder of its own, priced with the batch's curves at one
+/// sequence (GoodputDraftLength::price_alone). Such a sequence's law is still its target's and its
 /// greedy tokens the same as alone, but its draft lengths depend on the batch, so its sampled
 /// tokens for a seed do too (the other policies keep them batch-independent).
 ///
@@ -393,7 +395,6 @@ class BatchedDecoder {
     bool draft_prefilled = false;           // its first draft call (which read the prompt) is done
     GoodputDraftLength* planned = nullptr;  // this step: its goodput policy, if the batch plans
     std::size_t plan_index = 0;             //   its draft length (its entry in the plan)
-    std::size_t plain_steps = 0;            // consecutive planned steps left plain (probes)
     std::optional<detail::RoundStart> round_start;           // batched drafting's round
     std::optional<DraftRequest> draft_request;               //   "
     bool drafting = false;                                   //   "
@@ -455,6 +456,9 @@ class BatchedDecoder {
     planner_.clear();
     bool planning = false;
     prompt_step_ = false;
+    const bool alone = std::ranges::count_if(sequences_, [](const auto& sequence) {
+                         return sequence->active();
+                       }) == 1;
     for (auto& sequence : sequences_) {
       Sequence& s = *sequence;
       if (!s.active()) continue;
@@ -462,15 +466,24 @@ class BatchedDecoder {
                                     s.context.size());
       s.planned = detail::batch_planned_policy(s.policy);
       prompt_step_ = prompt_step_ || !s.prefilled;
-      if (s.planned != nullptr && s.limit > 0) {
+      if (s.planned != nullptr && s.limit > 0 && alone) {
+        // A batch of one shares no call: its policy plans the round as a decoder of its own
+        // would, in the batch's cost model. (Planned as a batch, whose plan fixes the length
+        // before drafting, B = 1 ran at 0.97 of the single-sequence decoder on the shipped
+        // pair's f16 weights through llama.cpp.)
+        s.planned->price_alone(planner_.alone_costs());
+        s.planned = nullptr;
+        prompt_step_ = prompt_step_ || !s.draft_prefilled;
+      } else if (s.planned != nullptr && s.limit > 0) {
         // A sequence that has not drafted yet probes after one plain step: its acceptance is
         // the prior's until a verdict comes, and waiting probe_interval steps for the first
         // one left short generations plain for a good part of their length.
         const std::size_t wait =
             s.result.stats.drafted == 0 ? 1 : planner_.options().probe_interval;
+        const std::size_t plain_steps = s.planned->plain_streak();
         s.plan_index = planner_.add_planned(s.planned->expected_acceptance(s.limit),
-                                            s.planned->optimistic_acceptance(),
-                                            s.plain_steps >= wait, s.plain_steps > 0);
+                                            s.planned->optimistic_acceptance(), plain_steps >= wait,
+                                            plain_steps > 0);
         planning = true;
       } else {
         s.planned = nullptr;
@@ -488,7 +501,6 @@ class BatchedDecoder {
       // A probe drafts its whole length: the batch's threshold belongs to the rows it planned.
       s.planned->follow_batch_plan(s.limit,
                                    planner_.probing(s.plan_index) ? 0.0 : planner_.threshold());
-      s.plain_steps = s.limit == 0 ? s.plain_steps + 1 : 0;
     }
   }
 

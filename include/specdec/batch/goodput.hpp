@@ -2,7 +2,9 @@
 /// \file
 /// \brief Draft lengths for a whole batch from one goodput optimisation: BatchGoodputOptions
 /// (the cost model: fixed curves or measured) and BatchGoodputPlanner, which BatchedDecoder
-/// runs before every step for the sequences whose policy is the goodput one.
+/// runs before every step for the sequences whose policy is the goodput one (but for a
+/// sequence alone in the batch, whose own policy plans its round in these curves:
+/// alone_costs()).
 ///
 /// The figure of merit is the step's, not a sequence's: a step in which sequence s drafts m_s
 /// tokens emits sum_s (1 + sum_{i <= m_s} P_{s,i}) tokens in expectation (P_{s,i}: the
@@ -58,6 +60,7 @@
 #include "specdec/detail/error.hpp"
 #include "specdec/detail/exact_float.hpp"
 #include "specdec/detail/goodput_estimators.hpp"
+#include "specdec/draft_length/goodput.hpp"
 
 namespace specdec {
 
@@ -281,6 +284,15 @@ class BatchGoodputPlanner {
   [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
   [[nodiscard]] double expected_cost() const noexcept { return cost(); }
   /// \}
+
+  /// \brief The costs of a round whose sequence is alone in the batch: the curves at one
+  /// sequence (GoodputDraftLength::price_alone; BatchedDecoder lets such a sequence's policy
+  /// plan its rounds, in the same cost model). Views the planner's curves until the next call
+  /// that measures or reserves.
+  [[nodiscard]] AloneRoundCosts alone_costs() const noexcept {
+    return {target_table_, at(draft_table_, 1), options_.target_switch_cost, options_.plain_growth,
+            options_.guarding()};
+  }
 
   /// \brief The rows of the target call just made: a plan of other rows pays the switch
   /// cost (BatchGoodputOptions::target_switch_cost).

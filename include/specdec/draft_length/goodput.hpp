@@ -116,6 +116,16 @@ struct GoodputEstimates {
   return best;
 }
 
+/// \brief The cost model of a round whose sequence is alone in its batch
+/// (GoodputDraftLength::price_alone): the batch's curves at one sequence, in their unit.
+struct AloneRoundCosts {
+  std::span<const double> verify_cost;  ///< [n - 1] = T_v(n), n = 1 .. at least 1
+  double draft_token_cost = 0;          ///< t_d: one draft call advancing the sequence
+  double switch_cost = 0;   ///< a call of other rows than the last one's (GoodputOptions)
+  double plain_growth = 0;  ///< GoodputOptions::plain_growth
+  bool guarding = false;    ///< timings judge drafting (GoodputOptions::plain_guard applies)
+};
+
 /// \brief The goodput-optimal draft-length policy (see the file comment).
 ///
 /// At every generate() the evidence about the text starts over (the text changes); how the
@@ -173,6 +183,7 @@ class GoodputDraftLength {
     guard_trial_ = false;
     last_rows_ = 0;  // the first round reads the prompt: a shape of its own
     batch_plan_.reset();
+    alone_.reset();
     refresh_costs();
   }
 
@@ -193,7 +204,7 @@ class GoodputDraftLength {
         probe_due_ = plain_streak_ + probe_wait_;  // not even an easy stretch pays: look later
       }
     } else if (j == 0 && planned >= 2 && ++rounds_since_exploring_ >= explore_interval_ &&
-               !options_.fixed_costs()) {
+               !costs_fixed()) {
       // Explore: a round of half the planned length measures T_v where the policy would not
       // otherwise look. Without it, the costs of short rounds are extrapolated from long ones
       // alone, and an optimistic extrapolation is never corrected. Every exploring round gives
@@ -260,7 +271,9 @@ class GoodputDraftLength {
       }
     }
     guard_trial_ = false;
-    if (!options_.fixed_costs() && !first_round_) {
+    if (alone_) {
+      end_alone();  // the batch times its own calls
+    } else if (!options_.fixed_costs() && !first_round_) {
       measured_.observe(report.drafted, report.draft_seconds, report.target_seconds);
       refresh_costs();
     } else if (options_.correct_costs && !first_round_ && report.target_seconds > 0) {
@@ -273,7 +286,7 @@ class GoodputDraftLength {
   /// first decision of a round, before costs are measured, or with fixed costs, whose unit is
   /// a target call).
   [[nodiscard]] std::optional<RoundPrediction> prediction() const noexcept {
-    if (!predicted_ || options_.fixed_costs() || !measured_.known()) return std::nullopt;
+    if (!predicted_ || costs_fixed() || !measured_.known()) return std::nullopt;
     return last_prediction_;
   }
 
@@ -307,7 +320,9 @@ class GoodputDraftLength {
     // where K = 3 ran at 1.025, in the replay of the shipped pair's Q4_0 curve); not charged,
     // the policy flips between plans near break-even and pays them every time.
     const double amortized = 1.0 / static_cast<double>(kAmortizedRounds);
-    estimates.switch_cost = options_.fixed_costs() ? options_.switch_cost * amortized : 0.0;
+    estimates.switch_cost = alone_                   ? alone_->switch_cost * amortized
+                            : options_.fixed_costs() ? options_.switch_cost * amortized
+                                                     : 0.0;
     estimates.last_rows = last_rows_;
     // After plain steps the draft's first call computes the rows of every token they emitted
     // (and, on llama.cpp, a new graph for that shape): at least one more draft call, charged to
@@ -337,6 +352,24 @@ class GoodputDraftLength {
   /// verification the plan is drafted whole (see whole_rounds_).
   void follow_batch_plan(std::size_t planned, double threshold) noexcept {
     batch_plan_ = BatchPlan{planned, threshold};
+    if (alone_) end_alone();  // a round priced alone that was never observed (it failed)
+  }
+  /// \brief The next round's sequence is alone in its batch: nothing is shared, so the batch's
+  /// optimisation is this policy's own, which it solves better than a plan fixed before
+  /// drafting (draft_more re-plans at every drafted token). The round is drafted as under a
+  /// decoder of its own (probes, plain guard, no exploring rounds), priced with `costs` in
+  /// place of the policy's own: one cost model for the batch's sequences whether they share
+  /// calls or not. For one round (observe() ends it).
+  void price_alone(const AloneRoundCosts& costs) {
+    batch_plan_.reset();
+    reserve(cap_);
+    alone_ = AloneSettings{costs.switch_cost, costs.guarding};
+    const std::size_t known = costs.verify_cost.size();
+    for (std::size_t n = 1; n <= verify_cost_.size(); ++n) {
+      verify_cost_[n - 1] = known == 0 ? 1.0 : costs.verify_cost[std::min(n, known) - 1];
+    }
+    draft_token_cost_ = costs.draft_token_cost;
+    guard_.set_plain_growth(costs.plain_growth);
   }
   /// \}
 
@@ -393,8 +426,19 @@ class GoodputDraftLength {
     return estimates.survival[j - 1] * next >= batch_plan_->threshold;
   }
 
-  /// GoodputOptions::plain_guard, when timings decide anyway.
+  /// After a round priced alone: the policy's own costs again.
+  void end_alone() noexcept {
+    alone_.reset();
+    guard_.set_plain_growth(options_.plain_growth);
+    refresh_costs();
+  }
+
+  /// Whether this round's costs are fixed curves (the options', or a batch's: price_alone).
+  [[nodiscard]] bool costs_fixed() const noexcept { return alone_ || options_.fixed_costs(); }
+
+  /// GoodputOptions::plain_guard, when timings decide anyway (price_alone: the batch's say).
   [[nodiscard]] bool guarding() const noexcept {
+    if (alone_) return alone_->guarding;
     return options_.plain_guard &&
            (!options_.fixed_costs() || options_.measured_costs || options_.correct_costs);
   }
@@ -515,6 +559,11 @@ class GoodputDraftLength {
     double threshold = 0;
   };
   std::optional<BatchPlan> batch_plan_;  // this round's, set by follow_batch_plan
+  struct AloneSettings {
+    double switch_cost = 0;
+    bool guarding = false;
+  };
+  std::optional<AloneSettings> alone_;  // this round's, set by price_alone
   // plain_guard: carried over between generate() calls (it describes the pair on this host)
   detail::DraftingGuard guard_{};
   static constexpr std::size_t kFirstGuardWait = 8, kMaxGuardWait = 256;
