@@ -354,10 +354,10 @@ TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSte
   options.measured_costs = true;
   BatchGoodputPlanner guarded(options);
   guarded.skip_step();  // the step that read the prompts
-  // Three plain steps are timed before a step may draft, and the one right after the prompts'
-  // (on llama.cpp a graph rebuilt for one row per sequence: 5 s here) is not a plain step's
-  // time: judged against it, the drafting steps below would not lose.
-  for (const double seconds : {5.0, 1.0, 1.0, 1.0}) {
+  // A plain step is timed before a step may draft, and the one right after the prompts' (on
+  // llama.cpp a graph rebuilt for one row per sequence: 5 s here) is not a plain step's time:
+  // judged against it, the drafting steps below would not lose.
+  for (const double seconds : {5.0, 1.0}) {
     EXPECT_EQ(drafted(guarded), 0u) << "too few plain steps timed";
     guarded.observe_step(seconds, 4, 4);
   }
@@ -409,8 +409,8 @@ TEST(BatchGoodputPlanner, WhileDraftingLosesProbesAloneAreNoTrial) {
   };
   const auto timed = [&](BatchGoodputPlanner& planner) {
     planner.skip_step();  // the prompts' step
-    // Plain steps, timed before any step may draft (the first after the prompts' not timed).
-    for (int step = 0; step < 4; ++step) {
+    // Plain steps, timed before any step may draft.
+    for (int step = 0; step < 2; ++step) {
       EXPECT_EQ(rows(plan(planner, good, options)), 0u);
       planner.observe_step(1.0, 4, 4);
     }
@@ -453,11 +453,10 @@ TEST(BatchGoodputPlanner, BeforeTheGuardsFirstVerdictAProbeDraftsTheOptimisticLe
       curve(1, [](std::size_t) { return 0.02; }));
   options.measured_costs = true;
   const std::vector<std::vector<double>> useless(1, std::vector<double>(8, 0.05));
-  // The prompt's step, then four plain steps (three timed): the guard may judge, and has no
-  // verdict.
+  // The prompt's step, then two plain steps timed: the guard may judge, and has no verdict.
   const auto timed = [&](BatchGoodputPlanner& planner, const BatchGoodputOptions& curves) {
     planner.skip_step();
-    for (int step = 0; step < 4; ++step) {
+    for (int step = 0; step < 2; ++step) {
       (void)plan(planner, useless, curves);
       planner.observe_step(1.0, 1, 1);
     }

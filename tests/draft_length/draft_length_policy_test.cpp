@@ -565,8 +565,8 @@ TEST(GoodputDraftLengthTest, MeasuredCostsFollowTheRoundTimings) {
   policy.begin(config_with(8));
   EXPECT_FALSE(policy.prediction().has_value());
   // Draft 1 ms per token; target 10 ms + 1 ms per row beyond the first; rounds of 2..6 tokens,
-  // after the prompt's round and a plain step (the rounds a decoder runs before them are plain
-  // until the plain guard has timed plain steps: GoodputOptions::plain_guard).
+  // after the prompt's round and one plain step (until a plain step is timed, the plain guard
+  // keeps the rounds plain: GoodputOptions::plain_guard).
   policy.observe(RoundReport{0, 0, 8, 0, 50e-3, {}});
   policy.observe(RoundReport{0, 0, 8, 0, 10e-3, {}});
   for (int round = 0; round < 40; ++round) {
@@ -593,11 +593,6 @@ TEST(GoodputDraftLengthTest, MeasuredCostsFollowTheRoundTimings) {
 // row count rated 6 rows by the counts above the step, 1.44 units for a true 1.20, and the policy
 // drafted 4 in most rounds and never measured 6 rows: 0.96 of K = 5.) A delayed call among the
 // first samples of 6 rows did the same, until a row count's first estimate became a median.
-double median_of(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
 struct SteppedRounds {
   static double cost(std::size_t rows) {
     const double linear = 1.0 + 0.04 * static_cast<double>(rows - 1);
@@ -606,7 +601,6 @@ struct SteppedRounds {
   std::vector<std::size_t> histogram = std::vector<std::size_t>(9, 0);
   double units = 0;
   std::size_t emitted = 0;
-  std::vector<double> believed;  // T(6) / T(1) as the policy estimates it after each generation
 
   /// 40 generations of 256 tokens, acceptance 0.8, every token's probability 0.8; timings exact
   /// (1 ms per unit) except that every `delayed`-th call takes 4 times as long (a scheduler
@@ -638,8 +632,6 @@ struct SteppedRounds {
         policy.observe(RoundReport{n, accepted, limit, 0.05e-3 * static_cast<double>(n),
                                    1e-3 * cost(n + 1) * delay, probabilities});
       }
-      const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 8, {}});
-      believed.push_back(estimates.verify_cost[5] / estimates.verify_cost[0]);
     }
   }
   [[nodiscard]] double speedup() const { return static_cast<double>(emitted) / units; }
@@ -647,23 +639,20 @@ struct SteppedRounds {
 
 TEST(GoodputDraftLengthTest, SettlesBelowAStepInTheVerificationCost) {
   const double best_static = (1 - std::pow(0.8, 6)) / 0.2 / (5 * 0.05 + SteppedRounds::cost(6));
-  // Exact timings, then every 19th, 23rd or 29th call delayed: three phases of the delays
-  // against the rounds.
-  for (const std::size_t delayed :
-       {std::size_t{0}, std::size_t{19}, std::size_t{23}, std::size_t{29}}) {
+  for (const std::size_t delayed : {std::size_t{0}, std::size_t{23}}) {
     SCOPED_TRACE(::testing::Message() << "every " << delayed << "th call delayed");
     GoodputDraftLength policy;
     SteppedRounds rounds;
     rounds.run(policy, delayed);
     const auto mode = std::max_element(rounds.histogram.begin(), rounds.histogram.end());
     EXPECT_EQ(mode - rounds.histogram.begin(), 5) << ::testing::PrintToString(rounds.histogram);
-    // Within 2 % of K = 5 with exact timings; a call in 19-29 taking 4 times as long costs 1-3 %
-    // more (0.970-0.978 of K = 5 when measured).
-    EXPECT_GT(rounds.speedup(), (delayed == 0 ? 0.98 : 0.965) * best_static);
-    // What the policy believes of T(6) / T(1) at the end of each generation, median: the true
-    // 1.20 with exact timings. With delays T(1) rests on the few plain steps the policy takes,
-    // which the delays hit less often than the thousands of 6-row calls: read 1.22-1.28.
-    EXPECT_NEAR(median_of(rounds.believed), 1.20, delayed == 0 ? 0.02 : 0.1)
+    // Within 2 % of K = 5 with exact timings; a call in 23 taking 4 times as long costs ~1 % more.
+    EXPECT_GT(rounds.speedup(), (delayed == 0 ? 0.98 : 0.97) * best_static);
+    const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 8, {}});
+    // T(1) rests on the few plain steps the policy takes (the plain guard times one first);
+    // a delayed call among them moves it more than the drafting rounds' counts.
+    EXPECT_NEAR(estimates.verify_cost[5] / estimates.verify_cost[0], 1.20,
+                delayed == 0 ? 0.02 : 0.06)
         << ::testing::PrintToString(rounds.histogram);
   }
 }

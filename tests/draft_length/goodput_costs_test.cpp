@@ -456,24 +456,6 @@ TEST(DraftingGuardTest, JudgesEachRoundAgainstAPlainStepAtItsContext) {
   }
 }
 
-// The plain time drafting is judged against is the lowest of three plain steps, and no drafting
-// round is judged before all three are timed: the first plain steps after a prompt run slow
-// (a new call shape), and from the first alone (2 ms against 1.2 ms steady) drafting rounds of
-// 2.8 ms for 1.93 tokens, 2.3 plain steps of time, read as 1.4 plain steps and won.
-TEST(DraftingGuardTest, JudgesDraftingOnlyAgainstThreeTimedPlainSteps) {
-  specdec::detail::DraftingGuard guard;
-  EXPECT_TRUE(guard.needs_plain_steps());
-  for (const double seconds : {2.0e-3, 1.3e-3}) {
-    guard.observe(0, 1, seconds);
-    EXPECT_TRUE(guard.needs_plain_steps());
-  }
-  guard.observe(0, 1, 1.2e-3);
-  EXPECT_FALSE(guard.needs_plain_steps());
-  // The first drafting round is the draft's prefill and not judged; then two judged rounds.
-  for (int round = 0; round < 3; ++round) guard.observe(1, 1.93, 2.8e-3);
-  EXPECT_TRUE(guard.drafting_loses());
-}
-
 // Fixed costs a user gives (not measured_costs, no correct_costs) keep decisions independent
 // of timings: the same draws give the same draft lengths whatever the rounds report.
 TEST(GoodputCostCurvesTest, WithGivenFixedCostsTimingsDoNotSteer) {

@@ -490,7 +490,7 @@ class BatchGoodputPlanner {
     return rows;
   }
 
-  /// Whether a step that drafts may (plain_guard): not before plain steps were timed, nor
+  /// Whether a step that drafts may (plain_guard): not before a plain step was timed, nor
   /// while drafting loses, except for a trial of the plan (not of probes alone: the estimates
   /// expect those to lose, as GoodputDraftLength's guard does) after guard_wait_ plain steps
   /// that the ledger affords. (With probes as trials, on the shipped pair's Q8_0 weights at

@@ -526,16 +526,10 @@ class DraftingGuard {
   [[nodiscard]] double allowance_left() const noexcept {
     return kAllowance + kShare * elapsed_units_ - lost_units_;
   }
-  /// Fewer than kFirstPlainSamples plain steps have been timed, so no drafting round could be
-  /// judged: the rounds should be plain until they are (the prompt's round, the plain step
-  /// after it, which a new call shape still slows, and three more: plain steps cost nothing
-  /// against plain decoding). The plain time is the lowest of those
-  /// samples; from one alone, the steps right after a batch's prompts (1.4-1.7 ms at B = 2 on the
-  /// shipped pair's Q8_0 weights against 1.2 ms steady) priced drafting steps that lost 9 % to
-  /// plain batched decoding as wins.
-  [[nodiscard]] bool needs_plain_steps() const noexcept {
-    return plain_samples_ < kFirstPlainSamples;
-  }
+  /// No plain step has been timed yet, so no drafting round could be judged: the rounds
+  /// should be plain until one is (the first two rounds of the policy's life, the first being
+  /// the prompt's; a few plain steps against judging every drafting round from the start).
+  [[nodiscard]] bool needs_plain_steps() const noexcept { return !(plain_samples_ > 0); }
 
  private:
   void charge(double tokens, double units) noexcept {

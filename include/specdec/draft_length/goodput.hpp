@@ -443,13 +443,12 @@ class GoodputDraftLength {
            (!options_.fixed_costs() || options_.measured_costs || options_.correct_costs);
   }
 
-  /// Whether a round planned to draft may: not while too few plain steps have been timed
-  /// (DraftingGuard::needs_plain_steps; after the first round), nor while drafting loses to plain
-  /// steps, except for a trial of the model's plan (not a probe) after guard_wait_ plain rounds
-  /// that the guard's ledger affords.
+  /// Whether a round planned to draft may: not while no plain step has been timed (after the
+  /// first round), nor while drafting loses to plain steps, except for a trial of the model's
+  /// plan (not a probe) after guard_wait_ plain rounds that the guard's ledger affords.
   [[nodiscard]] bool guard_allows(bool probe) noexcept {
     // The first round reads the prompt and is not judged: it drafts as the model says (its
-    // extra rows ride on the prompt's call); plain steps are timed after it.
+    // extra rows ride on the prompt's call); the plain step is timed right after it.
     if (guard_.needs_plain_steps()) return first_round_;
     if (!guard_.drafting_loses()) return true;
     if (probe) return false;  // a probe is no trial: the model expects it to lose
