@@ -473,7 +473,6 @@ class BatchedDecoder {
         // pair's f16 weights through llama.cpp.)
         s.planned->price_alone(planner_.alone_costs());
         s.planned = nullptr;
-        prompt_step_ = prompt_step_ || !s.draft_prefilled;
       } else if (s.planned != nullptr && s.limit > 0) {
         // A sequence that has not drafted yet probes after one plain step: its acceptance is
         // the prior's until a verdict comes, and waiting probe_interval steps for the first
