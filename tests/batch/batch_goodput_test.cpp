@@ -362,7 +362,9 @@ TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSte
     guarded.observe_step(seconds, 4, 4);
   }
   EXPECT_GT(drafted(guarded), 0u) << "the curves call drafting a gain";
-  guarded.observe_step(3.0, 6, 4);  // the first drafting step also reads prompts: not judged
+  // The first drafting step, in which the drafts read the prompts, is not observed
+  // (BatchedDecoder skips it); the next two are judged.
+  guarded.skip_step();
   EXPECT_EQ(run(guarded, 2), 2u);
   EXPECT_TRUE(guarded.drafting_loses());
   // Plain while it loses; the trials (after 8, 16, 32 plain steps) lose too.
@@ -418,7 +420,9 @@ TEST(BatchGoodputPlanner, WhileDraftingLosesProbesAloneAreNoTrial) {
 
   BatchGoodputPlanner losing(options);
   timed(losing);
-  for (int step = 0; step < 3; ++step) {  // 6 tokens in 3 plain steps' time (the first unjudged)
+  ASSERT_GT(rows(plan(losing, good, options)), 0u);
+  losing.skip_step();                     // the drafts read the prompts
+  for (int step = 0; step < 2; ++step) {  // 6 tokens in 3 plain steps' time
     ASSERT_GT(rows(plan(losing, good, options)), 0u);
     losing.observe_step(3.0, 6, 4);
   }
@@ -466,8 +470,9 @@ TEST(BatchGoodputPlanner, BeforeTheGuardsFirstVerdictAProbeDraftsTheOptimisticLe
   const Planned cold = plan(planner, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
   ASSERT_TRUE(cold.probing[0]);
   EXPECT_GE(cold.lengths[0], 6u);  // 0.9 per token: the best rate at 8 rows, 6.1 tokens / 2.7
-  // Three drafting steps that win (the first, the draft's prefill, unjudged): a verdict.
-  for (int step = 0; step < 3; ++step) planner.observe_step(2.5, 5, 1);
+  // The draft's prefill (not observed), then two drafting steps that win: a verdict.
+  planner.skip_step();
+  for (int step = 0; step < 2; ++step) planner.observe_step(2.5, 5, 1);
   ASSERT_FALSE(planner.drafting_loses());
   const Planned warm = plan(planner, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
   ASSERT_TRUE(warm.probing[0]);
@@ -492,7 +497,7 @@ TEST(BatchGoodputPlanner, BeforeTheGuardsFirstVerdictAProbeDraftsTheOptimisticLe
 }
 
 // A step's time grows with its sequences' context (0.15 % per token: the shipped pair's f16
-// GGUF). The plain steps are timed early, after ~30 tokens; every drafting step then delivers
+// GGUF). The plain step is timed early, after ~30 tokens; every drafting step then delivers
 // 3.75 tokens per sequence in 3.3 plain steps of time at its own context. Told the growth, the
 // guard sees drafting that pays all along; not told, it compares the late steps with the early
 // plain ones, finds them ~30 % dearer than they are, and stops them.
@@ -511,16 +516,19 @@ TEST(BatchGoodputPlanner, ThePlainGuardJudgesEachStepAgainstAPlainStepAtItsConte
     options.plain_growth = told ? kGrowth : 0.0;
     BatchGoodputPlanner planner(options);
     planner.skip_step();  // the prompts' step
+    const auto drafted = [](const Planned& planned) {
+      return std::accumulate(planned.lengths.begin(), planned.lengths.end(), std::size_t{0});
+    };
     std::size_t context = 30;
-    for (; context < 34; ++context) {
-      (void)plan(planner, acceptance, options);
+    for (; context < 32; ++context) {  // plain until a plain step is timed (not the first)
+      ASSERT_EQ(drafted(plan(planner, acceptance, options)), 0u);
       planner.observe_step(plain_at(context), 4, 4, context);
     }
+    ASSERT_GT(drafted(plan(planner, acceptance, options)), 0u);
+    planner.skip_step();  // the drafts read the prompts: BatchedDecoder does not observe it
     bool stopped = false;
-    for (; context < 230 && !stopped; context += 4) {
-      const Planned planned = plan(planner, acceptance, options);
-      ASSERT_GT(std::accumulate(planned.lengths.begin(), planned.lengths.end(), std::size_t{0}),
-                0u);
+    for (context += 4; context < 230 && !stopped; context += 4) {
+      ASSERT_GT(drafted(plan(planner, acceptance, options)), 0u);
       planner.observe_step(3.3 * plain_at(context), 15, 4, context);
       stopped = planner.drafting_loses();
     }

@@ -136,10 +136,11 @@ struct BatchGoodputOptions {
 /// has sized it for the batch.
 class BatchGoodputPlanner {
  public:
-  BatchGoodputPlanner() = default;
+  BatchGoodputPlanner() { guard_.prefills_unobserved(); }
   explicit BatchGoodputPlanner(BatchGoodputOptions options) : options_(std::move(options)) {
     options_.validate();
     guard_.set_plain_growth(options_.plain_growth);
+    guard_.prefills_unobserved();  // skip_step(): BatchedDecoder skips the drafts' prefills
   }
 
   /// \brief How the models are called: one target call for all sequences (score_batch) or
@@ -343,8 +344,9 @@ class BatchGoodputPlanner {
       correction_ = std::clamp(drafting_per_unit_ / plain_per_unit_, 1.0, kMaxCorrection);
     }
   }
-  /// \brief A step not observed (one that read a prompt: its calls say nothing about a step's
-  /// cost) was made: the plain step after it is no steady sample for the guard either.
+  /// \brief A step not observed (one that read a prompt, the target's or a draft's: its calls
+  /// say nothing about a step's cost) was made: the plain step after it is no steady sample
+  /// for the guard either.
   void skip_step() noexcept { guard_.unobserved_round(); }
   /// \brief Whether the guard finds the recent drafting steps losing to plain ones.
   [[nodiscard]] bool drafting_loses() const noexcept { return guard_.drafting_loses(); }

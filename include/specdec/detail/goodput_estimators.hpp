@@ -430,7 +430,17 @@ class DraftingGuard {
     // The prompt's round changed the call shape as a drafting round does (llama.cpp rebuilds
     // its graph for one row after the prompt's): the next plain step is no steady sample.
     unobserved_round();
-    draft_warm_ = false;
+    draft_warm_ = prefills_unobserved_;
+  }
+
+  /// The caller leaves unobserved every round in which the draft reads a prompt
+  /// (BatchedDecoder's step in which a sequence first drafts), so no observed drafting round
+  /// pays a prefill, and the first one is judged like the rest. (Left unjudged as a
+  /// generation's first drafting round is, one of a batch's steady drafting steps went
+  /// unjudged before every cold verdict.)
+  void prefills_unobserved() noexcept {
+    prefills_unobserved_ = true;
+    draft_warm_ = true;
   }
 
   /// A round the caller leaves unobserved because it read a prompt (BatchedDecoder's step in
@@ -547,8 +557,9 @@ class DraftingGuard {
   double lost_units_ = 0, elapsed_units_ = 0;
   std::size_t judged_rounds_ = 0;
   bool after_drafting_ = false;
-  bool draft_warm_ = false;          // this generation's first drafting round was seen
-  bool last_round_drafted_ = false;  // (after_drafting_ also follows the prompt's round)
+  bool draft_warm_ = false;           // this generation's first drafting round was seen
+  bool prefills_unobserved_ = false;  // prefills_unobserved()
+  bool last_round_drafted_ = false;   // (after_drafting_ also follows the prompt's round)
   bool losing_ = false;
 };
 
