@@ -95,6 +95,11 @@ struct Planned {
   double rate = 0;
 };
 
+/// The drafted rows of a plan, over all its sequences.
+std::size_t drafted_rows(const Planned& planned) {
+  return std::accumulate(planned.lengths.begin(), planned.lengths.end(), std::size_t{0});
+}
+
 Planned plan(BatchGoodputPlanner& planner, const std::vector<std::vector<double>>& acceptance,
              const BatchGoodputOptions& options, double optimistic = 0, bool probe_due = false) {
   std::size_t longest = 0;
@@ -335,10 +340,7 @@ TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSte
             curve(4, [](std::size_t) { return 0.01; }));
   const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
   const auto drafted = [&](BatchGoodputPlanner& planner) {
-    const Planned planned = plan(planner, acceptance, options);
-    std::size_t rows = 0;
-    for (const std::size_t length : planned.lengths) rows += length;
-    return rows;
+    return drafted_rows(plan(planner, acceptance, options));
   };
   // Steps of 4 sequences: plain ones emit 4 tokens in 1 s; drafting ones 6 tokens in 3 s.
   const auto run = [&](BatchGoodputPlanner& planner, std::size_t steps) {
@@ -406,43 +408,41 @@ TEST(BatchGoodputPlanner, WhileDraftingLosesProbesAloneAreNoTrial) {
   options.measured_costs = true;
   const std::vector<std::vector<double>> good(4, std::vector<double>(8, 0.9));
   const std::vector<std::vector<double>> useless(4, std::vector<double>(8, 0.05));
-  const auto rows = [](const Planned& planned) {
-    return std::accumulate(planned.lengths.begin(), planned.lengths.end(), std::size_t{0});
-  };
   const auto timed = [&](BatchGoodputPlanner& planner) {
     planner.skip_step();  // the prompts' step
     // Plain steps, timed before any step may draft.
     for (int step = 0; step < 2; ++step) {
-      EXPECT_EQ(rows(plan(planner, good, options)), 0u);
+      EXPECT_EQ(drafted_rows(plan(planner, good, options)), 0u);
       planner.observe_step(1.0, 4, 4);
     }
   };
 
   BatchGoodputPlanner losing(options);
   timed(losing);
-  ASSERT_GT(rows(plan(losing, good, options)), 0u);
+  ASSERT_GT(drafted_rows(plan(losing, good, options)), 0u);
   losing.skip_step();                     // the drafts read the prompts
   for (int step = 0; step < 2; ++step) {  // 6 tokens in 3 plain steps' time
-    ASSERT_GT(rows(plan(losing, good, options)), 0u);
+    ASSERT_GT(drafted_rows(plan(losing, good, options)), 0u);
     losing.observe_step(3.0, 6, 4);
   }
   ASSERT_TRUE(losing.drafting_loses());
   for (std::size_t step = 0; step < 300; ++step) {
-    ASSERT_EQ(rows(plan(losing, useless, options, /*optimistic=*/0.9, /*probe_due=*/true)), 0u)
+    ASSERT_EQ(drafted_rows(plan(losing, useless, options, /*optimistic=*/0.9, /*probe_due=*/true)),
+              0u)
         << "step " << step;
     losing.observe_step(1.0, 4, 4);
   }
-  EXPECT_GT(rows(plan(losing, good, options)), 0u) << "a trial of the plan is due";
+  EXPECT_GT(drafted_rows(plan(losing, good, options)), 0u) << "a trial of the plan is due";
 
   BatchGoodputPlanner winning(options);
   timed(winning);
   for (int step = 0; step < 3; ++step) {  // 12 tokens in 1.5 plain steps' time: a verdict
-    ASSERT_GT(rows(plan(winning, good, options)), 0u);
+    ASSERT_GT(drafted_rows(plan(winning, good, options)), 0u);
     winning.observe_step(1.5, 12, 4);
   }
   ASSERT_FALSE(winning.drafting_loses());
   const Planned probes = plan(winning, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
-  EXPECT_EQ(rows(probes), 4u);
+  EXPECT_EQ(drafted_rows(probes), 4u);
   EXPECT_TRUE(probes.probing[0] && probes.probing[3]);
 }
 
@@ -516,19 +516,16 @@ TEST(BatchGoodputPlanner, ThePlainGuardJudgesEachStepAgainstAPlainStepAtItsConte
     options.plain_growth = told ? kGrowth : 0.0;
     BatchGoodputPlanner planner(options);
     planner.skip_step();  // the prompts' step
-    const auto drafted = [](const Planned& planned) {
-      return std::accumulate(planned.lengths.begin(), planned.lengths.end(), std::size_t{0});
-    };
     std::size_t context = 30;
     for (; context < 32; ++context) {  // plain until a plain step is timed (not the first)
-      ASSERT_EQ(drafted(plan(planner, acceptance, options)), 0u);
+      ASSERT_EQ(drafted_rows(plan(planner, acceptance, options)), 0u);
       planner.observe_step(plain_at(context), 4, 4, context);
     }
-    ASSERT_GT(drafted(plan(planner, acceptance, options)), 0u);
+    ASSERT_GT(drafted_rows(plan(planner, acceptance, options)), 0u);
     planner.skip_step();  // the drafts read the prompts: BatchedDecoder does not observe it
     bool stopped = false;
     for (context += 4; context < 230 && !stopped; context += 4) {
-      ASSERT_GT(drafted(plan(planner, acceptance, options)), 0u);
+      ASSERT_GT(drafted_rows(plan(planner, acceptance, options)), 0u);
       planner.observe_step(3.3 * plain_at(context), 15, 4, context);
       stopped = planner.drafting_loses();
     }

@@ -136,7 +136,7 @@ struct BatchGoodputOptions {
 /// has sized it for the batch.
 class BatchGoodputPlanner {
  public:
-  BatchGoodputPlanner() { guard_.prefills_unobserved(); }
+  BatchGoodputPlanner() : BatchGoodputPlanner(BatchGoodputOptions{}) {}
   explicit BatchGoodputPlanner(BatchGoodputOptions options) : options_(std::move(options)) {
     options_.validate();
     guard_.set_plain_growth(options_.plain_growth);

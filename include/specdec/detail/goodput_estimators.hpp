@@ -430,7 +430,7 @@ class DraftingGuard {
     // The prompt's round changed the call shape as a drafting round does (llama.cpp rebuilds
     // its graph for one row after the prompt's): the next plain step is no steady sample.
     unobserved_round();
-    draft_warm_ = prefills_unobserved_;
+    draft_warm_ = false;
   }
 
   /// The caller leaves unobserved every round in which the draft reads a prompt
@@ -438,10 +438,7 @@ class DraftingGuard {
   /// pays a prefill, and the first one is judged like the rest. (Left unjudged as a
   /// generation's first drafting round is, one of a batch's steady drafting steps went
   /// unjudged before every cold verdict.)
-  void prefills_unobserved() noexcept {
-    prefills_unobserved_ = true;
-    draft_warm_ = true;
-  }
+  void prefills_unobserved() noexcept { prefills_unobserved_ = true; }
 
   /// A round the caller leaves unobserved because it read a prompt (BatchedDecoder's step in
   /// which a sequence joins): it changed the call shape as a drafting round does, so the next
@@ -482,7 +479,7 @@ class DraftingGuard {
     }
     after_drafting_ = true;
     last_round_drafted_ = true;
-    if (!draft_warm_) {
+    if (!draft_warm_ && !prefills_unobserved_) {
       // A generation's first drafting round also reads the prompt into the draft (its prefill,
       // several plain steps' worth on the shipped pair): the price of drafting at all in this
       // generation, not of the plan. Judged, it stopped drafting that paid (f16 weights: 61 %
