@@ -865,6 +865,22 @@ int run_parallel(Options& options) {
         fast.tokens(), fast.seconds, fast_rate, fast.stats.target_calls,
         fast.stats.rows_per_target_call(), fast.stats.draft_calls, pooled.acceptance_rate(),
         fast_latency, histogram_text(histogram, true).c_str());
+    if (costs.fixed_costs()) {  // the curves the plan priced its steps with, in ms
+      const auto ms = [](const std::vector<double>& seconds) {
+        std::string text;
+        char value[32];
+        for (const double s : seconds) {
+          std::snprintf(value, sizeof value, "%s%.4g", text.empty() ? "" : ", ", 1e3 * s);
+          text += value;
+        }
+        return text;
+      };
+      std::printf(
+          ",\n  \"measured_costs\": {\"target_call_ms\": [%s], \"plain_step_ms\": [%s], "
+          "\"draft_call_ms\": [%s]}",
+          ms(costs.target_call_costs).c_str(), ms(costs.plain_step_costs).c_str(),
+          ms(costs.draft_call_costs).c_str());
+    }
     if (options.baseline) {
       std::printf(
           ",\n  \"plain\": {\"new_tokens\": %zu, \"seconds\": %.6g, "

@@ -267,6 +267,37 @@ TEST(BatchGoodputPlanner, AProbeIsOneRowAndOnlyWhenDueAndOptimismPays) {
   EXPECT_EQ(got.lengths, (std::vector<std::size_t>{1, 0}));
 }
 
+// The plain step priced as plain decoding runs it (BatchGoodputOptions::plain_step_costs): a
+// call of n rows costs 1 + 0.1 n among other shapes, a draft call 0.1 per sequence, and with
+// every drafted token accepted at 0.9 the best plan (5 tokens each) emits 2.93 tokens per unit
+// against plain steps' 1.67. In a run of plain calls the 2-row call costs 0.6: plain steps
+// emit 3.33 tokens per unit, so every sequence is plain, and no probe either. A
+// plain_step_costs entry above T(b) is noise: the plain step is priced at T(b).
+TEST(BatchGoodputPlanner, ThePlainStepIsPricedAsARunOfPlainCalls) {
+  BatchGoodputOptions options =
+      fixed(curve(2 * 9, [](std::size_t n) { return 1.0 + 0.1 * static_cast<double>(n); }),
+            curve(2, [](std::size_t n) { return 0.1 * static_cast<double>(n); }));
+  const std::vector<std::vector<double>> acceptance(2, std::vector<double>(8, 0.9));
+  BatchGoodputPlanner among_shapes(options);
+  Planned got = plan(among_shapes, acceptance, options);
+  EXPECT_GT(got.lengths[0] + got.lengths[1], 0u) << "drafting looks like a gain";
+  options.plain_step_costs = {0.5, 0.6};
+  BatchGoodputPlanner in_a_run(options);
+  got = plan(in_a_run, acceptance, options, /*optimistic=*/0.95, /*probe_due=*/true);
+  EXPECT_EQ(got.lengths, (std::vector<std::size_t>{0, 0}));
+  EXPECT_FALSE(got.probing[0] || got.probing[1]);
+  EXPECT_DOUBLE_EQ(in_a_run.expected_cost(), 0.6);
+  options.plain_step_costs = {0.5, 1.5};
+  BatchGoodputPlanner noisy(options);
+  got = plan(noisy, acceptance, options);
+  EXPECT_GT(got.lengths[0] + got.lengths[1], 0u);
+  noisy.clear();
+  (void)noisy.add_planned({}, 0, false);
+  (void)noisy.add_planned({}, 0, false);
+  noisy.solve();
+  EXPECT_DOUBLE_EQ(noisy.expected_cost(), 1.2);
+}
+
 // Sequences the plan does not drive (another policy) count in the call's rows: with a free
 // call up to 8 rows, a fixed sequence drafting 5 (6 rows) leaves the planned one (1 row) a
 // single free row.
@@ -396,6 +427,39 @@ TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSte
     BatchGoodputPlanner planner(unguarded);
     EXPECT_EQ(run(planner, 20), 20u);
   }
+}
+
+// The guard judges a plain step as plain decoding runs it (plain_step_costs): a plain step of
+// 2.5 s whose target call took 2 s, where a run of plain calls takes 0.5 s, counts as 1 s.
+// Against it, drafting steps of 6 tokens in 2 s lose (0.5 s per sequence for 1.5 tokens, where
+// a plain step gives 1 token in 0.25 s); against the 2.5 s they would be a gain.
+TEST(BatchGoodputPlanner, ThePlainGuardJudgesAgainstTheSettledPlainCall) {
+  BatchGoodputOptions options =
+      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+            curve(4, [](std::size_t) { return 0.01; }));
+  options.measured_costs = true;
+  const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
+  const auto losing_after_drafting = [&](const BatchGoodputOptions& given) {
+    BatchGoodputPlanner planner(given);
+    planner.skip_step();  // the prompts' step
+    for (int step = 0; step < 2; ++step) {
+      EXPECT_EQ(drafted_rows(plan(planner, acceptance, given)), 0u);
+      planner.observe_target_call(4, 2.0);
+      planner.observe_step(2.5, 4, 4);
+    }
+    EXPECT_GT(drafted_rows(plan(planner, acceptance, given)), 0u);
+    planner.skip_step();  // the drafts' prefill
+    for (int step = 0; step < 2; ++step) {
+      const Planned planned = plan(planner, acceptance, given);
+      EXPECT_GT(drafted_rows(planned), 0u);
+      planner.observe_target_call(planner.rows(), 1.5);
+      planner.observe_step(2.0, 6, 4);
+    }
+    return planner.drafting_loses();
+  };
+  EXPECT_FALSE(losing_after_drafting(options));
+  options.plain_step_costs = curve(4, [](std::size_t b) { return 0.125 * static_cast<double>(b); });
+  EXPECT_TRUE(losing_after_drafting(options));
 }
 
 // While drafting loses, a step whose only drafted rows are probes stays plain however long
@@ -552,6 +616,13 @@ TEST(BatchGoodputOptions, RejectsBadCurvesNamingTheField) {
   BatchGoodputOptions shrinking;
   shrinking.plain_growth = -0.001;
   EXPECT_NE(message(shrinking).find("plain_growth = -0.001"), std::string::npos);
+  BatchGoodputOptions plain_alone;
+  plain_alone.plain_step_costs = {1.0};
+  EXPECT_NE(message(plain_alone).find("plain_step_costs has 1 entries without target_call_costs"),
+            std::string::npos);
+  BatchGoodputOptions free_plain = fixed({1.0}, {0.1});
+  free_plain.plain_step_costs = {0.0};
+  EXPECT_NE(message(free_plain).find("plain_step_costs[0] = 0"), std::string::npos);
   EXPECT_THROW(BatchGoodputPlanner(fixed({1.0}, {})), std::invalid_argument);
   EXPECT_EQ(message(fixed({1.0}, {0.1})), "no error");
 }
@@ -748,6 +819,41 @@ TEST(MeasureBatchCallCosts, MeasuresHowAPlainStepGrowsWithTheContext) {
             0.0);
 }
 
+// A fake batched engine that settles: a call costs 100 us per row, and 400 us more while one
+// of the last 4 calls had another row count (an engine whose caches and graphs settle over a
+// run of identical calls). The target curve, timed among other shapes, reads the unsettled
+// call; plain_seconds, timed in runs of plain calls, the settled one.
+TEST(MeasureBatchCallCosts, TimesPlainStepsInARunOfPlainCalls) {
+  struct SettlingTarget : BatchedScriptedTarget {
+    using BatchedScriptedTarget::BatchedScriptedTarget;
+    std::vector<std::size_t> last_rows;
+    const std::vector<float>& score_batch(std::span<const specdec::ScoreRequest> requests) {
+      std::size_t rows = 0;
+      for (const specdec::ScoreRequest& request : requests) rows += request.rows;
+      const bool settled = std::all_of(last_rows.begin(), last_rows.end(),
+                                       [&](std::size_t before) { return before == rows; });
+      spin_for(std::chrono::microseconds(100 * rows + (settled ? 0 : 400)));
+      last_rows.push_back(rows);
+      if (last_rows.size() > 4) last_rows.erase(last_rows.begin());
+      return BatchedScriptedTarget::score_batch(requests);
+    }
+  };
+  const ScriptedPair pair = make_pair();
+  SettlingTarget target(pair.target<float>());
+  BatchedScriptedDraft draft(pair.draft<float>());
+  std::vector<token_t> context;
+  for (int i = 0; i < 24; ++i) context.push_back(static_cast<token_t>(i % 8));
+  const specdec::BatchCallCosts costs =
+      specdec::measure_batch_call_costs(draft, target, context, 3, 2, 3);
+  ASSERT_EQ(costs.plain_seconds.size(), 3u);
+  for (std::size_t b = 1; b <= 3; ++b) {
+    EXPECT_LT(costs.plain_seconds[b - 1], 1e-4 * static_cast<double>(b) + 2e-4) << b;
+    EXPECT_GT(costs.target_seconds[b - 1], 1e-4 * static_cast<double>(b) + 3e-4) << b;
+  }
+  EXPECT_EQ(costs.goodput_options().plain_step_costs, costs.plain_seconds);
+  EXPECT_EQ(target.broken_promises, 0u);
+}
+
 TEST(MeasureBatchCallCosts, TimesEveryRowCountAndDraftWidthWithinTheContractAndReleases) {
   const ScriptedPair pair = make_pair();
   BatchedScriptedTarget target(pair.target<float>());
@@ -758,7 +864,9 @@ TEST(MeasureBatchCallCosts, TimesEveryRowCountAndDraftWidthWithinTheContractAndR
       specdec::measure_batch_call_costs(draft, target, context, 3, 4, 3, /*first_id=*/7);
   ASSERT_EQ(costs.target_seconds.size(), 15u);  // 3 sequences x (4 + 1) rows
   ASSERT_EQ(costs.draft_seconds.size(), 3u);
+  ASSERT_EQ(costs.plain_seconds.size(), 3u);
   for (const double t : costs.target_seconds) EXPECT_GT(t, 0.0);
+  for (const double t : costs.plain_seconds) EXPECT_GT(t, 0.0);
   EXPECT_EQ(target.broken_promises, 0u);
   EXPECT_EQ(draft.broken_promises, 0u);
   EXPECT_EQ(target.released, (std::vector<specdec::sequence_id>{7, 8, 9}));

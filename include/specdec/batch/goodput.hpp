@@ -20,8 +20,9 @@
 ///    E = 0, 1, ... evaluating the rate of each prefix exactly (T at R rows, the draft calls
 ///    the prefix implies), and keeps the best. A curve with steps and dips (a CPU engine's row
 ///    tiles) is read where it is: a prefix that lands in a dip wins on its own cost.
-///  - E = 0 is plain batched decoding, one row per sequence: when no prefix beats it, every
-///    sequence's limit is 0, so the step makes no draft call and scores no extra row.
+///  - E = 0 is plain batched decoding, one row per sequence, priced as plain decoding runs it
+///    where the curves say (BatchGoodputOptions::plain_step_costs): when no prefix beats it,
+///    every sequence's limit is 0, so the step makes no draft call and scores no extra row.
 ///  - A sequence left plain for probe_interval steps is given one row anyway when drafting
 ///    some length at its optimistic acceptance would beat the plan's rate, as the
 ///    single-sequence policy probes: without verdicts its acceptance could not recover (before
@@ -73,6 +74,17 @@ struct BatchGoodputOptions {
   /// [n - 1] = the cost of one batched draft call advancing n sequences (with a draft that is
   /// not batched: [0] is one sequence's draft call). Given together with target_call_costs.
   std::vector<double> draft_call_costs{};
+  /// With fixed curves, optional: [b - 1] = the cost of a plain step of b sequences (one row
+  /// each) as plain batched decoding runs it, one such call after another; the plain step of
+  /// a plan is priced at the lower of it and T(b) (empty: T(b)). Why apart from the target
+  /// curve: a drafting step's target call follows draft calls and calls of other shapes, and
+  /// the curve is timed so; a run of identical plain calls is cheaper. On llama.cpp's CPU
+  /// backend with the shipped pair's Q8_0 weights, the second of two 2-row calls among other
+  /// shapes took 1.19 ms and the same call 10 calls into a run of them 0.75-0.85 ms: priced at
+  /// the former, plain decoding looked 35 % dearer than it runs, and the plan drafted one token
+  /// per sequence at 0.92-0.97x of plain batched decoding. With measured curves (seconds),
+  /// the plain guard also judges a plain step with its target call at most this long.
+  std::vector<double> plain_step_costs{};
   /// With fixed curves: the extra cost of a target call whose total rows differ from the
   /// previous call's (an engine that prepares each call shape anew: llama.cpp builds a new
   /// compute graph), in the curves' unit; 0: none.
@@ -118,6 +130,12 @@ struct BatchGoodputOptions {
     };
     check(target_call_costs, "target_call_costs");
     check(draft_call_costs, "draft_call_costs");
+    check(plain_step_costs, "plain_step_costs");
+    if (!plain_step_costs.empty() && target_call_costs.empty()) {
+      detail::throw_invalid_argument(
+          "BatchGoodputOptions: plain_step_costs has ", plain_step_costs.size(),
+          " entries without target_call_costs; expected it with the fixed curves or empty");
+    }
     if (!std::isfinite(target_switch_cost) || target_switch_cost < 0) {
       detail::throw_invalid_argument("BatchGoodputOptions::target_switch_cost = ",
                                      target_switch_cost, "; expected a finite cost >= 0");
@@ -315,8 +333,19 @@ class BatchGoodputPlanner {
   /// keep the plan independent of timings.
   void observe_step(double seconds, std::size_t emitted = 0, std::size_t sequences = 0,
                     std::size_t context = 0) noexcept {
+    const double call_seconds = std::exchange(last_call_seconds_, 0.0);
     if (!(seconds > 0) || !(plain_cost_ > 0)) return;
     if (options_.fixed_costs() && !options_.measured_costs) return;
+    if (rows_ == sequences_.size() && shared_target_ && !options_.plain_step_costs.empty() &&
+        call_seconds < seconds) {
+      // A plain step is judged as plain decoding runs it: its target call at most the settled
+      // plain call (plain_step_costs, in seconds: measured), the rest as it was. The first
+      // plain steps after the prompts' and drafting's calls run unsettled (on the shipped
+      // pair's Q8_0 weights at B = 2: 1.7, 1.4, 1.2 ms, then 0.9 ms from the 10th on), and a
+      // guard that took its plain time from them judged drafting steps that lost 6-12 % to
+      // plain batched decoding a gain.
+      seconds -= call_seconds - std::min(call_seconds, at(options_.plain_step_costs, rows_));
+    }
     if (options_.guarding() && sequences > 0) {
       const std::size_t drafted = rows_ - std::min(rows_, plain_rows());
       const double share = 1.0 / static_cast<double>(sequences);
@@ -353,9 +382,11 @@ class BatchGoodputPlanner {
   /// \brief The correction observe_step applies to drafting's costs (1: none).
   [[nodiscard]] double correction() const noexcept { return correction_; }
 
-  /// \name Measured costs (ignored with fixed curves)
+  /// \name Measured costs (ignored with fixed curves, but for the target call's time, which
+  /// observe_step reads with BatchGoodputOptions::plain_step_costs)
   /// \{
   void observe_target_call(std::size_t rows, double seconds) noexcept {
+    last_call_seconds_ = seconds;  // observe_step's
     if (options_.fixed_costs() || rows == 0) return;
     target_measured_.observe(rows - 1, -1.0, seconds);
     refresh_costs();
@@ -419,6 +450,10 @@ class BatchGoodputPlanner {
       for (std::size_t k = 1; k <= entry.length; ++k) draft_cost_ += add_draft_row(k);
     }
     if (shared_target_) target_cost_ = shared_call_cost(rows_);
+    if (shared_target_ && rows_ == sequences_.size() && !options_.plain_step_costs.empty()) {
+      // A plain step, as plain decoding runs it (BatchGoodputOptions::plain_step_costs)
+      target_cost_ = std::min(target_cost_, at(options_.plain_step_costs, rows_));
+    }
     // The step without planned drafting: what the correction scales from.
     plain_cost_ = target_cost_ + draft_cost_ + switch_cost(rows_);
     if (best != nullptr && rate() > best->rate * (1 + kTieTolerance)) *best = {rate(), 0, 0};
@@ -480,7 +515,7 @@ class BatchGoodputPlanner {
     for (std::size_t k = 1; k <= m; ++k) draft += draft_row_cost(k);
     // (With equal micro-batches: its m rows above the others' as one more pass, at most.)
     const double target = !shared_target_  ? target_cost_ + target_cost(m + 1) - target_cost(1)
-                          : micro_batches_ ? target_cost_ + target_cost(m)
+                          : micro_batches_ ? shared_call_cost(rows_) + target_cost(m)
                                            : target_cost(rows_ + m);
     return corrected(target + draft + switch_cost(rows_ + m));
   }
@@ -624,8 +659,9 @@ class BatchGoodputPlanner {
   bool draft_seen_ = false;
   double tokens_ = 0, target_cost_ = 0, draft_cost_ = 0, threshold_ = 1;
   std::size_t rows_ = 0;
-  std::size_t last_rows_ = 0;  // the last target call's (0: none yet)
-  double plain_cost_ = 0;      // the walk's step with nothing planned drafted
+  std::size_t last_rows_ = 0;     // the last target call's (0: none yet)
+  double plain_cost_ = 0;         // the walk's step with nothing planned drafted
+  double last_call_seconds_ = 0;  // the step's target call (observe_target_call; 0: none)
   static constexpr double kCorrectionSamples = 4, kMaxCorrectionSamples = 16;
   static constexpr double kCorrectionFading = 0.98, kMaxCorrection = 3;
   double plain_per_unit_ = 0, plain_samples_ = 0;

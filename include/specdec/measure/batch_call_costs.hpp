@@ -21,14 +21,19 @@
 /// divisor fits the context, n / B each and one more to the first n mod B.
 /// Each point is the lower quartile of `repeats` calls (a call preempted for a scheduler slice
 /// only ever adds time), the row counts interleaved, every shape called twice in a row and the
-/// second call timed (an engine may prepare each call shape anew: the steady state is what
-/// a step of unchanged rows runs in), as measure_call_costs does; the first, minus the
+/// second call timed (an engine may prepare each call shape anew, and drafting steps change
+/// shapes as these calls do), as measure_call_costs does; the first, minus the
 /// second, gives the cost of a change of shape (BatchCallCosts::target_switch_seconds). Every
-/// sequence's rows follow its own positions after
-/// the last call's, walked through the second half of `context` again and again. Last, one
-/// sequence's plain steps early and late in `context` give BatchCallCosts::plain_growth, as
-/// measure_call_costs does (the guard judges each step against a plain step at the step's
-/// context: BatchGoodputOptions::plain_growth). The
+/// sequence's rows follow its own positions after the last call's, walked through the second
+/// half of `context` again and again.
+///
+/// Then plain steps of b = 1 .. `sequences` sequences (every b up to 8, above every fourth or
+/// so), each b in a run of calls as plain batched decoding makes them, give
+/// BatchCallCosts::plain_seconds: a drafting step's calls never settle so, and a plain step
+/// priced among them looked up to 35 % dearer than it runs (BatchGoodputOptions::
+/// plain_step_costs). Last, one sequence's plain steps early and late in `context` give
+/// BatchCallCosts::plain_growth, as measure_call_costs does (the guard judges each step
+/// against a plain step at the step's context: BatchGoodputOptions::plain_growth). The
 /// sequences use ids first_id .. first_id + sequences - 1 and are released from both models
 /// (release(id), if they have it) at the end, so a decoder may use those ids afterwards. A
 /// measurement tool: it allocates, and it calls the models many times.
@@ -48,10 +53,35 @@
 
 namespace specdec {
 
+namespace detail {
+
+/// [x - 1] for x = 1 .. timed.back(): at x = timed[i] (ascending, timed[0] = 1) the lower
+/// quartile of times[i] (reordered), between two timed counts the line through them.
+[[nodiscard]] inline std::vector<double> curve_through(const std::vector<std::size_t>& timed,
+                                                       std::vector<std::vector<double>>& times) {
+  std::vector<double> curve(timed.back());
+  for (std::size_t i = 0; i < timed.size(); ++i) {
+    curve[timed[i] - 1] = std::max(lower_quartile_of(times[i]), 1e-9);
+    if (i == 0) continue;
+    const double low = curve[timed[i - 1] - 1], high = curve[timed[i] - 1];
+    for (std::size_t x = timed[i - 1] + 1; x < timed[i]; ++x) {
+      const double t =
+          static_cast<double>(x - timed[i - 1]) / static_cast<double>(timed[i] - timed[i - 1]);
+      curve[x - 1] = low + t * (high - low);
+    }
+  }
+  return curve;
+}
+
+}  // namespace detail
+
 /// \brief A batched pair's measured call costs, in seconds.
 struct BatchCallCosts {
   std::vector<double> target_seconds;  ///< [n - 1]: one target call of n rows in total
   std::vector<double> draft_seconds;   ///< [r - 1]: one draft call advancing r sequences
+  /// [b - 1]: a plain step of b sequences (one row each) in a run of plain steps
+  /// (BatchGoodputOptions::plain_step_costs)
+  std::vector<double> plain_seconds;
   /// The extra time of a target call whose total rows differ from the previous call's (the
   /// median over the timed row counts of the quartiles' difference; >= 0)
   double target_switch_seconds = 0;
@@ -72,6 +102,7 @@ struct BatchCallCosts {
   [[nodiscard]] BatchGoodputOptions goodput_options(BatchGoodputOptions base = {}) const {
     base.target_call_costs = target_seconds;
     base.draft_call_costs = draft_seconds;
+    base.plain_step_costs = plain_seconds;
     base.target_switch_cost = target_switch_seconds;
     base.plain_growth = plain_growth;
     base.measured_costs = true;  // plain_guard applies: these curves are timings anyway
@@ -187,22 +218,29 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
                          detail::lower_quartile_of(target_times[i]));
     }
     costs.target_switch_seconds = std::max(0.0, detail::median_of(switches));
-    costs.target_seconds.resize(max_rows);
-    for (std::size_t i = 0; i < timed.size(); ++i) {
-      costs.target_seconds[timed[i] - 1] =
-          std::max(detail::lower_quartile_of(target_times[i]), 1e-9);
-      if (i == 0) continue;
-      const double low = costs.target_seconds[timed[i - 1] - 1];
-      const double high = costs.target_seconds[timed[i] - 1];
-      for (std::size_t n = timed[i - 1] + 1; n < timed[i]; ++n) {
-        const double t =
-            static_cast<double>(n - timed[i - 1]) / static_cast<double>(timed[i] - timed[i - 1]);
-        costs.target_seconds[n - 1] = low + t * (high - low);
-      }
-    }
+    costs.target_seconds = detail::curve_through(timed, target_times);
     for (auto& times : draft_times) {
       costs.draft_seconds.push_back(std::max(detail::lower_quartile_of(times), 1e-9));
     }
+    // Plain steps as plain batched decoding runs them: kPlainRun calls of b sequences, one row
+    // each, in a row, the last kPlainTimed timed (on llama.cpp's CPU backend a run of 2-row
+    // calls after other shapes took ~10 calls to settle, at 0.65 of the first).
+    constexpr std::size_t kPlainRun = 12, kPlainTimed = 6, kAllWidthsUpTo = 8;
+    std::vector<std::size_t> widths;  // the sequence counts timed
+    for (std::size_t b = 1; b <= sequences; b += b < kAllWidthsUpTo ? 1 : b / 4) {
+      widths.push_back(b);
+    }
+    if (widths.back() != sequences) widths.push_back(sequences);
+    std::vector<std::vector<double>> plain_times(widths.size());
+    for (std::size_t repeat = 0; repeat < repeats; ++repeat) {
+      for (std::size_t i = 0; i < widths.size(); ++i) {
+        for (std::size_t call = 0; call < kPlainRun; ++call) {
+          const double seconds = target_call(widths[i]);
+          if (call + kPlainTimed >= kPlainRun) plain_times[i].push_back(seconds);
+        }
+      }
+    }
+    costs.plain_seconds = detail::curve_through(widths, plain_times);
     costs.plain_growth =
         detail::measure_plain_growth(context.size(), repeats, [&](std::size_t length) {
           score[0] = ScoreRequest{first_id, context.first(length), length, 1};
