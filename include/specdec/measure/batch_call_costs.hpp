@@ -56,12 +56,15 @@ namespace specdec {
 namespace detail {
 
 /// [x - 1] for x = 1 .. timed.back(): at x = timed[i] (ascending, timed[0] = 1) the lower
-/// quartile of times[i] (reordered), between two timed counts the line through them.
+/// quartile of times[i] (the median with `median`; reordered), between two timed counts the
+/// line through them.
 [[nodiscard]] inline std::vector<double> curve_through(const std::vector<std::size_t>& timed,
-                                                       std::vector<std::vector<double>>& times) {
+                                                       std::vector<std::vector<double>>& times,
+                                                       bool median = false) {
   std::vector<double> curve(timed.back());
   for (std::size_t i = 0; i < timed.size(); ++i) {
-    curve[timed[i] - 1] = std::max(lower_quartile_of(times[i]), 1e-9);
+    curve[timed[i] - 1] =
+        std::max(median ? median_of(times[i]) : lower_quartile_of(times[i]), 1e-9);
     if (i == 0) continue;
     const double low = curve[timed[i - 1] - 1], high = curve[timed[i] - 1];
     for (std::size_t x = timed[i - 1] + 1; x < timed[i]; ++x) {
@@ -224,7 +227,9 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
     }
     // Plain steps as plain batched decoding runs them: kPlainRun calls of b sequences, one row
     // each, in a row, the last kPlainTimed timed (on llama.cpp's CPU backend a run of 2-row
-    // calls after other shapes took ~10 calls to settle, at 0.65 of the first).
+    // calls after other shapes took ~10 calls to settle, at 0.65 of the first). The median,
+    // not the lower quartile: the guard compares drafting steps' wall times with it, and
+    // against the lower quartile it stopped f16 drafting that paid (docs/llama_cpp.md).
     constexpr std::size_t kPlainRun = 12, kPlainTimed = 6, kAllWidthsUpTo = 8;
     std::vector<std::size_t> widths;  // the sequence counts timed
     for (std::size_t b = 1; b <= sequences; b += b < kAllWidthsUpTo ? 1 : b / 4) {
@@ -240,7 +245,7 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
         }
       }
     }
-    costs.plain_seconds = detail::curve_through(widths, plain_times);
+    costs.plain_seconds = detail::curve_through(widths, plain_times, /*median=*/true);
     costs.plain_growth =
         detail::measure_plain_growth(context.size(), repeats, [&](std::size_t length) {
           score[0] = ScoreRequest{first_id, context.first(length), length, 1};
