@@ -228,8 +228,8 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
     // Plain steps as plain batched decoding runs them: kPlainRun calls of b sequences, one row
     // each, in a row, the last kPlainTimed timed (on llama.cpp's CPU backend a run of 2-row
     // calls after other shapes took ~10 calls to settle, at 0.65 of the first). The median,
-    // not the lower quartile: the guard compares drafting steps' wall times with it, and
-    // against the lower quartile it stopped f16 drafting that paid (docs/llama_cpp.md).
+    // not the lower quartile: the guard compares drafting steps' wall times, not their lower
+    // quartiles, with it (docs/llama_cpp.md).
     constexpr std::size_t kPlainRun = 12, kPlainTimed = 6, kAllWidthsUpTo = 8;
     std::vector<std::size_t> widths;  // the sequence counts timed
     for (std::size_t b = 1; b <= sequences; b += b < kAllWidthsUpTo ? 1 : b / 4) {
