@@ -336,15 +336,14 @@ class BatchGoodputPlanner {
     const double call_seconds = std::exchange(last_call_seconds_, 0.0);
     if (!(seconds > 0) || !(plain_cost_ > 0)) return;
     if (options_.fixed_costs() && !options_.measured_costs) return;
-    if (rows_ == sequences_.size() && shared_target_ && !options_.plain_step_costs.empty() &&
-        call_seconds < seconds) {
+    if (settled_plain_step() && call_seconds < seconds) {
       // A plain step is judged as plain decoding runs it: its target call at most the settled
       // plain call (plain_step_costs, in seconds: measured), the rest as it was. The first
       // plain steps after the prompts' and drafting's calls run unsettled (on the shipped
       // pair's Q8_0 weights at B = 2: 1.7, 1.4, 1.2 ms, then 0.9 ms from the 10th on), and a
       // guard that took its plain time from them judged drafting steps that lost 6-12 % to
       // plain batched decoding a gain.
-      seconds -= call_seconds - std::min(call_seconds, at(options_.plain_step_costs, rows_));
+      seconds -= call_seconds - std::min(call_seconds, settled_plain_cost());
     }
     if (options_.guarding() && sequences > 0) {
       const std::size_t drafted = rows_ - std::min(rows_, plain_rows());
@@ -450,10 +449,7 @@ class BatchGoodputPlanner {
       for (std::size_t k = 1; k <= entry.length; ++k) draft_cost_ += add_draft_row(k);
     }
     if (shared_target_) target_cost_ = shared_call_cost(rows_);
-    if (shared_target_ && rows_ == sequences_.size() && !options_.plain_step_costs.empty()) {
-      // A plain step, as plain decoding runs it (BatchGoodputOptions::plain_step_costs)
-      target_cost_ = std::min(target_cost_, at(options_.plain_step_costs, rows_));
-    }
+    if (settled_plain_step()) target_cost_ = std::min(target_cost_, settled_plain_cost());
     // The step without planned drafting: what the correction scales from.
     plain_cost_ = target_cost_ + draft_cost_ + switch_cost(rows_);
     if (best != nullptr && rate() > best->rate * (1 + kTieTolerance)) *best = {rate(), 0, 0};
@@ -518,6 +514,16 @@ class BatchGoodputPlanner {
                           : micro_batches_ ? shared_call_cost(rows_) + target_cost(m)
                                            : target_cost(rows_ + m);
     return corrected(target + draft + switch_cost(rows_ + m));
+  }
+
+  /// Whether the step (as walked) is plain for every sequence and priced as plain decoding
+  /// runs it: one shared call, BatchGoodputOptions::plain_step_costs given.
+  [[nodiscard]] bool settled_plain_step() const noexcept {
+    return shared_target_ && rows_ == sequences_.size() && !options_.plain_step_costs.empty();
+  }
+  /// That step's settled call (BatchGoodputOptions::plain_step_costs at its rows).
+  [[nodiscard]] double settled_plain_cost() const noexcept {
+    return at(options_.plain_step_costs, rows_);
   }
 
   /// The step's rows with nothing planned drafted.
