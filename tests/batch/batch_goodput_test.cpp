@@ -462,6 +462,40 @@ TEST(BatchGoodputPlanner, ThePlainGuardJudgesAgainstTheSettledPlainCall) {
   EXPECT_TRUE(losing_after_drafting(options));
 }
 
+// The correction (drafting steps' seconds per predicted unit over plain steps') makes a plan
+// plain where drafting steps run dearer than their calls (2.5x here, where every plan loses
+// by the steps as run and the calls promise 1.22x), and holds while the steps are plain: a
+// fading correction, retrying drafting, failed the floor more often on llama.cpp.
+TEST(BatchGoodputPlanner, TheCorrectionMakesThePlanPlainAndHoldsWhileTheStepsArePlain) {
+  BatchGoodputOptions options =
+      fixed(curve(2 * 9, [](std::size_t n) { return 1.0 + 0.1 * static_cast<double>(n - 1); }),
+            curve(2, [](std::size_t) { return 0.05; }));
+  options.measured_costs = true;
+  options.plain_guard = false;  // the correction alone
+  const std::vector<std::vector<double>> nothing(2, std::vector<double>(8, 0.0));
+  const std::vector<std::vector<double>> acceptance(2, std::vector<double>(8, 0.5));
+  BatchGoodputPlanner planner(options);
+  for (int step = 0; step < 4; ++step) {  // plain steps, timed at their price
+    ASSERT_EQ(drafted_rows(plan(planner, nothing, options)), 0u);
+    planner.observe_step(1.1);
+  }
+  std::size_t drafting = 0;
+  for (int step = 0; step < 200; ++step) {
+    const Planned planned = plan(planner, acceptance, options);
+    if (step == 0) {
+      EXPECT_GT(planned.rate, 1.2 * 2.0 / 1.1) << "the calls promise a gain";
+    }
+    if (drafted_rows(planned) == 0) {
+      planner.observe_step(1.1);
+      continue;
+    }
+    ++drafting;
+    planner.observe_step(2.5 * planner.expected_tokens() / planned.rate);
+  }
+  EXPECT_EQ(drafting, 4u) << "four drafting steps to measure, then plain";
+  EXPECT_NEAR(planner.correction(), 2.5, 1e-9);
+}
+
 // While drafting loses, a step whose only drafted rows are probes stays plain however long
 // the wait (the estimates expect probes to lose; each pays a draft's catch-up), as with the
 // single-sequence policy; a trial is of the plan. Not losing, the same probes are planned.

@@ -475,11 +475,9 @@ class GoodputDraftLength {
       const double per_unit = report.target_seconds / options_.fixed_verify_cost(1);
       plain_per_unit_ = Costs::smoothed(plain_per_unit_, per_unit, plain_samples_);
       plain_samples_ = std::min(plain_samples_ + 1.0, kMaxCorrectionSamples);
-      // While it runs plain the policy learns nothing new about drafting, and a correction
-      // read high from a few noisy rounds would keep it plain for good (on the shipped pair's
-      // f16 weights at T = 1, 84 % plain rounds where block K = 4 ran at 1.2x): it fades,
-      // halving in ~35 plain rounds, until drafting is tried and measured again.
-      correction_ = 1.0 + (correction_ - 1.0) * kCorrectionFading;
+      // The correction holds while the policy runs plain (taken again below from both
+      // averages). A fading once meant to retry drafting never acted, being taken again
+      // right after; made to act in the batch plan, it cost the floor (docs/llama_cpp.md).
       refresh_costs();
     } else {
       const double predicted = options_.fixed_verify_cost(report.drafted + 1) +
@@ -532,7 +530,6 @@ class GoodputDraftLength {
   std::size_t last_rows_ = 0;  // the previous round's target rows (0: none this generation)
   // correct_costs: carried over between generate() calls (they describe the hardware)
   static constexpr double kCorrectionSamples = 4, kMaxCorrectionSamples = 16;
-  static constexpr double kCorrectionFading = 0.98;
   double plain_per_unit_ = 0, plain_samples_ = 0;
   double drafting_per_unit_ = 0, drafting_samples_ = 0;
   double correction_ = 1;

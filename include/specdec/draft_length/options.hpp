@@ -104,14 +104,13 @@ struct GoodputOptions {
   /// when drafting runs dearer than the fixed model says (by up to 2x) scales the draft and
   /// multi-row costs up by that factor (never down: the correction only protects plain
   /// decoding). It acts only once both kinds of rounds were seen (four each), which happens
-  /// where the decision is close (and fades during plain rounds, so that drafting is tried
-  /// and measured again); a policy sure of either never pays for it. Decisions then
-  /// depend on timings again (sampled output is not reproducible seed for seed). Why: costs
-  /// measured before decoding read drafting cheaper than decoding then paid for it (on the
-  /// shipped pair's Q8_0 weights, a 4-row call at 2.4 one-row calls against 3.0 inside
-  /// decoding), and near break-even that is the difference between 0.8x and 1.0x of plain
-  /// decoding. Off unless set: CallCosts::goodput_options() marks its costs measured_costs
-  /// instead, and the plain guard judges the rounds.
+  /// where the decision is close, and holds while rounds are plain; a policy sure of either
+  /// never pays for it. Decisions then depend on timings again (sampled output is not
+  /// reproducible seed for seed). Why: costs measured before decoding read drafting cheaper
+  /// than decoding then paid for it (on the shipped pair's Q8_0 weights, a 4-row call at 2.4
+  /// one-row calls against 3.0 inside decoding), and near break-even that is the difference
+  /// between 0.8x and 1.0x of plain decoding. Off unless set: CallCosts::goodput_options()
+  /// marks its costs measured_costs instead, and the plain guard judges the rounds.
   bool correct_costs = false;
   /// Keep the calibration by the draft's probability from one generate() to the next while
   /// the sampling parameters stay the same (it describes the model pair, not the text). With
