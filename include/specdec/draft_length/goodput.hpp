@@ -478,7 +478,6 @@ class GoodputDraftLength {
       // The correction holds while the policy runs plain (taken again below from both
       // averages). A fading once meant to retry drafting never acted, being taken again
       // right after; made to act in the batch plan, it cost the floor (docs/llama_cpp.md).
-      refresh_costs();
     } else {
       const double predicted = options_.fixed_verify_cost(report.drafted + 1) +
                                options_.draft_token_cost * static_cast<double>(report.drafted);
