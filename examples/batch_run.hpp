@@ -95,12 +95,30 @@ struct BatchRun {
   }
 };
 
+/// What `after` counted since `before` (a decoder's statistics at two times).
+inline BatchStats since(const BatchStats& after, const BatchStats& before) {
+  BatchStats run = after;
+  run.steps -= before.steps;
+  run.target_calls -= before.target_calls;
+  run.target_rows -= before.target_rows;
+  run.draft_calls -= before.draft_calls;
+  run.draft_rows -= before.draft_rows;
+  run.rounds -= before.rounds;
+  run.tokens -= before.tokens;
+  run.sequences_added -= before.sequences_added;
+  run.sequences_finished -= before.sequences_finished;
+  run.target_seconds -= before.target_seconds;
+  run.draft_seconds -= before.draft_seconds;
+  return run;
+}
+
 /// Adds every sequence of `prompts` (id = index) before the first step, runs `decoder` until
 /// all have finished, and times it; a sequence's error is rethrown.
 template <class Decoder>
 BatchRun run_batch(Decoder& decoder, const BatchPrompts& prompts) {
   BatchRun run;
   run.results.resize(prompts.size());
+  const BatchStats before = decoder.stats();  // a decoder in service counts from its start
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     decoder.add(i, prompts.tokens[i], prompts.configs[i]);
@@ -110,7 +128,7 @@ BatchRun run_batch(Decoder& decoder, const BatchPrompts& prompts) {
     run.results[done.id] = std::move(done.result);
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  run.stats = decoder.stats();
+  run.stats = since(decoder.stats(), before);
   return run;
 }
 

@@ -145,6 +145,10 @@ whatever its weights' type) the prompt follows a newline, as in training.
   --repeat R                 with --parallel: R paired runs (speculative and plain, each from
                              an empty KV cache, the order alternating); prints the medians
                              (default 1)
+  --warm-decoder             with --parallel --repeat: one speculative decoder for all R runs,
+                             as a server keeps its decoder in service (the goodput plan's
+                             verdicts and timings carry over from batch to batch); default: a
+                             fresh decoder per run, which learns from nothing each time
   --ignore-eos               do not stop at the target's end-of-sequence token
   --json                     print a JSON summary instead of streaming
   --no-baseline              skip the plain-decoding run
@@ -172,7 +176,8 @@ struct Options {
   bool measure_costs = true;  // --draft-costs
   std::size_t parallel = 0;   // --parallel B: sequences decoded at once (0: one, no batch)
   std::string prompts_path = SPECDEC_MODELS_DIR "/prompts.txt";
-  std::size_t repeat = 1;  // --repeat R: paired runs of --parallel
+  std::size_t repeat = 1;     // --repeat R: paired runs of --parallel
+  bool warm_decoder = false;  // --warm-decoder: one speculative decoder for the R runs
   VocabularyBridge vocab_bridge = VocabularyBridge::automatic;
   StringLevelVerification string_level = StringLevelVerification::automatic;
 };
@@ -359,6 +364,7 @@ Options parse_args(int argc, char** argv) {
     else if (is({"--ignore-eos"})) options.ignore_eos = true;
     else if (is({"--json"})) options.json = true;
     else if (is({"--no-baseline"})) options.baseline = false;
+    else if (is({"--warm-decoder"})) options.warm_decoder = true;
     else if (is({"--draft-costs"})) {
       const std::string_view how = value();
       if (how != "measure" && how != "online") {
@@ -797,13 +803,22 @@ int run_parallel(Options& options) {
   // other figures are the last pair's).
   BatchRun fast, slow;
   std::vector<double> fast_rates, slow_rates, ratios, fast_latencies, slow_latencies;
+  // With --warm-decoder every run is decoded by this one (between runs it holds no sequence,
+  // so the caches may be cleared under it).
+  specdec::BatchedDecoder warm(target, specdec::ModelProposer(draft),
+                               specdec::ConfiguredDraftLength{}, specdec::ConfiguredVerifier{},
+                               costs);
   const auto run_fast = [&] {
     target.reset();
     draft.reset();
-    specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft),
-                                    specdec::ConfiguredDraftLength{}, specdec::ConfiguredVerifier{},
-                                    costs);
-    fast = specdec::examples::run_batch(decoder, prompts);
+    if (options.warm_decoder) {
+      fast = specdec::examples::run_batch(warm, prompts);
+    } else {
+      specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft),
+                                      specdec::ConfiguredDraftLength{},
+                                      specdec::ConfiguredVerifier{}, costs);
+      fast = specdec::examples::run_batch(decoder, prompts);
+    }
     fast_rates.push_back(fast.tokens_per_second());
     fast_latencies.push_back(fast.median_ms_per_token());
   };
@@ -841,12 +856,13 @@ int run_parallel(Options& options) {
   if (options.json) {
     std::printf(
         "{\n  \"target\": %s,\n  \"draft\": %s,\n  \"parallel\": %zu,\n"
-        "  \"repeats\": %zu,\n  \"draft_length\": %zu,\n  \"draft_policy\": \"%s\",\n  "
+        "  \"repeats\": %zu,\n  \"warm_decoder\": %s,\n  \"draft_length\": %zu,\n  "
+        "\"draft_policy\": \"%s\",\n  "
         "\"temperature\": %g,\n"
         "  \"sequences\": [",
         json_string(options.target_path).c_str(), json_string(options.draft_path).c_str(), width,
-        options.repeat, config.draft_length, name_of(config.draft_length_policy.kind),
-        static_cast<double>(config.sampling.temperature));
+        options.repeat, options.warm_decoder ? "true" : "false", config.draft_length,
+        name_of(config.draft_length_policy.kind), static_cast<double>(config.sampling.temperature));
     for (std::size_t i = 0; i < width; ++i) {
       const specdec::DecodeStats& stats = fast.results[i].stats;
       std::printf(
