@@ -382,6 +382,9 @@ Options parse_args(int argc, char** argv) {
         "--parallel decodes with the draft model's chains: not with --tree, --tree-budget or "
         "--spec-type ngram-simple");
   }
+  if (options.warm_decoder && options.parallel == 0) {
+    throw UsageError("--warm-decoder keeps one decoder for the batches of --parallel B");
+  }
   if (siblings && !options.tree) throw UsageError("--siblings needs --tree or --tree-budget");
   if (options.tree) {
     if (siblings) options.tree->siblings = *siblings;
