@@ -806,20 +806,21 @@ int run_parallel(Options& options) {
   // other figures are the last pair's).
   BatchRun fast, slow;
   std::vector<double> fast_rates, slow_rates, ratios, fast_latencies, slow_latencies;
+  const auto speculative_decoder = [&] {
+    return specdec::BatchedDecoder(target, specdec::ModelProposer(draft),
+                                   specdec::ConfiguredDraftLength{}, specdec::ConfiguredVerifier{},
+                                   costs);
+  };
   // With --warm-decoder every run is decoded by this one (between runs it holds no sequence,
   // so the caches may be cleared under it).
-  specdec::BatchedDecoder warm(target, specdec::ModelProposer(draft),
-                               specdec::ConfiguredDraftLength{}, specdec::ConfiguredVerifier{},
-                               costs);
+  auto warm = speculative_decoder();
   const auto run_fast = [&] {
     target.reset();
     draft.reset();
     if (options.warm_decoder) {
       fast = specdec::examples::run_batch(warm, prompts);
     } else {
-      specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft),
-                                      specdec::ConfiguredDraftLength{},
-                                      specdec::ConfiguredVerifier{}, costs);
+      auto decoder = speculative_decoder();
       fast = specdec::examples::run_batch(decoder, prompts);
     }
     fast_rates.push_back(fast.tokens_per_second());
