@@ -400,10 +400,11 @@ TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSte
   guarded.skip_step();
   EXPECT_EQ(run(guarded, 2), 2u);
   EXPECT_TRUE(guarded.drafting_loses());
-  // Plain while it loses; the trials (after 8, 16, 32 plain steps) lose too.
+  // Plain while it loses, but for a trial after 8 plain steps (two drafting steps: the
+  // drafts' catch-up, then the step it is judged on), which loses too; the ledger then holds
+  // the next one past the 60 steps.
   const std::size_t trials = run(guarded, 60);
-  EXPECT_GE(trials, 2u);
-  EXPECT_LE(trials, 3u);
+  EXPECT_EQ(trials, 2u);
   EXPECT_TRUE(guarded.drafting_loses());
   // A trial that delivers (8 tokens in 1 s) reopens drafting. (The wait has doubled with each
   // lost trial, and the ledger affords trials as plain steps accrue: 2 plain steps' loss plus
@@ -415,6 +416,9 @@ TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSte
   }
   ASSERT_LT(waited, 1000u) << "no trial";
   EXPECT_GE(waited, 64u);
+  guarded.observe_step(1.0, 8, 4);  // its first step, the drafts' catch-up: no verdict
+  EXPECT_TRUE(guarded.drafting_loses());
+  ASSERT_GT(drafted(guarded), 0u) << "the trial's judged step";
   guarded.observe_step(1.0, 8, 4);
   EXPECT_FALSE(guarded.drafting_loses());
   EXPECT_GT(drafted(guarded), 0u);
@@ -496,6 +500,169 @@ TEST(BatchGoodputPlanner, TheCorrectionMakesThePlanPlainAndHoldsWhileTheStepsAre
   EXPECT_NEAR(planner.correction(), 2.5, 1e-9);
 }
 
+// The correction compares the steps at context 0 (plain_growth): plain steps timed early, at
+// context 10, and drafting steps later, at context 200, where every call costs 1 + 0.01
+// context times the curve. Each kind costs exactly its price at its context, so the correction
+// stays 1 and the plan keeps drafting. (Compared as timed, it read (1 + 2) / (1 + 0.1) = 2.7:
+// a decoder in service, whose plain samples come from a batch's start and drafting from all
+// along it, then ran plain for good.)
+TEST(BatchGoodputPlanner, TheCorrectionComparesStepsAtTheSameContext) {
+  BatchGoodputOptions options =
+      fixed(curve(2 * 9, [](std::size_t n) { return 1.0 + 0.1 * static_cast<double>(n - 1); }),
+            curve(2, [](std::size_t) { return 0.05; }));
+  options.measured_costs = true;
+  options.plain_guard = false;  // the correction alone
+  options.plain_growth = 0.01;
+  const std::vector<std::vector<double>> nothing(2, std::vector<double>(8, 0.0));
+  const std::vector<std::vector<double>> acceptance(2, std::vector<double>(8, 0.5));
+  BatchGoodputPlanner planner(options);
+  for (int step = 0; step < 8; ++step) {
+    ASSERT_EQ(drafted_rows(plan(planner, nothing, options)), 0u);
+    planner.observe_step(1.1 * (1 + 0.01 * 10), 2, 2, 10);
+  }
+  for (int step = 0; step < 50; ++step) {
+    const Planned planned = plan(planner, acceptance, options);
+    ASSERT_GT(drafted_rows(planned), 0u) << "step " << step;
+    planner.observe_step(planner.expected_cost() * (1 + 0.01 * 200), 4, 2, 200);
+  }
+  EXPECT_NEAR(planner.correction(), 1.0, 1e-9);
+}
+
+// A step's time is not proportional to its sequences, and a decoder in service meets every
+// width: T(n) = 0.1 n + 0.04 n^2 up to 8 rows (then +0.1 a row), so a plain step of 5
+// sequences costs 0.3 per sequence and one of 8, 0.42. Plain steps timed at width 5, then
+// steps of 8 sequences that draft a token each (T(16) + 0.05 = 4.21) and emit 13 tokens: 3.09
+// tokens per unit against plain decoding's 2.38 at that width, a gain, which the guard must
+// see. (Judged per sequence against the width-5 plain steps, they read 1.75 plain steps for
+// 1.6 tokens: drafting losing.)
+TEST(BatchGoodputPlanner, ThePlainGuardJudgesEachStepAgainstAPlainStepOfItsWidth) {
+  const auto price = [](std::size_t n) {
+    const double x = static_cast<double>(std::min<std::size_t>(n, 8));
+    return 0.1 * x + 0.04 * x * x + 0.1 * static_cast<double>(n - std::min<std::size_t>(n, 8));
+  };
+  BatchGoodputOptions options =
+      fixed(curve(8 * 9, price), curve(8, [](std::size_t) { return 0.05; }));
+  options.measured_costs = true;
+  const std::vector<std::vector<double>> useless(5, std::vector<double>(8, 0.05));
+  const std::vector<std::vector<double>> good(8, std::vector<double>(1, 0.9));
+  BatchGoodputPlanner planner(options);
+  planner.skip_step();  // the prompts' step
+  for (int step = 0; step < 6; ++step) {
+    ASSERT_EQ(drafted_rows(plan(planner, useless, options)), 0u);
+    planner.observe_step(price(5), 5, 5);
+  }
+  ASSERT_EQ(drafted_rows(plan(planner, good, options)), 8u);
+  planner.skip_step();  // the drafts read their prompts
+  for (int step = 0; step < 6; ++step) {
+    ASSERT_EQ(drafted_rows(plan(planner, good, options)), 8u) << "step " << step;
+    planner.observe_step(price(16) + 0.05, 13, 8);
+  }
+  EXPECT_FALSE(planner.drafting_loses());
+}
+
+// A batch's tail is plain as its sequences finish, and cheaper than its price: the engine's
+// attention reads the caches still held, and the finished sequences' are freed. Steps of 8
+// sequences (T(n) = 1 + 0.02 (n - 1)): two plain, then drafting at the curves' price, 2
+// tokens per sequence; a tail of 4 sequences, plain, at half its price; then the next 8
+// sequences. Neither the guard nor the correction may take the tail as a plain step's time:
+// judged against it, the drafting steps (2 tokens per sequence in 1.15 plain steps of their
+// width) read 2.3 steps, losing, and the correction read 2.
+TEST(BatchGoodputPlanner, APlainStepOfAnotherWidthThanTheDraftingStepsIsNoSample) {
+  BatchGoodputOptions options =
+      fixed(curve(8 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+            curve(8, [](std::size_t) { return 0.01; }));
+  options.measured_costs = true;
+  const std::vector<std::vector<double>> good(8, std::vector<double>(1, 0.9));
+  const std::vector<std::vector<double>> tail(4, std::vector<double>(1, 0.0));
+  BatchGoodputPlanner planner(options);
+  const auto drafting_steps = [&](int steps) {
+    for (int step = 0; step < steps; ++step) {
+      ASSERT_EQ(drafted_rows(plan(planner, good, options)), 8u) << "step " << step;
+      planner.observe_step(planner.expected_cost(), 16, 8);
+    }
+  };
+  planner.skip_step();  // the prompts' step
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_EQ(drafted_rows(plan(planner, tail, options)), 0u);
+    planner.observe_step(options.target_call_costs[7], 8, 8);
+  }
+  planner.skip_step();  // the drafts read their prompts
+  drafting_steps(8);
+  for (int step = 0; step < 6; ++step) {
+    ASSERT_EQ(drafted_rows(plan(planner, tail, options)), 0u);
+    planner.observe_step(0.5 * options.target_call_costs[3], 4, 4);
+  }
+  EXPECT_NEAR(planner.correction(), 1.0, 1e-9);
+  drafting_steps(8);
+  EXPECT_FALSE(planner.drafting_loses());
+  EXPECT_NEAR(planner.correction(), 1.0, 1e-9);
+}
+
+// The correction holds while the steps are plain, and the guard, which judges what steps
+// deliver, cannot reopen drafting it never found losing. Here drafting steps run at 2.5x
+// their calls' price but emit 8 tokens per sequence in 3.4 plain steps' time, a gain: after
+// 16 plain steps the plan is taken without the correction (a retry), and the correction is
+// formed again from the drafting steps after it. Drafting at its price, the plan keeps
+// drafting; drafting again dear, the correction returns and the next retry waits 32 steps.
+// (A decoder in service whose correction had read its steps' growth with context as
+// drafting's cost ran plain for good.)
+TEST(BatchGoodputPlanner, AfterAWaitThePlanIsRetriedWithoutTheCorrection) {
+  BatchGoodputOptions options =
+      fixed(curve(2 * 9, [](std::size_t n) { return 1.0 + 0.1 * static_cast<double>(n - 1); }),
+            curve(2, [](std::size_t) { return 0.05; }));
+  options.measured_costs = true;
+  const std::vector<std::vector<double>> nothing(2, std::vector<double>(8, 0.0));
+  const std::vector<std::vector<double>> acceptance(2, std::vector<double>(8, 0.5));
+  const double plain_step = options.target_call_costs[1];
+  const auto corrected = [&](BatchGoodputPlanner& planner) {
+    planner.skip_step();                    // the prompts' step
+    for (int step = 0; step < 4; ++step) {  // plain steps, timed at their price
+      EXPECT_EQ(drafted_rows(plan(planner, nothing, options)), 0u);
+      planner.observe_step(plain_step, 2, 2);
+    }
+    planner.skip_step();  // the drafts read their prompts
+    std::size_t drafting = 0;
+    while (drafted_rows(plan(planner, acceptance, options)) > 0 && drafting < 100) {
+      planner.observe_step(2.5 * planner.expected_cost(), 16, 2);
+      ++drafting;
+    }
+    EXPECT_EQ(drafting, 4u) << "four drafting steps to measure, then plain";
+    EXPECT_NEAR(planner.correction(), 2.5, 1e-9);
+    EXPECT_FALSE(planner.drafting_loses());
+  };
+  // Plain steps until the plan drafts again; returns how many.
+  const auto until_retry = [&](BatchGoodputPlanner& planner) {
+    std::size_t plain = 0;
+    while (drafted_rows(plan(planner, acceptance, options)) == 0 && plain < 1000) {
+      planner.observe_step(plain_step, 2, 2);
+      ++plain;
+    }
+    planner.observe_step(4 * plain_step, 2 + 8, 2);  // the drafts' catch-up
+    return plain;
+  };
+
+  BatchGoodputPlanner cheap(options);
+  corrected(cheap);
+  EXPECT_EQ(until_retry(cheap), 16u);
+  for (int step = 0; step < 50; ++step) {
+    ASSERT_GT(drafted_rows(plan(cheap, acceptance, options)), 0u) << "step " << step;
+    cheap.observe_step(cheap.expected_cost(), 4, 2);
+  }
+  EXPECT_NEAR(cheap.correction(), 1.0, 1e-9);
+
+  BatchGoodputPlanner dear(options);
+  corrected(dear);
+  EXPECT_EQ(until_retry(dear), 16u);
+  std::size_t drafting = 0;
+  while (drafted_rows(plan(dear, acceptance, options)) > 0 && drafting < 100) {
+    dear.observe_step(2.5 * dear.expected_cost(), 16, 2);
+    ++drafting;
+  }
+  EXPECT_EQ(drafting, 4u) << "the correction formed again";
+  EXPECT_GT(dear.correction(), 2.0);
+  EXPECT_EQ(until_retry(dear), 32u);
+}
+
 // While drafting loses, a step whose only drafted rows are probes stays plain however long
 // the wait (the estimates expect probes to lose; each pays a draft's catch-up), as with the
 // single-sequence policy; a trial is of the plan. Not losing, the same probes are planned.
@@ -542,6 +709,60 @@ TEST(BatchGoodputPlanner, WhileDraftingLosesProbesAloneAreNoTrial) {
   const Planned probes = plan(winning, useless, options, /*optimistic=*/0.9, /*probe_due=*/true);
   EXPECT_EQ(drafted_rows(probes), 4u);
   EXPECT_TRUE(probes.probing[0] && probes.probing[3]);
+}
+
+// While drafting loses, a trial is two steps: the first pays the drafts' catch-up on every
+// token of the plain steps before it (here 4 plain steps' time for 2 tokens per sequence), and
+// goes on the ledger; the second, at the plan's steady price (3 tokens per sequence in 1.5
+// plain steps), is what the trial is judged on, and it reopens drafting. Judged on the
+// catch-up, every trial lost and the wait doubled: a decoder kept in service stopped
+// drafting for good. A trial whose judged step loses doubles the wait as before.
+TEST(BatchGoodputPlanner, ATrialIsJudgedOnTheStepAfterItsCatchUp) {
+  BatchGoodputOptions options =
+      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+            curve(4, [](std::size_t) { return 0.01; }));
+  options.measured_costs = true;
+  const std::vector<std::vector<double>> good(4, std::vector<double>(8, 0.9));
+  const auto losing = [&](BatchGoodputPlanner& planner) {
+    planner.skip_step();  // the prompts' step
+    for (int step = 0; step < 2; ++step) {
+      EXPECT_EQ(drafted_rows(plan(planner, good, options)), 0u);
+      planner.observe_step(1.0, 4, 4);
+    }
+    planner.skip_step();                    // the drafts read the prompts
+    for (int step = 0; step < 2; ++step) {  // 6 tokens in 3 plain steps' time
+      EXPECT_GT(drafted_rows(plan(planner, good, options)), 0u);
+      planner.observe_step(3.0, 6, 4);
+    }
+    EXPECT_TRUE(planner.drafting_loses());
+  };
+  // Plain steps until the trial, and its catch-up step; returns the plain steps taken.
+  const auto until_trial = [&](BatchGoodputPlanner& planner) {
+    std::size_t plain = 0;
+    while (drafted_rows(plan(planner, good, options)) == 0 && plain < 1000) {
+      planner.observe_step(1.0, 4, 4);
+      ++plain;
+    }
+    planner.observe_step(4.0, 8, 4);  // the catch-up
+    return plain;
+  };
+
+  BatchGoodputPlanner reopened(options);
+  losing(reopened);
+  EXPECT_EQ(until_trial(reopened), 8u);
+  EXPECT_TRUE(reopened.drafting_loses()) << "no verdict on the catch-up";
+  ASSERT_GT(drafted_rows(plan(reopened, good, options)), 0u) << "the trial's judged step";
+  reopened.observe_step(1.5, 12, 4);
+  EXPECT_FALSE(reopened.drafting_loses());
+  EXPECT_GT(drafted_rows(plan(reopened, good, options)), 0u);
+
+  BatchGoodputPlanner still_losing(options);
+  losing(still_losing);
+  EXPECT_EQ(until_trial(still_losing), 8u);
+  ASSERT_GT(drafted_rows(plan(still_losing, good, options)), 0u);
+  still_losing.observe_step(3.0, 6, 4);  // the judged step loses
+  EXPECT_TRUE(still_losing.drafting_loses());
+  EXPECT_GE(until_trial(still_losing), 16u) << "the wait doubles (and the ledger must afford it)";
 }
 
 // Before the guard's first verdict a probe drafts the length its optimistic acceptance plans,

@@ -29,14 +29,19 @@
 ///    the guard's first verdict, that best length: the guard must judge rounds that can win).
 ///    Not when even that does not pay: then those sequences stay exactly plain.
 ///  - Drafting is judged by what it delivers (`plain_guard`, as the single-sequence policy's
-///    GoodputOptions::plain_guard): the steps' wall times, per sequence, against the tokens
-///    they emitted per sequence, each step against a plain step at its sequences' mean
-///    context (`plain_growth`). While the recent drafting steps emit fewer tokens per plain
-///    step of time than plain steps do (one per sequence), every step is plain (probes too)
-///    but for a trial of the plan after a wait that doubles while trials lose. The curves
-///    price calls as measured alone, and acceptance is an estimate: a plan that both call a
-///    gain can still lose (the example GPT at B = 16, T = 1: 0.89x of plain batched decoding
+///    GoodputOptions::plain_guard): each step's wall time, in plain steps of its own width
+///    (as the curves price one, scaled by the timings of plain steps at the drafting steps'
+///    width) at its sequences' mean context (`plain_growth`), against the tokens it emitted
+///    per sequence. While the recent drafting steps emit fewer tokens per plain step of time
+///    than plain steps do (one per sequence), every step is plain (probes too) but for a
+///    trial of the plan after a wait that doubles while trials lose (two steps: the drafts'
+///    catch-up on the plain steps' tokens, then the step it is judged on). The curves price
+///    calls as measured alone, and acceptance is an estimate: a plan that both call a gain
+///    can still lose (the example GPT at B = 16, T = 1: 0.89x of plain batched decoding
 ///    without it, draft catch-ups and probes every step).
+///  - What the curves leave out of a drafting step is corrected for (observe_step): the
+///    correction holds while the steps are plain, but for a retry of the plan without it
+///    after a wait, when the guard has judged drafting and does not find it losing.
 ///  - The marginal survival of the plan (the smallest P taken) is each sequence's threshold:
 ///    while drafting, a sequence stops early when the survival its drafted tokens' actual
 ///    probabilities give the next token falls below it.
@@ -244,11 +249,9 @@ class BatchGoodputPlanner {
     // whose longest sequence drafts fewer tokens needs fewer calls): the best prefix under
     // each of 1, 2, 4, ... and the longest limit, not every cap: a step of 32 sequences
     // drafting up to 16 tokens walks 512 candidates per cap, every step.
-    Best best;
-    for (std::size_t cap = 1; cap < longest; cap *= 2) walk(cap, kAll, &best);
-    if (longest > 0) walk(longest, kAll, &best);
-    walk(best.cap, best.taken, nullptr);
+    walk_best(longest);
     const std::size_t plain = plain_rows();  // probes below leave it as it is
+    if (rows_ == plain) retry_without_correction(longest);
     const bool plan_drafts = rows_ != plain;
     // Probes: one row for a sequence left plain long enough, if drafting some length at its
     // optimistic acceptance would beat the plan's rate. (Judging the single row alone kept a
@@ -327,8 +330,10 @@ class BatchGoodputPlanner {
   /// weights, plans from the measured curves alone ran at 0.85-0.93x of plain batched
   /// decoding.) The correction holds while steps are plain: made to fade there, so that
   /// drafting is tried and measured again, it cost the floor (goodput under 0.98x of plain
-  /// batched decoding in 13 of 30 processes, against 5 without). Steps that read a prompt
-  /// are not observed.
+  /// batched decoding in 13 of 30 processes, against 5 without). Only when the guard has judged
+  /// drafting and does not find it losing is the plan retried without it, after a wait
+  /// (retry_without_correction).
+  /// Steps that read a prompt are not observed.
   /// `emitted`: the tokens the step emitted, over `sequences` sequences (the guard's ledger),
   /// whose mean context was `context` tokens at the step's start (0: not said).
   /// Not with fixed curves of the user's own (BatchGoodputOptions::measured_costs false): those
@@ -336,6 +341,7 @@ class BatchGoodputPlanner {
   void observe_step(double seconds, std::size_t emitted = 0, std::size_t sequences = 0,
                     std::size_t context = 0) noexcept {
     const double call_seconds = std::exchange(last_call_seconds_, 0.0);
+    const bool retry = std::exchange(correction_retry_, false);
     if (!(seconds > 0) || !(plain_cost_ > 0)) return;
     if (options_.fixed_costs() && !options_.measured_costs) return;
     if (settled_plain_step() && call_seconds < seconds) {
@@ -347,21 +353,63 @@ class BatchGoodputPlanner {
       // plain batched decoding a gain.
       seconds -= call_seconds - std::min(call_seconds, settled_plain_cost());
     }
+    const bool plain_step = rows_ == plain_rows();
+    if (!plain_step && sequences > 0) drafting_width_ = sequences;
+    // A plain step counts for the guard and the correction only at the drafting steps' width
+    // (or before any drafted). The curves price a call by its rows, but llama.cpp's attention
+    // reads every sequence's cache: a batch's tail, plain as its sequences finish and their
+    // caches are freed, ran at 0.6-0.84 of its price (the shipped pair's f16 weights at B = 8;
+    // the full width's steps at 0.92-0.97). A decoder in service took one tail after another
+    // as its plain steps: its guard judged the next batch's drafting steps (14 tokens where a
+    // plain step of the same time gives 11) losing, and its correction crept from 1.0 to 1.66.
+    const bool usual_width =
+        !plain_step || sequences == 0 || drafting_width_ == 0 || sequences == drafting_width_;
     if (options_.guarding() && sequences > 0) {
+      // The guard's unit is this step's plain step as the curves price it (plain_cost_, at
+      // its own width), and its tokens are per sequence: a plain step emits one. Not the
+      // step's share per sequence: a step's time is not proportional to its sequences, and a
+      // decoder in service meets every width (on the shipped pair's f16 weights at B = 8, the
+      // steps of 5-6 sequences at a batch's tail took 0.37 ms per sequence against 0.50 for
+      // the full width, and the next batch's drafting steps, which emitted 2 tokens per plain
+      // step of time, were judged losing: every later batch ran plain, 1.00x of plain batched
+      // decoding where a fresh decoder per batch read 1.30x).
       const std::size_t drafted = rows_ - std::min(rows_, plain_rows());
-      const double share = 1.0 / static_cast<double>(sequences);
-      guard_.observe(drafted, static_cast<double>(emitted) * share, seconds * share, context);
-      plain_streak_ = drafted == 0 ? plain_streak_ + 1 : 0;
-      if (guard_trial_) {  // did the trial reopen drafting?
-        guard_wait_ =
-            guard_.drafting_loses() ? std::min(2 * guard_wait_, kMaxGuardWait) : kFirstGuardWait;
+      const double tokens = static_cast<double>(emitted) / static_cast<double>(sequences);
+      const double units = seconds / plain_cost_;
+      if (((guard_trial_ && !trial_caught_up_) || retry) && drafted > 0) {
+        // A trial's first step, whose drafts read every token of the plain steps before it:
+        // its cost goes on the ledger and the trial is judged on the next step (below). So
+        // is a retry without the correction's.
+        guard_.observe_catch_up(drafted, tokens, units, context);
+        trial_caught_up_ = guard_trial_;
+        plain_streak_ = 0;
+      } else {
+        if (usual_width) guard_.observe(drafted, tokens, units, context);
+        plain_streak_ = drafted == 0 ? plain_streak_ + 1 : 0;
+        if (guard_trial_) {  // did the trial reopen drafting?
+          guard_wait_ =
+              guard_.drafting_loses() ? std::min(2 * guard_wait_, kMaxGuardWait) : kFirstGuardWait;
+        }
+        trial_caught_up_ = false;
       }
       guard_trial_ = false;
     }
+    // Both sides at context 0 (plain_growth): the plain samples are mostly early ones and the
+    // drafting samples come from all along a generation, so a step's growth with its context
+    // would read as drafting's cost (a decoder in service: the correction read 1.9 at the
+    // start of its second batch of f16 B = 8, all of it context, and the plan ran plain).
+    seconds /= 1.0 + options_.plain_growth * static_cast<double>(context);
     using Costs = detail::MeasuredCosts;
-    if (rows_ == plain_rows()) {
-      plain_per_unit_ = Costs::smoothed(plain_per_unit_, seconds / plain_cost_, plain_samples_);
-      plain_samples_ = std::min(plain_samples_ + 1.0, kMaxCorrectionSamples);
+    drafting_streak_ = plain_step ? 0 : drafting_streak_ + 1;
+    if (drafting_streak_ >= static_cast<std::size_t>(kMaxCorrectionSamples)) {
+      correction_wait_ = kFirstCorrectionWait;
+    }
+    if (retry) return;
+    if (plain_step) {
+      if (usual_width) {
+        plain_per_unit_ = Costs::smoothed(plain_per_unit_, seconds / plain_cost_, plain_samples_);
+        plain_samples_ = std::min(plain_samples_ + 1.0, kMaxCorrectionSamples);
+      }
     } else {
       const double predicted = target_cost_ + draft_cost_ + switch_cost(rows_);
       drafting_per_unit_ =
@@ -376,7 +424,10 @@ class BatchGoodputPlanner {
   /// \brief A step not observed (one that read a prompt, the target's or a draft's: its calls
   /// say nothing about a step's cost) was made: the plain step after it is no steady sample
   /// for the guard either.
-  void skip_step() noexcept { guard_.unobserved_round(); }
+  void skip_step() noexcept {
+    guard_.unobserved_round();
+    correction_retry_ = false;
+  }
   /// \brief Whether the guard finds the recent drafting steps losing to plain ones.
   [[nodiscard]] bool drafting_loses() const noexcept { return guard_.drafting_loses(); }
   /// \brief The correction observe_step applies to drafting's costs (1: none).
@@ -478,6 +529,41 @@ class BatchGoodputPlanner {
     }
   }
 
+  /// Leaves the step at the best prefix of the candidates (over the caps, see solve()).
+  void walk_best(std::size_t longest) {
+    Best best;
+    for (std::size_t cap = 1; cap < longest; cap *= 2) walk(cap, kAll, &best);
+    if (longest > 0) walk(longest, kAll, &best);
+    walk(best.cap, best.taken, nullptr);
+  }
+
+  /// A way back from the correction, which holds while the steps are plain (observe_step):
+  /// when it alone keeps the plan plain, after correction_wait_ plain steps, with the guard
+  /// having judged drafting and not finding it losing, the plan is taken without it, and the
+  /// correction is formed again from the drafting steps after it (against the plain steps'
+  /// as they were). The wait doubles with each retry, and starts over once the plan has
+  /// drafted kMaxCorrectionSamples steps in a row. (Without it, a decoder kept in service whose
+  /// correction had read the growth of its steps with their context as drafting's cost ran
+  /// plain for all 593 observed steps of its next three batches, on the shipped pair's f16
+  /// weights at B = 8, where a fresh decoder per batch drafted at 1.24-1.31x of plain batched
+  /// decoding.)
+  void retry_without_correction(std::size_t longest) {
+    if (!options_.guarding() || !(correction_ > 1) || plain_streak_ < correction_wait_ ||
+        !guard_.has_verdict() || guard_.drafting_loses()) {
+      return;
+    }
+    const double held = std::exchange(correction_, 1.0);
+    walk_best(longest);
+    if (rows_ == plain_rows()) {  // plain without it too: not the correction's doing
+      correction_ = held;
+      return;
+    }
+    drafting_per_unit_ = 0;
+    drafting_samples_ = 0;
+    correction_retry_ = true;  // its step pays the drafts' catch-up: no sample (observe_step)
+    correction_wait_ = std::min(2 * correction_wait_, kMaxGuardWait);
+  }
+
   /// The m up to its limit for which `entry` (plain in the plan) drafting m tokens, each
   /// accepted at its optimistic rate, gives the step its best rate, if that beats the plan's
   /// rate by kProbeMargin (its cost above the plan's scaled by the correction as every plan's
@@ -540,12 +626,16 @@ class BatchGoodputPlanner {
   /// that the ledger affords. (With probes as trials, on the shipped pair's Q8_0 weights at
   /// B = 1 a plan that ran 187 of 193 steps plain lost 8 % to plain batched decoding: each probe
   /// paid the draft's catch-up on the tokens of the plain steps before it, 0.6-2 ms against a
-  /// 0.55 ms plain step.)
+  /// 0.55 ms plain step.) A trial is two steps: the first pays the drafts' catch-up, charged
+  /// to the ledger (DraftingGuard::observe_catch_up), the second is judged.
   [[nodiscard]] bool guard_allows(bool probes_only) noexcept {
     if (guard_.needs_plain_steps()) return false;
     if (!guard_.drafting_loses()) return true;
     if (probes_only) return false;
-    if (plain_streak_ < guard_wait_ || !guard_.affords_trial()) return false;
+    // A trial's second step, the one it is judged on, needs no wait: the catch-up is paid.
+    if (!trial_caught_up_ && (plain_streak_ < guard_wait_ || !guard_.affords_trial())) {
+      return false;
+    }
     guard_trial_ = true;
     return true;
   }
@@ -680,6 +770,13 @@ class BatchGoodputPlanner {
   std::size_t plain_streak_ = 0;  // consecutive observed plain steps
   std::size_t guard_wait_ = kFirstGuardWait;
   bool guard_trial_ = false;
+  // retry_without_correction
+  static constexpr std::size_t kFirstCorrectionWait = 16;
+  std::size_t correction_wait_ = kFirstCorrectionWait;
+  std::size_t drafting_streak_ = 0;  // consecutive observed steps that drafted
+  bool correction_retry_ = false;    // the step planned is a retry
+  std::size_t drafting_width_ = 0;   // the sequences of the last drafting step sampled
+  bool trial_caught_up_ = false;     // a trial's first step (its drafts' catch-up) was observed
 };
 
 }  // namespace specdec
