@@ -661,6 +661,27 @@ TEST(BatchGoodputPlanner, AfterAWaitThePlanIsRetriedWithoutTheCorrection) {
   EXPECT_EQ(drafting, 4u) << "the correction formed again";
   EXPECT_GT(dear.correction(), 2.0);
   EXPECT_EQ(until_retry(dear), 32u);
+
+  // While drafting loses, the guard's trial is such a retry. Here the fourth drafting step
+  // loses so much (1 token per sequence in some 9 plain steps' time) that the guard's verdict
+  // turns on the step that forms the correction: the plan is plain by both, and the guard's
+  // trial must still come, after its wait, as the plan without the correction.
+  BatchGoodputPlanner lost(options);
+  lost.skip_step();  // the prompts' step
+  for (int step = 0; step < 4; ++step) {
+    ASSERT_EQ(drafted_rows(plan(lost, nothing, options)), 0u);
+    lost.observe_step(plain_step, 2, 2);
+  }
+  lost.skip_step();  // the drafts read their prompts
+  for (int step = 0; step < 4; ++step) {
+    ASSERT_GT(drafted_rows(plan(lost, acceptance, options)), 0u) << "step " << step;
+    lost.observe_step((step < 3 ? 2.5 : 7.0) * lost.expected_cost(), step < 3 ? 8 : 2, 2);
+  }
+  ASSERT_TRUE(lost.drafting_loses());
+  ASSERT_GT(lost.correction(), 2.0);
+  const std::size_t waited = until_retry(lost);
+  EXPECT_GE(waited, 8u);
+  EXPECT_LT(waited, 1000u) << "no trial";
 }
 
 // While drafting loses, a step whose only drafted rows are probes stays plain however long

@@ -547,11 +547,17 @@ class BatchGoodputPlanner {
   /// plain for all 593 observed steps of its next three batches, on the shipped pair's f16
   /// weights at B = 8, where a fresh decoder per batch drafted at 1.24-1.31x of plain batched
   /// decoding.)
+  ///
+  /// While drafting loses, the guard's trial (guard_allows) is such a retry: a trial of the
+  /// plan that the correction holds plain could never come, and the guard's verdict would
+  /// stand for good. (A decoder kept in service, f16 B = 8 at T = 1: drafting lost late in its
+  /// sixth batch, rightly, and the correction, 1.77, held every later batch plain.)
   void retry_without_correction(std::size_t longest) {
-    if (!options_.guarding() || !(correction_ > 1) || plain_streak_ < correction_wait_ ||
-        !guard_.has_verdict() || guard_.drafting_loses()) {
-      return;
-    }
+    if (!options_.guarding() || !(correction_ > 1) || !guard_.has_verdict()) return;
+    const bool due = guard_.drafting_loses()
+                         ? plain_streak_ >= guard_wait_ && guard_.affords_trial()
+                         : plain_streak_ >= correction_wait_;
+    if (!due) return;
     const double held = std::exchange(correction_, 1.0);
     walk_best(longest);
     if (rows_ == plain_rows()) {  // plain without it too: not the correction's doing
@@ -561,7 +567,7 @@ class BatchGoodputPlanner {
     drafting_per_unit_ = 0;
     drafting_samples_ = 0;
     correction_retry_ = true;  // its step pays the drafts' catch-up: no sample (observe_step)
-    correction_wait_ = std::min(2 * correction_wait_, kMaxGuardWait);
+    if (!guard_.drafting_loses()) correction_wait_ = std::min(2 * correction_wait_, kMaxGuardWait);
   }
 
   /// The m up to its limit for which `entry` (plain in the plan) drafting m tokens, each
