@@ -353,7 +353,8 @@ class BatchGoodputPlanner {
       // plain batched decoding a gain.
       seconds -= call_seconds - std::min(call_seconds, settled_plain_cost());
     }
-    const bool plain_step = rows_ == plain_rows();
+    const std::size_t drafted = rows_ - std::min(rows_, plain_rows());
+    const bool plain_step = drafted == 0;
     if (!plain_step && sequences > 0) drafting_width_ = sequences;
     // A plain step counts for the guard and the correction only at the drafting steps' width
     // (or before any drafted). The curves price a call by its rows, but llama.cpp's attention
@@ -367,13 +368,7 @@ class BatchGoodputPlanner {
     if (options_.guarding() && sequences > 0) {
       // The guard's unit is this step's plain step as the curves price it (plain_cost_, at
       // its own width), and its tokens are per sequence: a plain step emits one. Not the
-      // step's share per sequence: a step's time is not proportional to its sequences, and a
-      // decoder in service meets every width (on the shipped pair's f16 weights at B = 8, the
-      // steps of 5-6 sequences at a batch's tail took 0.37 ms per sequence against 0.50 for
-      // the full width, and the next batch's drafting steps, which emitted 2 tokens per plain
-      // step of time, were judged losing: every later batch ran plain, 1.00x of plain batched
-      // decoding where a fresh decoder per batch read 1.30x).
-      const std::size_t drafted = rows_ - std::min(rows_, plain_rows());
+      // step's share per sequence: a step's time is not proportional to its sequences.
       const double tokens = static_cast<double>(emitted) / static_cast<double>(sequences);
       const double units = seconds / plain_cost_;
       if (((guard_trial_ && !trial_caught_up_) || retry) && drafted > 0) {
@@ -385,7 +380,7 @@ class BatchGoodputPlanner {
         plain_streak_ = 0;
       } else {
         if (usual_width) guard_.observe(drafted, tokens, units, context);
-        plain_streak_ = drafted == 0 ? plain_streak_ + 1 : 0;
+        plain_streak_ = plain_step ? plain_streak_ + 1 : 0;
         if (guard_trial_) {  // did the trial reopen drafting?
           guard_wait_ =
               guard_.drafting_loses() ? std::min(2 * guard_wait_, kMaxGuardWait) : kFirstGuardWait;

@@ -488,10 +488,7 @@ class DraftingGuard {
       return;
     }
     if (!(plain_samples_ > 0)) return;  // no plain step timed yet (the caller drafted anyway)
-    // A round preempted for a scheduler slice says nothing about drafting: no legitimate round
-    // of m drafted tokens costs more than 2 (m + 1) plain steps.
-    const double units =
-        std::min(seconds / (plain_seconds_ * scale), 2.0 * static_cast<double>(drafted + 1));
+    const double units = drafting_units(drafted, seconds, scale);
     const double tokens = emitted;
     elapsed_units_ += units;
     if (losing_) {  // a trial, judged on its own
@@ -530,9 +527,8 @@ class DraftingGuard {
   void observe_catch_up(std::size_t drafted, double emitted, double seconds,
                         std::size_t context = 0) noexcept {
     if (!(seconds > 0) || !(plain_samples_ > 0)) return;
-    const double scale = 1.0 + plain_growth_ * static_cast<double>(context);
     const double units =
-        std::min(seconds / (plain_seconds_ * scale), 2.0 * static_cast<double>(drafted + 1));
+        drafting_units(drafted, seconds, 1.0 + plain_growth_ * static_cast<double>(context));
     elapsed_units_ += units;
     lost_units_ = std::max(0.0, lost_units_ + units - emitted);
     after_drafting_ = true;
@@ -558,6 +554,14 @@ class DraftingGuard {
   [[nodiscard]] bool needs_plain_steps() const noexcept { return !(plain_samples_ > 0); }
 
  private:
+  /// A drafting round's time in plain steps at its context (`scale`: the plain step's growth
+  /// there). A round preempted for a scheduler slice says nothing about drafting: no
+  /// legitimate round of m drafted tokens costs more than 2 (m + 1) plain steps.
+  [[nodiscard]] double drafting_units(std::size_t drafted, double seconds,
+                                      double scale) const noexcept {
+    return std::min(seconds / (plain_seconds_ * scale), 2.0 * static_cast<double>(drafted + 1));
+  }
+
   void charge(double tokens, double units) noexcept {
     draft_tokens_ += tokens;
     draft_units_ += units;
