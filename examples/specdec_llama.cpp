@@ -385,6 +385,9 @@ Options parse_args(int argc, char** argv) {
   if (options.warm_decoder && options.parallel == 0) {
     throw UsageError("--warm-decoder keeps one decoder for the batches of --parallel B");
   }
+  if (options.repeat > 1 && options.parallel == 0) {
+    throw UsageError("--repeat R repeats the paired batches of --parallel B; expected with it");
+  }
   if (siblings && !options.tree) throw UsageError("--siblings needs --tree or --tree-budget");
   if (options.tree) {
     if (siblings) options.tree->siblings = *siblings;
