@@ -13,14 +13,16 @@
 // without the time the process was stopped), goodput's ratio to the fixed K, and per-sequence
 // latency (the median over the sequences of the milliseconds per token each waited from
 // joining the batch to leaving it; medians over the repetitions). Sequence i has seed i
-// (T > 0).
+// (T > 0). With --warm-decoder the goodput arm keeps one decoder for all the repetitions of a
+// row, as a server keeps its decoder in service (its plan's verdicts and timings carry over
+// from batch to batch); otherwise each repetition constructs its own.
 //
 // At B = 1 each repetition also runs the single-sequence decoders on the same prompt and config
 // (SpeculativeDecoder with the fixed K, AutoregressiveDecoder), and a line after each B = 1 row
 // gives BatchedDecoder's rate over theirs: what batching costs a lone sequence.
 //
 //   gpt_batch [--batches 1,2,4,8] [--temperatures 0,1] [-k 8] [--goodput-k 16] [--tokens 200]
-//             [--repeats 5] [--threads 1] [--probe-interval N]
+//             [--repeats 5] [--threads 1] [--probe-interval N] [--warm-decoder]
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +30,8 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -83,10 +87,12 @@ Run decode_single(Decoder& decoder, const std::vector<token_t>& prompt,
 }
 
 template <class Policy>
-Run decode(GptModel& target, GptModel& draft, Policy policy, const BatchPrompts& prompts,
-           const specdec::BatchGoodputOptions& costs = {}) {
-  specdec::BatchedDecoder<GptModel, specdec::ModelProposer<GptModel>, Policy> decoder(
-      target, specdec::ModelProposer<GptModel>(draft), std::move(policy), {}, costs);
+using GptBatchedDecoder =
+    specdec::BatchedDecoder<GptModel, specdec::ModelProposer<GptModel>, Policy>;
+
+/// The prompts through `decoder` (empty before and after: a new one, or one kept in service).
+template <class Decoder>
+Run decode_with(Decoder& decoder, const BatchPrompts& prompts) {
   const double cpu_start = cpu_seconds();
   BatchRun batch = specdec::examples::run_batch(decoder, prompts);
   Run run;
@@ -100,6 +106,15 @@ Run decode(GptModel& target, GptModel& draft, Policy policy, const BatchPrompts&
     run.tokens_by_sequence.push_back(std::move(result.tokens));
   }
   return run;
+}
+
+/// The prompts through a new decoder.
+template <class Policy>
+Run decode(GptModel& target, GptModel& draft, Policy policy, const BatchPrompts& prompts,
+           const specdec::BatchGoodputOptions& costs = {}) {
+  GptBatchedDecoder<Policy> decoder(target, specdec::ModelProposer<GptModel>(draft),
+                                    std::move(policy), {}, costs);
+  return decode_with(decoder, prompts);
 }
 
 std::vector<std::size_t> size_list(std::string_view text) {
@@ -120,9 +135,25 @@ int main(int argc, char** argv) {
   std::vector<float> temperatures{0.0f, 1.0f};
   std::size_t draft_length = 8, goodput_cap = 16, tokens = 200, repeats = 5, threads = 1;
   std::size_t probe_interval = 0;  // 0: BatchGoodputOptions' default
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool warm_decoder = false;
+  for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
-    const std::string value = argv[i + 1];
+    if (flag == "--warm-decoder") {
+      warm_decoder = true;
+      continue;
+    }
+    constexpr std::string_view kValueFlags[] = {"--batches",   "--temperatures",  "-k",
+                                                "--goodput-k", "--tokens",        "--repeats",
+                                                "--threads",   "--probe-interval"};
+    if (std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) == std::end(kValueFlags)) {
+      std::fprintf(stderr, "gpt_batch: unknown flag %s\n", argv[i]);
+      return 2;
+    }
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "gpt_batch: %s expects a value\n", argv[i]);
+      return 2;
+    }
+    const std::string value = argv[++i];
     if (flag == "--batches") {
       batches = size_list(value);
     } else if (flag == "--temperatures") {
@@ -138,11 +169,8 @@ int main(int argc, char** argv) {
       repeats = std::stoul(value);
     } else if (flag == "--probe-interval") {
       probe_interval = std::stoul(value);
-    } else if (flag == "--threads") {
+    } else {  // --threads
       threads = std::stoul(value);
-    } else {
-      std::fprintf(stderr, "gpt_batch: unknown flag %s\n", argv[i]);
-      return 2;
     }
   }
   GptModel target = GptModel::from_file(SPECDEC_MODELS_DIR "/kjv-target.spdc");
@@ -194,6 +222,12 @@ int main(int argc, char** argv) {
           specdec::measure_batch_call_costs(draft, target, context, batch, goodput_cap, 3)
               .goodput_options();
       if (probe_interval > 0) costs.probe_interval = probe_interval;
+      using GoodputDecoder = GptBatchedDecoder<specdec::ConfiguredDraftLength>;
+      std::optional<GoodputDecoder> kept;  // --warm-decoder: the goodput arm's, for the row
+      if (warm_decoder) {
+        kept.emplace(target, specdec::ModelProposer<GptModel>(draft),
+                     specdec::ConfiguredDraftLength{}, specdec::ConfiguredVerifier{}, costs);
+      }
       std::vector<double> plain_rate, fixed_rate, goodput_rate, fixed_ratio, goodput_ratio,
           versus_fixed, fixed_cpu, goodput_cpu, plain_ms, fixed_ms, goodput_ms;
       Run plain_run, fixed_run, goodput_run, single_fixed_run, single_plain_run;
@@ -223,7 +257,9 @@ int main(int argc, char** argv) {
               fixed_run = decode(target, draft, specdec::ConfiguredDraftLength{}, fixed);
               break;
             default:
-              goodput_run = decode(target, draft, specdec::ConfiguredDraftLength{}, goodput, costs);
+              goodput_run =
+                  kept ? decode_with(*kept, goodput)
+                       : decode(target, draft, specdec::ConfiguredDraftLength{}, goodput, costs);
               break;
           }
         }
