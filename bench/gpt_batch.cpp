@@ -30,7 +30,6 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
-#include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -142,15 +141,9 @@ int main(int argc, char** argv) {
       warm_decoder = true;
       continue;
     }
-    constexpr std::string_view kValueFlags[] = {"--batches",   "--temperatures",  "-k",
-                                                "--goodput-k", "--tokens",        "--repeats",
-                                                "--threads",   "--probe-interval"};
-    if (std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) == std::end(kValueFlags)) {
-      std::fprintf(stderr, "gpt_batch: unknown flag %s\n", argv[i]);
-      return 2;
-    }
-    if (i + 1 == argc) {
-      std::fprintf(stderr, "gpt_batch: %s expects a value\n", argv[i]);
+    if (i + 1 == argc) {  // every other flag takes a value
+      std::fprintf(stderr, "gpt_batch: %s expects a value (or is not a flag of gpt_batch)\n",
+                   argv[i]);
       return 2;
     }
     const std::string value = argv[++i];
@@ -169,8 +162,11 @@ int main(int argc, char** argv) {
       repeats = std::stoul(value);
     } else if (flag == "--probe-interval") {
       probe_interval = std::stoul(value);
-    } else {  // --threads
+    } else if (flag == "--threads") {
       threads = std::stoul(value);
+    } else {
+      std::fprintf(stderr, "gpt_batch: unknown flag %s\n", argv[i - 1]);
+      return 2;
     }
   }
   GptModel target = GptModel::from_file(SPECDEC_MODELS_DIR "/kjv-target.spdc");
