@@ -14,6 +14,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -500,6 +501,36 @@ TEST(BatchGoodputPlanner, TheCorrectionMakesThePlanPlainAndHoldsWhileTheStepsAre
   EXPECT_NEAR(planner.correction(), 2.5, 1e-9);
 }
 
+// A step the curves price below the plain step (a dip: 3 rows at 0.97 where 2 cost 1.0) keeps
+// its price whatever the correction: the correction scales what drafting adds above the plain
+// step, and scaled, a saving grew with it (drafting steps at twice their price made the
+// one-token step 0.96 instead of 0.98, the dearer drafting ran, the cheaper it looked).
+TEST(BatchGoodputPlanner, TheCorrectionDoesNotScaleASaving) {
+  BatchGoodputOptions options =
+      fixed(curve(2 * 9,
+                  [](std::size_t n) {
+                    return n <= 2 ? 0.5 * static_cast<double>(n) : n == 3 ? 0.97 : 5.0;
+                  }),
+            curve(2, [](std::size_t) { return 0.01; }));
+  options.measured_costs = true;
+  options.plain_guard = false;                        // the correction alone
+  const std::vector<std::vector<double>> nothing(2);  // nothing to draft: plain steps
+  const std::vector<std::vector<double>> acceptance{std::vector<double>(8, 0.9),
+                                                    std::vector<double>(8, 0.5)};
+  BatchGoodputPlanner planner(options);
+  for (int step = 0; step < 4; ++step) {  // plain steps, timed at their price
+    ASSERT_EQ(drafted_rows(plan(planner, nothing, options)), 0u);
+    planner.observe_step(1.0);
+  }
+  for (int step = 0; step < 8; ++step) {
+    const Planned planned = plan(planner, acceptance, options);
+    ASSERT_EQ(planned.lengths, (std::vector<std::size_t>{1, 0})) << "step " << step;
+    EXPECT_NEAR(planner.expected_cost(), 0.97 + 0.01, 1e-9) << "step " << step;
+    planner.observe_step(2.0 * planner.expected_cost());
+  }
+  EXPECT_NEAR(planner.correction(), 2.0, 1e-9);
+}
+
 // The correction compares the steps at context 0 (plain_growth): plain steps timed early, at
 // context 10, and drafting steps later, at context 200, where every call costs 1 + 0.01
 // context times the curve. Each kind costs exactly its price at its context, so the correction
@@ -596,6 +627,36 @@ TEST(BatchGoodputPlanner, APlainStepOfAnotherWidthThanTheDraftingStepsIsNoSample
   drafting_steps(8);
   EXPECT_FALSE(planner.drafting_loses());
   EXPECT_NEAR(planner.correction(), 1.0, 1e-9);
+}
+
+// The ledger's share of elapsed time grows with plain steps of any width. Steps of 3 sequences
+// (a batch's tail) whose drafting loses (every drafted token rejected, at three plain steps'
+// time) until the ledger cannot afford a trial; then a batch of 8 sequences, plain. Its plain
+// steps are no samples (another width than the drafting steps'), but they are time: the ledger
+// affords a trial again. (Counted only at the drafting steps' width, a decoder in service on
+// the example GPT ran the 400 plain steps of its next batches without one.)
+TEST(BatchGoodputPlanner, PlainStepsOfAnotherWidthStillPayIntoTheLedger) {
+  BatchGoodputOptions options =
+      fixed(curve(8 * 9, [](std::size_t n) { return 1.0 + 0.1 * static_cast<double>(n - 1); }),
+            curve(8, [](std::size_t) { return 0.01; }));
+  options.measured_costs = true;
+  const auto price = [&](std::size_t rows) { return options.target_call_costs[rows - 1]; };
+  BatchGoodputPlanner planner(options);
+  const auto steps = [&](std::size_t width, int count) {
+    const std::vector<std::vector<double>> good(width, std::vector<double>(4, 0.9));
+    std::size_t drafting = 0;
+    for (int step = 0; step < count; ++step) {
+      const Planned planned = plan(planner, good, options);
+      const bool drafts = drafted_rows(planned) > 0;
+      drafting += drafts ? 1 : 0;
+      planner.observe_step((drafts ? 3.0 : 1.0) * price(width), width, width);
+    }
+    return drafting;
+  };
+  planner.skip_step();  // the prompts' step
+  EXPECT_GT(steps(3, 600), 2u) << "drafting, then trials until the ledger is spent";
+  EXPECT_EQ(steps(3, 300), 0u) << "the ledger affords no trial (its share: 1.5 plain steps)";
+  EXPECT_GT(steps(8, 1000), 0u) << "5 plain steps' share, a trial";
 }
 
 // The correction holds while the steps are plain, and the guard, which judges what steps
@@ -1128,6 +1189,50 @@ TEST(MeasureBatchCallCosts, TimesPlainStepsInARunOfPlainCalls) {
   }
   EXPECT_EQ(costs.goodput_options().plain_step_costs, costs.plain_seconds);
   EXPECT_EQ(target.broken_promises, 0u);
+}
+
+// A call of n rows is timed in the shape the plan prices it at. One pass (no
+// batch_call_shape): over min(n, sequences) sequences, as even as they go, as a full batch's
+// step has every sequence in it (over the largest divisor of n, 5 rows were one sequence's:
+// on an engine with a cost per sequence in the call, cheaper than 4 rows of four). Equal
+// micro-batches: equal rows per sequence where a divisor allows, one micro-batch.
+TEST(MeasureBatchCallCosts, TimesEachRowCountInTheShapeThePlanPricesItAt) {
+  struct ShapeRecordingTarget : BatchedScriptedTarget {
+    using BatchedScriptedTarget::BatchedScriptedTarget;
+    specdec::BatchCallShape shape = specdec::BatchCallShape::one_pass;
+    std::vector<std::vector<std::size_t>> calls;  // each call's rows per request
+    [[nodiscard]] specdec::BatchCallShape batch_call_shape() const noexcept { return shape; }
+    const std::vector<float>& score_batch(std::span<const specdec::ScoreRequest> requests) {
+      std::vector<std::size_t>& call = calls.emplace_back();
+      for (const specdec::ScoreRequest& request : requests) call.push_back(request.rows);
+      return BatchedScriptedTarget::score_batch(requests);
+    }
+  };
+  const ScriptedPair pair = make_pair();
+  BatchedScriptedDraft draft(pair.draft<float>());
+  std::vector<token_t> context;
+  for (int i = 0; i < 24; ++i) context.push_back(static_cast<token_t>(i % 8));
+  const auto shapes_of = [&](specdec::BatchCallShape shape) {
+    ShapeRecordingTarget target(pair.target<float>());
+    target.shape = shape;
+    (void)specdec::measure_batch_call_costs(draft, target, context, 4, 2, 2);
+    EXPECT_EQ(target.broken_promises, 0u);
+    std::map<std::size_t, std::set<std::vector<std::size_t>>> by_rows;  // total rows -> shapes
+    for (const auto& call : target.calls) {
+      by_rows[std::accumulate(call.begin(), call.end(), std::size_t{0})].insert(call);
+    }
+    return by_rows;
+  };
+  using Shapes = std::set<std::vector<std::size_t>>;
+  auto one_pass = shapes_of(specdec::BatchCallShape::one_pass);
+  EXPECT_EQ(one_pass[3], (Shapes{{1, 1, 1}}));
+  EXPECT_EQ(one_pass[5], (Shapes{{2, 1, 1, 1}}));
+  EXPECT_EQ(one_pass[6], (Shapes{{2, 2, 1, 1}}));
+  EXPECT_EQ(one_pass[11], (Shapes{{3, 3, 3, 2}}));
+  auto equal = shapes_of(specdec::BatchCallShape::equal_micro_batches);
+  EXPECT_EQ(equal[5], (Shapes{{5}}));
+  EXPECT_EQ(equal[6], (Shapes{{2, 2, 2}}));
+  EXPECT_EQ(equal[9], (Shapes{{3, 3, 3}}));
 }
 
 TEST(MeasureBatchCallCosts, TimesEveryRowCountAndDraftWidthWithinTheContractAndReleases) {

@@ -535,6 +535,13 @@ class DraftingGuard {
     last_round_drafted_ = true;
   }
 
+  /// A plain step of `units` plain steps' time that the caller takes as no sample
+  /// (BatchGoodputPlanner's plain steps at another width than its drafting steps'): time
+  /// elapsed all the same, of which the ledger affords trials a share (allowance_left).
+  void elapse(double units) noexcept {
+    if (units > 0) elapsed_units_ += units;
+  }
+
   /// The recent drafting rounds (two judged at least) emitted fewer tokens per plain step of
   /// time than plain steps do, and no trial since has won.
   [[nodiscard]] bool drafting_loses() const noexcept { return losing_; }

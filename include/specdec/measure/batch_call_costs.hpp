@@ -16,9 +16,18 @@
 /// Row counts up to 32 are all timed; above, every eighth or so (n, then n + n / 8), and the
 /// curve between two timed counts is the line through them: a call of a few hundred rows
 /// costs tens of small ones, and timing every count of a 32-sequence batch would take minutes.
-/// A call of n rows gives the same rows to each of c sequences, c the largest divisor of n up
-/// to `sequences` (one micro-batch on an engine that cuts calls into equal ones), or where no
-/// divisor fits the context, n / B each and one more to the first n mod B.
+/// A call of n rows is timed in the shape the plan prices it at (BatchCallShape, from the
+/// target's batch_call_shape(); one_pass without it):
+///  - one pass: over c = min(n, `sequences`) sequences, n / c rows each and one more to the
+///    first n mod c. A full batch's step has every sequence in its call, and on an engine
+///    whose call has a cost per sequence it spans, fewer sequences cost less for the same
+///    rows. (Timed over the largest divisor of n instead, the example GPT's curve at B = 8 had
+///    9 rows, as 3 x 3, at 2.39 ms below 8 x 1 at 2.74 ms; the plan drafted one token a step
+///    for a 26 % gain, the steps took 3.1-3.6 ms against 3.1 ms plain, and the guard, rightly,
+///    stopped drafting where K = 8 ran at 1.05-1.17x of plain batched decoding.)
+///  - equal micro-batches: the same rows to each of c sequences, c the largest divisor of n up
+///    to `sequences` (one micro-batch, what the plan prices each pass at), or where no divisor
+///    fits the context, as for one pass.
 /// Each point is the lower quartile of `repeats` calls (a call preempted for a scheduler slice
 /// only ever adds time), the row counts interleaved, every shape called twice in a row and the
 /// second call timed (an engine may prepare each call shape anew, and drafting steps change
@@ -153,13 +162,14 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
   std::vector<ScoreRequest> score(sequences);
   std::vector<DraftStepRequest> step(sequences);
 
-  // One target call of n rows in total; returns its seconds.
+  bool equal_micro_batches = false;
+  if constexpr (detail::HasBatchCallShape<Target>) {
+    equal_micro_batches = target.batch_call_shape() == BatchCallShape::equal_micro_batches;
+  }
+  // One target call of n rows in total, shaped as the file comment says; returns its seconds.
   const auto target_call = [&](std::size_t n) {
     std::size_t in_call = std::min(n, sequences);
-    // Equal rows per sequence where some divisor allows it: one micro-batch on an engine that
-    // cuts calls into equal micro-batches (BatchCallShape::equal_micro_batches), so the point
-    // is one pass of n rows, which is what the plan prices each pass at.
-    for (std::size_t c = in_call; c >= 1; --c) {
+    for (std::size_t c = in_call; equal_micro_batches && c >= 1; --c) {
       if (n % c == 0 && n / c <= context.size() - lowest) {
         in_call = c;
         break;
