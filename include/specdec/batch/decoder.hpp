@@ -202,11 +202,8 @@ class BatchedDecoder {
         policy_(std::move(policy)),
         verifier_(std::move(verifier)),
         planner_(std::move(batch_goodput)) {
-    bool micro_batches = false;
-    if constexpr (detail::HasBatchCallShape<Target>) {
-      micro_batches = target.batch_call_shape() == BatchCallShape::equal_micro_batches;
-    }
-    planner_.set_call_shape(BatchedTargetModel<Target>, kBatchedDraft, micro_batches);
+    planner_.set_call_shape(BatchedTargetModel<Target>, kBatchedDraft,
+                            detail::cuts_equal_micro_batches(target));
   }
 
   /// \brief Releases every sequence still in the batch from the models (release(id)).

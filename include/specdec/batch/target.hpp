@@ -70,6 +70,17 @@ concept HasBatchCallShape = requires(const M& model) {
   { model.batch_call_shape() } -> std::convertible_to<BatchCallShape>;
 };
 
+/// Whether `model` cuts its calls into equal micro-batches (batch_call_shape(); one pass
+/// without it): BatchedDecoder's plan and measure_batch_call_costs' timed shapes follow it.
+template <class M>
+[[nodiscard]] bool cuts_equal_micro_batches(const M& model) noexcept {
+  if constexpr (HasBatchCallShape<M>) {
+    return model.batch_call_shape() == BatchCallShape::equal_micro_batches;
+  } else {
+    return false;
+  }
+}
+
 template <class M>
 concept HasScoreBatch = requires(M& model, std::span<const ScoreRequest> requests) {
   model.score_batch(requests);

@@ -162,10 +162,7 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
   std::vector<ScoreRequest> score(sequences);
   std::vector<DraftStepRequest> step(sequences);
 
-  bool equal_micro_batches = false;
-  if constexpr (detail::HasBatchCallShape<Target>) {
-    equal_micro_batches = target.batch_call_shape() == BatchCallShape::equal_micro_batches;
-  }
+  const bool equal_micro_batches = detail::cuts_equal_micro_batches(target);
   // One target call of n rows in total, shaped as the file comment says; returns its seconds.
   const auto target_call = [&](std::size_t n) {
     std::size_t in_call = std::min(n, sequences);
