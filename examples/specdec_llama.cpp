@@ -145,6 +145,9 @@ whatever its weights' type) the prompt follows a newline, as in training.
   --repeat R                 with --parallel: R paired runs (speculative and plain, each from
                              an empty KV cache, the order alternating); prints the medians
                              (default 1)
+  --plain-control            with --parallel: the speculative arm drafts nothing, so both arms
+                             are plain batched decoding: the spread of its paired ratios is the
+                             host's, against which a policy's ratios are read (an A/A control)
   --warm-decoder             with --parallel --repeat: one speculative decoder for all R runs,
                              as a server keeps its decoder in service (the goodput plan's
                              verdicts and timings carry over from batch to batch); default: a
@@ -176,8 +179,9 @@ struct Options {
   bool measure_costs = true;  // --draft-costs
   std::size_t parallel = 0;   // --parallel B: sequences decoded at once (0: one, no batch)
   std::string prompts_path = SPECDEC_MODELS_DIR "/prompts.txt";
-  std::size_t repeat = 1;     // --repeat R: paired runs of --parallel
-  bool warm_decoder = false;  // --warm-decoder: one speculative decoder for the R runs
+  std::size_t repeat = 1;      // --repeat R: paired runs of --parallel
+  bool warm_decoder = false;   // --warm-decoder: one speculative decoder for the R runs
+  bool plain_control = false;  // --plain-control: the speculative arm is plain too
   VocabularyBridge vocab_bridge = VocabularyBridge::automatic;
   StringLevelVerification string_level = StringLevelVerification::automatic;
 };
@@ -365,6 +369,7 @@ Options parse_args(int argc, char** argv) {
     else if (is({"--json"})) options.json = true;
     else if (is({"--no-baseline"})) options.baseline = false;
     else if (is({"--warm-decoder"})) options.warm_decoder = true;
+    else if (is({"--plain-control"})) options.plain_control = true;
     else if (is({"--draft-costs"})) {
       const std::string_view how = value();
       if (how != "measure" && how != "online") {
@@ -384,6 +389,11 @@ Options parse_args(int argc, char** argv) {
   }
   if (options.warm_decoder && options.parallel == 0) {
     throw UsageError("--warm-decoder keeps one decoder for the batches of --parallel B");
+  }
+  if (options.plain_control && (options.parallel == 0 || !options.baseline)) {
+    throw UsageError(
+        "--plain-control compares plain batched decoding with itself: expected with --parallel B "
+        "and without --no-baseline");
   }
   if (options.repeat > 1 && options.parallel == 0) {
     throw UsageError("--repeat R repeats the paired batches of --parallel B; expected with it");
@@ -820,7 +830,10 @@ int run_parallel(Options& options) {
   const auto run_fast = [&] {
     target.reset();
     draft.reset();
-    if (options.warm_decoder) {
+    if (options.plain_control) {
+      specdec::BatchedDecoder decoder(target, specdec::ModelProposer(draft), specdec::NeverDraft{});
+      fast = specdec::examples::run_batch(decoder, prompts);
+    } else if (options.warm_decoder) {
       fast = specdec::examples::run_batch(warm, prompts);
     } else {
       auto decoder = speculative_decoder();
@@ -863,12 +876,14 @@ int run_parallel(Options& options) {
   if (options.json) {
     std::printf(
         "{\n  \"target\": %s,\n  \"draft\": %s,\n  \"parallel\": %zu,\n"
-        "  \"repeats\": %zu,\n  \"warm_decoder\": %s,\n  \"draft_length\": %zu,\n  "
+        "  \"repeats\": %zu,\n  \"warm_decoder\": %s,\n  \"plain_control\": %s,\n"
+        "  \"draft_length\": %zu,\n  "
         "\"draft_policy\": \"%s\",\n  "
         "\"temperature\": %g,\n"
         "  \"sequences\": [",
         json_string(options.target_path).c_str(), json_string(options.draft_path).c_str(), width,
-        options.repeat, options.warm_decoder ? "true" : "false", config.draft_length,
+        options.repeat, options.warm_decoder ? "true" : "false",
+        options.plain_control ? "true" : "false", config.draft_length,
         name_of(config.draft_length_policy.kind), static_cast<double>(config.sampling.temperature));
     for (std::size_t i = 0; i < width; ++i) {
       const specdec::DecodeStats& stats = fast.results[i].stats;
@@ -900,9 +915,9 @@ int run_parallel(Options& options) {
       };
       std::printf(
           ",\n  \"measured_costs\": {\"target_call_ms\": [%s], \"plain_step_ms\": [%s], "
-          "\"draft_call_ms\": [%s]}",
+          "\"draft_call_ms\": [%s], \"draft_catch_up_ms_per_token\": %.4g}",
           ms(costs.target_call_costs).c_str(), ms(costs.plain_step_costs).c_str(),
-          ms(costs.draft_call_costs).c_str());
+          ms(costs.draft_call_costs).c_str(), 1e3 * costs.draft_catch_up_cost);
     }
     if (options.baseline) {
       std::printf(
@@ -913,6 +928,13 @@ int run_parallel(Options& options) {
           slow.tokens(), slow.seconds, slow_rate, slow.stats.target_calls,
           slow.stats.rows_per_target_call(), slow_latency, ratio,
           differing == 0 ? "true" : "false");
+      // Every pair's ratio, in order (pairs 0, 2, 4, ... ran the speculative arm first): a
+      // measurement pooled over processes reads these, not one process's median.
+      std::printf(",\n  \"pair_ratios\": [");
+      for (std::size_t r = 0; r < ratios.size(); ++r) {
+        std::printf("%s%.6g", r ? ", " : "", ratios[r]);
+      }
+      std::printf("]");
     }
     std::printf("\n}\n");
   } else {

@@ -102,12 +102,13 @@ std::size_t drafted_rows(const Planned& planned) {
 }
 
 Planned plan(BatchGoodputPlanner& planner, const std::vector<std::vector<double>>& acceptance,
-             const BatchGoodputOptions& options, double optimistic = 0, bool probe_due = false) {
+             const BatchGoodputOptions& options, double optimistic = 0, bool probe_due = false,
+             std::size_t plain_steps = 0) {
   std::size_t longest = 0;
   for (const auto& a : acceptance) longest = std::max(longest, a.size());
   planner.reserve(acceptance.size(), longest);
   planner.clear();
-  for (const auto& a : acceptance) (void)planner.add_planned(a, optimistic, probe_due);
+  for (const auto& a : acceptance) (void)planner.add_planned(a, optimistic, probe_due, plain_steps);
   planner.solve();
   Planned out;
   for (std::size_t s = 0; s < acceptance.size(); ++s) {
@@ -116,6 +117,26 @@ Planned plan(BatchGoodputPlanner& planner, const std::vector<std::vector<double>
   }
   out.rate = rate_of(acceptance, out.lengths, options);
   return out;
+}
+
+/// The prompts' step, two plain steps timed at `plain_step`, the drafts' prefill, then two
+/// drafting steps that emit 6 tokens (over `good.size()` sequences) in 3 plain steps' time:
+/// the guard finds drafting losing.
+void judge_drafting_losing(BatchGoodputPlanner& planner,
+                           const std::vector<std::vector<double>>& good,
+                           const BatchGoodputOptions& options, double plain_step) {
+  const std::size_t width = good.size();
+  planner.skip_step();  // the prompts' step
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_EQ(drafted_rows(plan(planner, good, options)), 0u);
+    planner.observe_step(plain_step, width, width);
+  }
+  planner.skip_step();  // the drafts read the prompts
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_GT(drafted_rows(plan(planner, good, options)), 0u);
+    planner.observe_step(3 * plain_step, 6, width);
+  }
+  EXPECT_TRUE(planner.drafting_loses());
 }
 
 // ---- the plan against every allocation ----------------------------------------------------------
@@ -806,17 +827,7 @@ TEST(BatchGoodputPlanner, ATrialIsJudgedOnTheStepAfterItsCatchUp) {
   options.measured_costs = true;
   const std::vector<std::vector<double>> good(4, std::vector<double>(8, 0.9));
   const auto losing = [&](BatchGoodputPlanner& planner) {
-    planner.skip_step();  // the prompts' step
-    for (int step = 0; step < 2; ++step) {
-      EXPECT_EQ(drafted_rows(plan(planner, good, options)), 0u);
-      planner.observe_step(1.0, 4, 4);
-    }
-    planner.skip_step();                    // the drafts read the prompts
-    for (int step = 0; step < 2; ++step) {  // 6 tokens in 3 plain steps' time
-      EXPECT_GT(drafted_rows(plan(planner, good, options)), 0u);
-      planner.observe_step(3.0, 6, 4);
-    }
-    EXPECT_TRUE(planner.drafting_loses());
+    judge_drafting_losing(planner, good, options, 1.0);
   };
   // Plain steps until the trial, and its catch-up step; returns the plain steps taken.
   const auto until_trial = [&](BatchGoodputPlanner& planner) {
@@ -845,6 +856,40 @@ TEST(BatchGoodputPlanner, ATrialIsJudgedOnTheStepAfterItsCatchUp) {
   still_losing.observe_step(3.0, 6, 4);  // the judged step loses
   EXPECT_TRUE(still_losing.drafting_loses());
   EXPECT_GE(until_trial(still_losing), 16u) << "the wait doubles (and the ledger must afford it)";
+}
+
+// A trial after plain steps first pays the drafts' catch-up on every token those steps
+// emitted, so the ledger must afford that before the trial. Drafting lost, then plain steps of
+// four sequences: with the catch-up at 0.01 plain steps per token the trial comes after the
+// guard's wait of 8 steps (32 tokens: 0.3 plain steps, within the ledger's 2); at 0.1 per token
+// (3.2 plain steps for the same 32) none comes, however long the wait: the catch-up grows with
+// it faster than the ledger's share. Sequences that joined since (4 plain steps each: 1.6
+// plain steps) are afforded a trial.
+TEST(BatchGoodputPlanner, ATrialWaitsForTheLedgerToAffordTheDraftsCatchUp) {
+  BatchGoodputOptions options =
+      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+            curve(4, [](std::size_t) { return 0.01; }));
+  options.measured_costs = true;
+  const double plain_step = options.target_call_costs[3];
+  const std::vector<std::vector<double>> good(4, std::vector<double>(8, 0.9));
+  // Drafting judged losing, then plain steps until a trial (or `limit`); returns their count.
+  const auto plain_until_trial = [&](double catch_up, std::size_t limit) {
+    BatchGoodputOptions priced = options;
+    priced.draft_catch_up_cost = catch_up * plain_step;
+    BatchGoodputPlanner planner(priced);
+    judge_drafting_losing(planner, good, priced, plain_step);
+    std::size_t plain = 0;
+    while (plain < limit && drafted_rows(plan(planner, good, priced, 0, false, plain)) == 0) {
+      planner.observe_step(plain_step, 4, 4);
+      ++plain;
+    }
+    if (plain == limit) {  // no trial yet: sequences that joined 4 steps ago
+      EXPECT_GT(drafted_rows(plan(planner, good, priced, 0, false, 4)), 0u);
+    }
+    return plain;
+  };
+  EXPECT_EQ(plain_until_trial(0.01, 1000), 8u);
+  EXPECT_EQ(plain_until_trial(0.1, 1000), 1000u);
 }
 
 // Before the guard's first verdict a probe drafts the length its optimistic acceptance plans,
@@ -1189,6 +1234,52 @@ TEST(MeasureBatchCallCosts, TimesPlainStepsInARunOfPlainCalls) {
   }
   EXPECT_EQ(costs.goodput_options().plain_step_costs, costs.plain_seconds);
   EXPECT_EQ(target.broken_promises, 0u);
+}
+
+// The draft's catch-up: a call reading tokens the draft has not read costs per token, and a
+// trial after plain steps pays it for every token they emitted. Timed as a call reading 16
+// more tokens than a step, less the step; not at all for a draft without release() (no
+// sequence it could be made to read again).
+TEST(MeasureBatchCallCosts, TimesTheDraftsCatchUpPerToken) {
+  struct CatchingUpDraft : BatchedScriptedDraft {
+    using BatchedScriptedDraft::BatchedScriptedDraft;
+    std::map<specdec::sequence_id, std::size_t> read;  // tokens each sequence's cache holds
+    void release(specdec::sequence_id id) noexcept { read.erase(id); }
+    std::span<const float> draft_batch(std::span<const specdec::DraftStepRequest> requests) {
+      std::size_t fresh = 0;
+      for (const specdec::DraftStepRequest& request : requests) {
+        std::size_t& cached = read[request.id];
+        fresh += request.context.size() - std::min(cached, request.context.size() - 1);
+        cached = request.context.size();
+      }
+      spin_for(std::chrono::microseconds(100 + 50 * fresh));
+      return BatchedScriptedDraft::draft_batch(requests);
+    }
+  };
+  struct NoReleaseDraft {
+    BatchedScriptedDraft draft;
+    std::span<const float> draft_batch(std::span<const specdec::DraftStepRequest> requests) {
+      return draft.draft_batch(requests);
+    }
+    std::vector<float> operator()(std::span<const specdec::token_t> context) const {
+      return draft(context);
+    }
+  };
+  const ScriptedPair pair = make_pair();
+  BatchedScriptedTarget target(pair.target<float>());
+  CatchingUpDraft draft(pair.draft<float>());
+  std::vector<token_t> context;
+  for (int i = 0; i < 48; ++i) context.push_back(static_cast<token_t>(i % 8));
+  const specdec::BatchCallCosts costs =
+      specdec::measure_batch_call_costs(draft, target, context, 2, 2, 5);
+  EXPECT_GT(costs.draft_catch_up_seconds, 45e-6);
+  EXPECT_LT(costs.draft_catch_up_seconds, 80e-6);
+  EXPECT_EQ(costs.goodput_options().draft_catch_up_cost, costs.draft_catch_up_seconds);
+
+  NoReleaseDraft plain{BatchedScriptedDraft(pair.draft<float>())};
+  EXPECT_EQ(
+      specdec::measure_batch_call_costs(plain, target, context, 2, 2, 2).draft_catch_up_seconds,
+      0.0);
 }
 
 // A call of n rows is timed in the shape the plan prices it at. One pass (no

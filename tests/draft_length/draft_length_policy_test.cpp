@@ -560,6 +560,46 @@ TEST(GoodputDraftLengthTest, DraftsToTheCapWhenEveryTokenIsAcceptedAndCheapToVer
   EXPECT_LT(fewer, 6u);
 }
 
+// A sequence alone in its batch plans as a decoder of its own (price_alone), and the guard's
+// trial after plain rounds first pays the draft's catch-up on their tokens, so the ledger must
+// afford it (AloneRoundCosts::catch_up_cost). Curves: T(n) = 1 + 0.1 (n - 1) ms, a draft call
+// 0.05 ms, acceptance 0.9: the plan drafts; its rounds, every token accepted, take 3 plain
+// steps per token emitted: the guard finds drafting losing. Then plain rounds: with the
+// catch-up at 0.01 ms per token the trial comes after the guard's wait of 8 rounds; at 0.5 ms
+// (4 plain steps for those 8 tokens, beyond the ledger's 2) none comes within 300 rounds.
+TEST(GoodputDraftLengthTest, AloneATrialWaitsForTheLedgerToAffordTheCatchUp) {
+  std::vector<double> curve;
+  for (std::size_t n = 1; n <= 9; ++n)
+    curve.push_back(1e-3 * (1.0 + 0.1 * static_cast<double>(n - 1)));
+  const std::vector<double> sure(8, 0.9);
+  const auto plain_rounds_until_trial = [&](double catch_up) {
+    GoodputDraftLength policy;  // measured costs: the guard judges the rounds
+    policy.begin(config_with(8));
+    const specdec::AloneRoundCosts costs{curve, 0.05e-3, 0.0, 0.0, true, catch_up};
+    std::size_t context = 16;
+    const auto round = [&](double seconds_per_token) {
+      policy.price_alone(costs);
+      const std::size_t n = drafted_by(policy, sure, 8);
+      const double seconds = n == 0 ? 1e-3 : seconds_per_token * static_cast<double>(n + 1);
+      policy.observe(RoundReport{n, n, 8, 0.0, seconds, std::span(sure).first(n), context});
+      context += n + 1;
+      return n;
+    };
+    (void)round(50e-3);  // the prompt's round
+    EXPECT_EQ(round(1e-3), 0u) << "a plain step after the prompt's: not a sample";
+    EXPECT_EQ(round(1e-3), 0u) << "the plain step timed";
+    // The first drafting round also reads the prompt into the draft: not judged. The second
+    // loses at least 3 plain steps: verdict enough.
+    EXPECT_GT(round(3e-3), 0u);
+    EXPECT_GT(round(3e-3), 0u);
+    std::size_t plain = 0;
+    while (plain < 300 && round(3e-3) == 0) ++plain;
+    return plain;
+  };
+  EXPECT_EQ(plain_rounds_until_trial(0.01e-3), 8u);
+  EXPECT_EQ(plain_rounds_until_trial(0.5e-3), 300u);
+}
+
 TEST(GoodputDraftLengthTest, MeasuredCostsFollowTheRoundTimings) {
   GoodputDraftLength policy;  // measured costs
   policy.begin(config_with(8));

@@ -479,7 +479,7 @@ class BatchedDecoder {
         const std::size_t plain_steps = s.planned->plain_streak();
         s.plan_index = planner_.add_planned(s.planned->expected_acceptance(s.limit),
                                             s.planned->optimistic_acceptance(), plain_steps >= wait,
-                                            plain_steps > 0);
+                                            plain_steps);
         planning = true;
       } else {
         s.planned = nullptr;

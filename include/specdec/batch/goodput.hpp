@@ -94,6 +94,11 @@ struct BatchGoodputOptions {
   /// previous call's (an engine that prepares each call shape anew: llama.cpp builds a new
   /// compute graph), in the curves' unit; 0: none.
   double target_switch_cost = 0;
+  /// With fixed curves: what one token costs the draft when it catches up on tokens it has
+  /// not read (the plain steps' tokens, when drafting resumes), in the curves' unit; 0: not
+  /// known, priced as one one-sequence draft call per token. A trial of drafting after plain
+  /// steps needs the guard's ledger to afford that catch-up (file comment).
+  double draft_catch_up_cost = 0;
   /// How a plain step's time grows per token of context (its sequences' mean), relative to
   /// its time at context 0: the guard judges each step against a plain step at the step's
   /// context, as GoodputOptions::plain_growth (BatchCallCosts::goodput_options sets it; 0: every
@@ -144,6 +149,10 @@ struct BatchGoodputOptions {
     if (!std::isfinite(target_switch_cost) || target_switch_cost < 0) {
       detail::throw_invalid_argument("BatchGoodputOptions::target_switch_cost = ",
                                      target_switch_cost, "; expected a finite cost >= 0");
+    }
+    if (!std::isfinite(draft_catch_up_cost) || draft_catch_up_cost < 0) {
+      detail::throw_invalid_argument("BatchGoodputOptions::draft_catch_up_cost = ",
+                                     draft_catch_up_cost, "; expected a finite cost >= 0");
     }
     if (!std::isfinite(plain_growth) || plain_growth < 0) {
       detail::throw_invalid_argument("BatchGoodputOptions::plain_growth = ", plain_growth,
@@ -205,16 +214,19 @@ class BatchGoodputPlanner {
 
   /// \brief Adds a sequence. A planned one (its policy is goodput) gives the acceptance of
   /// each token it may draft (its round limit), what a probe wagers on, and whether its probe
-  /// is due, and whether its last step was plain (`resuming`: its draft's first call then also
-  /// catches up on the tokens the plain steps emitted, one more pass on an engine that cuts
-  /// unequal rows into micro-batches, charged as one more one-sequence draft call); one that is
-  /// not planned drafts `fixed_length` (its own policy decides; it counts in the step's rows
-  /// and calls). Returns its index.
+  /// is due, and how many steps it has been plain since it last drafted (`plain_steps`, 0:
+  /// it drafted in the last step; after plain steps its draft's first call also catches up on
+  /// the tokens they emitted: one more pass on an engine that cuts unequal rows into
+  /// micro-batches, charged as one more one-sequence draft call, and the catch-up itself,
+  /// which a trial's ledger must afford: trial_catch_up_units); one that is not planned drafts
+  /// `fixed_length` (its own policy decides; it counts in the step's rows and calls). Returns
+  /// its index.
   std::size_t add_planned(std::span<const double> acceptance, double optimistic, bool probe_due,
-                          bool resuming = false) {
+                          std::size_t plain_steps = 0) {
     Entry entry;
     entry.planned = true;
-    entry.resuming = resuming;
+    entry.resuming = plain_steps > 0;
+    entry.plain_steps = plain_steps;
     entry.optimistic = optimistic;
     entry.probe_due = probe_due;
     double survival = 1.0;
@@ -312,8 +324,8 @@ class BatchGoodputPlanner {
   /// plan its rounds, in the same cost model). Views the planner's curves until the next call
   /// that measures or reserves.
   [[nodiscard]] AloneRoundCosts alone_costs() const noexcept {
-    return {target_table_, at(draft_table_, 1), options_.target_switch_cost, options_.plain_growth,
-            options_.guarding()};
+    return {target_table_,         at(draft_table_, 1), options_.target_switch_cost,
+            options_.plain_growth, options_.guarding(), catch_up_cost()};
   }
 
   /// \brief The rows of the target call just made: a plan of other rows pays the switch
@@ -467,6 +479,7 @@ class BatchGoodputPlanner {
     bool probe_due = false;
     bool probing = false;
     bool resuming = false;
+    std::size_t plain_steps = 0;  // since it last drafted
     double optimistic = 0;
     std::size_t limit = 0;
     std::size_t length = 0;  // the plan's (a fixed sequence's: its own)
@@ -565,8 +578,15 @@ class BatchGoodputPlanner {
     if (!due) return;
     const double held = std::exchange(correction_, 1.0);
     walk_best(longest);
-    if (rows_ == plain_rows()) {  // plain without it too: not the correction's doing
+    // Plain without it too: not the correction's doing. A trial whose catch-up the ledger
+    // cannot pay waits (guard_allows).
+    if (rows_ == plain_rows()) {
       correction_ = held;
+      return;
+    }
+    if (guard_.drafting_loses() && guard_.allowance_left() < trial_catch_up_units()) {
+      correction_ = held;
+      walk_best(longest);  // the plan with it: plain
       return;
     }
     drafting_per_unit_ = 0;
@@ -644,11 +664,35 @@ class BatchGoodputPlanner {
     if (!guard_.drafting_loses()) return true;
     if (probes_only) return false;
     // A trial's second step, the one it is judged on, needs no wait: the catch-up is paid.
-    if (!trial_caught_up_ && (plain_streak_ < guard_wait_ || !guard_.affords_trial())) {
+    // The first needs the ledger to afford that catch-up.
+    if (!trial_caught_up_ && (plain_streak_ < guard_wait_ || !guard_.affords_trial() ||
+                              guard_.allowance_left() < trial_catch_up_units())) {
       return false;
     }
     guard_trial_ = true;
     return true;
+  }
+
+  /// What a token costs the draft when it catches up (BatchGoodputOptions::draft_catch_up_cost,
+  /// or one one-sequence draft call where not known).
+  [[nodiscard]] double catch_up_cost() const noexcept {
+    return options_.draft_catch_up_cost > 0 ? options_.draft_catch_up_cost : at(draft_table_, 1);
+  }
+  /// What the drafts' catch-up costs a trial of the plan after plain steps, in plain steps of
+  /// the plan's price: every sequence that drafts again reads the tokens of its plain steps
+  /// since it last drafted (a sequence that joined since, those since it joined: its prompt is
+  /// read in a step that is not observed). The ledger must afford it before the trial: it
+  /// grows with the wait, and a trial late in a batch can never earn it back. (On
+  /// the shipped pair's f16 weights through llama.cpp at B = 4, fresh decoders: a trial in a
+  /// batch's tail, 3 sequences after 170 plain steps, took 11.5 ms for the drafts' catch-up and
+  /// 16.2 ms in all, for 8 tokens where a plain step of 2.0 ms gives 3, with 2.7 plain steps
+  /// left in the ledger; such trials cost about half of the 5 % by which the goodput arm fell
+  /// below plain batched decoding there.)
+  [[nodiscard]] double trial_catch_up_units() const noexcept {
+    if (!(plain_cost_ > 0)) return 0.0;
+    std::size_t tokens = 0;
+    for (const Entry& entry : sequences_) tokens += entry.length > 0 ? entry.plain_steps : 0;
+    return static_cast<double>(tokens) * catch_up_cost() / plain_cost_;
   }
 
   /// What a resuming sequence's first drafted row adds (see add_planned).

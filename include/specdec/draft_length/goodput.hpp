@@ -124,6 +124,9 @@ struct AloneRoundCosts {
   double switch_cost = 0;   ///< a call of other rows than the last one's (GoodputOptions)
   double plain_growth = 0;  ///< GoodputOptions::plain_growth
   bool guarding = false;    ///< timings judge drafting (GoodputOptions::plain_guard applies)
+  /// What a token costs the draft when it catches up on the plain rounds' tokens: a trial of
+  /// drafting after plain rounds needs the guard's ledger to afford that (0: not charged)
+  double catch_up_cost = 0;
 };
 
 /// \brief The goodput-optimal draft-length policy (see the file comment).
@@ -363,7 +366,7 @@ class GoodputDraftLength {
   void price_alone(const AloneRoundCosts& costs) {
     batch_plan_.reset();
     reserve(cap_);
-    alone_ = AloneSettings{costs.switch_cost, costs.guarding};
+    alone_ = AloneSettings{costs.switch_cost, costs.guarding, costs.catch_up_cost};
     const std::size_t known = costs.verify_cost.size();
     for (std::size_t n = 1; n <= verify_cost_.size(); ++n) {
       verify_cost_[n - 1] = known == 0 ? 1.0 : costs.verify_cost[std::min(n, known) - 1];
@@ -453,8 +456,22 @@ class GoodputDraftLength {
     if (!guard_.drafting_loses()) return true;
     if (probe) return false;  // a probe is no trial: the model expects it to lose
     if (plain_streak_ < guard_wait_ || !guard_.affords_trial()) return false;
+    if (guard_.allowance_left() < trial_catch_up_units()) return false;
     guard_trial_ = true;
     return true;
+  }
+
+  /// What the draft's catch-up on the plain rounds' tokens costs a trial, in plain steps
+  /// (priced alone: AloneRoundCosts::catch_up_cost per token; otherwise not charged). The
+  /// ledger must afford it before the trial, as the batch plan's must (batch/goodput.hpp:
+  /// on the shipped pair's Q8_0 weights through llama.cpp, a sequence alone in its batch ran
+  /// trials after 8, 16 and 32 plain rounds, the last with 1.8 ms of catch-up against a
+  /// 0.55 ms plain step, and ended each 200-token batch with the ledger spent).
+  [[nodiscard]] double trial_catch_up_units() const noexcept {
+    if (!alone_ || !(alone_->catch_up_cost > 0) || verify_cost_.empty() || !(verify_cost_[0] > 0)) {
+      return 0.0;
+    }
+    return static_cast<double>(plain_streak_) * alone_->catch_up_cost / verify_cost_[0];
   }
 
   void reserve(std::size_t max_length) {
@@ -558,6 +575,7 @@ class GoodputDraftLength {
   struct AloneSettings {
     double switch_cost = 0;
     bool guarding = false;
+    double catch_up_cost = 0;
   };
   std::optional<AloneSettings> alone_;  // this round's, set by price_alone
   // plain_guard: carried over between generate() calls (it describes the pair on this host)

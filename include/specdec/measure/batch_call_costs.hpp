@@ -40,7 +40,12 @@
 /// so), each b in a run of calls as plain batched decoding makes them, give
 /// BatchCallCosts::plain_seconds: a drafting step's calls never settle so, and a plain step
 /// priced among them looked up to 35 % dearer than it runs (BatchGoodputOptions::
-/// plain_step_costs). Last, one sequence's plain steps early and late in `context` give
+/// plain_step_costs). A draft with release() is timed reading 16 tokens it has not read in one
+/// call, against a step of one: BatchCallCosts::draft_catch_up_seconds, the price of resuming
+/// drafting after plain steps (BatchGoodputOptions::draft_catch_up_cost; through llama.cpp the
+/// shipped draft reads such tokens at 0.02 ms each here, a third to a half of a one-row call,
+/// and at 0.04-0.06 ms after 100-200 tokens of context: a lower bound late in a long
+/// generation). Last, one sequence's plain steps early and late in `context` give
 /// BatchCallCosts::plain_growth, as measure_call_costs does (the guard judges each step
 /// against a plain step at the step's context: BatchGoodputOptions::plain_growth). The
 /// sequences use ids first_id .. first_id + sequences - 1 and are released from both models
@@ -97,6 +102,11 @@ struct BatchCallCosts {
   /// The extra time of a target call whose total rows differ from the previous call's (the
   /// median over the timed row counts of the quartiles' difference; >= 0)
   double target_switch_seconds = 0;
+  /// What one token costs the draft when it catches up on tokens it has not read (a draft
+  /// call reading 16 more than a step does, less that step, per token; 0 when not timed: a
+  /// draft without release(), or a context too short)
+  /// (BatchGoodputOptions::draft_catch_up_cost)
+  double draft_catch_up_seconds = 0;
   /// How one sequence's plain step grows per token of context, relative to its time at context
   /// 0 (BatchGoodputOptions::plain_growth; 0 when the context was too short to tell)
   double plain_growth = 0;
@@ -117,6 +127,7 @@ struct BatchCallCosts {
     base.plain_step_costs = plain_seconds;
     base.target_switch_cost = target_switch_seconds;
     base.plain_growth = plain_growth;
+    base.draft_catch_up_cost = draft_catch_up_seconds;
     base.measured_costs = true;  // plain_guard applies: these curves are timings anyway
     if (target_seconds.empty() || draft_seconds.empty()) {
       detail::throw_invalid_argument(
@@ -231,6 +242,29 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
     costs.target_seconds = detail::curve_through(timed, target_times);
     for (auto& times : draft_times) {
       costs.draft_seconds.push_back(std::max(detail::lower_quartile_of(times), 1e-9));
+    }
+    // The draft's catch-up: sequence 0 read again up to `lowest` (untimed), then a step of one
+    // token and a call reading kCatchUpTokens more, as a draft resuming after plain steps does.
+    constexpr std::size_t kCatchUpTokens = 16;
+    if constexpr (detail::HasRelease<Draft>) {
+      if (lowest + 1 + kCatchUpTokens <= context.size()) {
+        std::vector<double> step_times(repeats), catch_up_times(repeats);
+        const auto draft_to = [&](std::size_t length) {
+          step[0] = DraftStepRequest{first_id, context.first(length)};
+          const auto start = clock::now();
+          (void)draft.draft_batch(std::span<const DraftStepRequest>(step.data(), 1));
+          return std::chrono::duration<double>(clock::now() - start).count();
+        };
+        for (std::size_t repeat = 0; repeat < repeats; ++repeat) {
+          draft.release(first_id);
+          (void)draft_to(lowest);
+          step_times[repeat] = draft_to(lowest + 1);
+          catch_up_times[repeat] = draft_to(lowest + 1 + kCatchUpTokens);
+        }
+        costs.draft_catch_up_seconds = std::max(0.0, (detail::lower_quartile_of(catch_up_times) -
+                                                      detail::lower_quartile_of(step_times)) /
+                                                         static_cast<double>(kCatchUpTokens));
+      }
     }
     // Plain steps as plain batched decoding runs them: kPlainRun calls of b sequences, one row
     // each, in a row, the last kPlainTimed timed (on llama.cpp's CPU backend a run of 2-row
