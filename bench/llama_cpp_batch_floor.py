@@ -17,10 +17,11 @@ nothing, so both arms are plain batched decoding), the two alternating, and pool
   bench/llama_cpp_batch_floor.py [--build build/release] [--cells q8_0:2,f16:4,...]
       [--temps 0,1] [--processes 6] [--repeat 12] [--tokens 200] [--warm-decoder]
       [--compare OTHER_SPECDEC_LLAMA] [--out floor.jsonl]
+  bench/llama_cpp_batch_floor.py --summarize floor.jsonl
 
 --compare adds a third arm, `goodput-b`: the same policy run by another build of specdec-llama
-(an A/B of two versions, each read against the same control).
-  bench/llama_cpp_batch_floor.py --summarize floor.jsonl
+(an A/B of two versions, each read against the same control); the arms' order rotates from
+round to round.
 
 Every process is one line of --out (the CLI's --json, the sequences' texts left out, plus
 `weights`, `arm`, `round`). The Q8_0 pair comes from
