@@ -225,7 +225,6 @@ class BatchGoodputPlanner {
                           std::size_t plain_steps = 0) {
     Entry entry;
     entry.planned = true;
-    entry.resuming = plain_steps > 0;
     entry.plain_steps = plain_steps;
     entry.optimistic = optimistic;
     entry.probe_due = probe_due;
@@ -478,8 +477,7 @@ class BatchGoodputPlanner {
     bool planned = false;
     bool probe_due = false;
     bool probing = false;
-    bool resuming = false;
-    std::size_t plain_steps = 0;  // since it last drafted
+    std::size_t plain_steps = 0;  // since it last drafted (> 0: its draft catches up)
     double optimistic = 0;
     std::size_t limit = 0;
     std::size_t length = 0;  // the plan's (a fixed sequence's: its own)
@@ -584,7 +582,7 @@ class BatchGoodputPlanner {
       correction_ = held;
       return;
     }
-    if (guard_.drafting_loses() && guard_.allowance_left() < trial_catch_up_units()) {
+    if (guard_.drafting_loses() && !guard_.affords_trial(trial_catch_up_units())) {
       correction_ = held;
       walk_best(longest);  // the plan with it: plain
       return;
@@ -665,8 +663,8 @@ class BatchGoodputPlanner {
     if (probes_only) return false;
     // A trial's second step, the one it is judged on, needs no wait: the catch-up is paid.
     // The first needs the ledger to afford that catch-up.
-    if (!trial_caught_up_ && (plain_streak_ < guard_wait_ || !guard_.affords_trial() ||
-                              guard_.allowance_left() < trial_catch_up_units())) {
+    if (!trial_caught_up_ &&
+        (plain_streak_ < guard_wait_ || !guard_.affords_trial(trial_catch_up_units()))) {
       return false;
     }
     guard_trial_ = true;
@@ -697,7 +695,7 @@ class BatchGoodputPlanner {
 
   /// What a resuming sequence's first drafted row adds (see add_planned).
   [[nodiscard]] double resume_cost(const Entry& entry) const noexcept {
-    return entry.resuming && entry.length <= 1 ? at(draft_table_, 1) : 0.0;
+    return entry.plain_steps > 0 && entry.length <= 1 ? at(draft_table_, 1) : 0.0;
   }
 
   void count_rows(std::size_t rows, int change) noexcept {

@@ -549,8 +549,11 @@ class DraftingGuard {
   [[nodiscard]] bool has_verdict() const noexcept {
     return losing_ || judged_rounds_ >= kRoundsToJudge;
   }
-  /// Whether the ledger affords another drafting round while drafting loses.
-  [[nodiscard]] bool affords_trial() const noexcept { return allowance_left() >= 0; }
+  /// Whether the ledger affords another drafting round while drafting loses, one that pays
+  /// `up_front` plain steps before it drafts (the draft's catch-up on the plain steps' tokens).
+  [[nodiscard]] bool affords_trial(double up_front = 0) const noexcept {
+    return allowance_left() >= up_front;
+  }
   /// What the ledger has left, in plain steps: what a round may still lose.
   [[nodiscard]] double allowance_left() const noexcept {
     return kAllowance + kShare * elapsed_units_ - lost_units_;

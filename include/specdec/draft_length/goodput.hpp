@@ -455,8 +455,7 @@ class GoodputDraftLength {
     if (guard_.needs_plain_steps()) return first_round_;
     if (!guard_.drafting_loses()) return true;
     if (probe) return false;  // a probe is no trial: the model expects it to lose
-    if (plain_streak_ < guard_wait_ || !guard_.affords_trial()) return false;
-    if (guard_.allowance_left() < trial_catch_up_units()) return false;
+    if (plain_streak_ < guard_wait_ || !guard_.affords_trial(trial_catch_up_units())) return false;
     guard_trial_ = true;
     return true;
   }
