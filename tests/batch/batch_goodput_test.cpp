@@ -488,6 +488,35 @@ TEST(BatchGoodputPlanner, ThePlainGuardJudgesAgainstTheSettledPlainCall) {
   EXPECT_TRUE(losing_after_drafting(options));
 }
 
+// A run of plain calls timed above the same call among other shapes (T(b)) was timed in a
+// slow moment, and the plan prices the plain step at T(b): so does the guard. Plain steps of
+// 2.5 s whose target call took 2 s count as 1.56 s with T(4) = 1.06 (not 2.5 s, as under a
+// plain_step_costs of 3 s): drafting steps of 6 tokens in 2.5 s then lose (1.6 plain steps
+// for 1.5 tokens per sequence), where against 2.5 s they would be a gain.
+TEST(BatchGoodputPlanner, ThePlainGuardCapsAPlainStepAtThePlansPriceOfIt) {
+  BatchGoodputOptions options =
+      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+            curve(4, [](std::size_t) { return 0.01; }));
+  options.measured_costs = true;
+  options.plain_step_costs = curve(4, [](std::size_t b) { return 0.75 * static_cast<double>(b); });
+  const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
+  BatchGoodputPlanner planner(options);
+  planner.skip_step();  // the prompts' step
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_EQ(drafted_rows(plan(planner, acceptance, options)), 0u);
+    EXPECT_DOUBLE_EQ(planner.expected_cost(), 1.06);
+    planner.observe_target_call(4, 2.0);
+    planner.observe_step(2.5, 4, 4);
+  }
+  planner.skip_step();  // the drafts' prefill
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_GT(drafted_rows(plan(planner, acceptance, options)), 0u);
+    planner.observe_target_call(planner.rows(), 2.0);
+    planner.observe_step(2.5, 6, 4);
+  }
+  EXPECT_TRUE(planner.drafting_loses());
+}
+
 // The correction (drafting steps' seconds per predicted unit over plain steps') makes a plan
 // plain where drafting steps run dearer than their calls (2.5x here, where every plan loses
 // by the steps as run and the calls promise 1.22x), and holds while the steps are plain: a
@@ -1233,6 +1262,39 @@ TEST(MeasureBatchCallCosts, TimesPlainStepsInARunOfPlainCalls) {
     EXPECT_GT(costs.target_seconds[b - 1], 1e-4 * static_cast<double>(b) + 3e-4) << b;
   }
   EXPECT_EQ(costs.goodput_options().plain_step_costs, costs.plain_seconds);
+  EXPECT_EQ(target.broken_promises, 0u);
+}
+
+// A slow moment of the host that outlasts a run of plain calls does not price the plain step:
+// it is the quietest run's median. Here the first two runs of every width take 1 ms more per
+// call (two thirds of the timed calls: their median over all runs would be a slow one).
+TEST(MeasureBatchCallCosts, APlainStepIsPricedByItsQuietestRun) {
+  struct SlowMomentTarget : BatchedScriptedTarget {
+    using BatchedScriptedTarget::BatchedScriptedTarget;
+    std::size_t run_rows = 0, run_length = 0;
+    std::map<std::size_t, std::size_t> long_runs;  // rows -> runs of 5 calls or more so far
+    const std::vector<float>& score_batch(std::span<const specdec::ScoreRequest> requests) {
+      std::size_t rows = 0;
+      for (const specdec::ScoreRequest& request : requests) rows += request.rows;
+      run_length = rows == run_rows ? run_length + 1 : 1;
+      run_rows = rows;
+      if (run_length == 5) ++long_runs[rows];
+      const bool slow = run_length >= 5 && long_runs[rows] <= 2;
+      spin_for(std::chrono::microseconds(100 * rows + (slow ? 1000 : 0)));
+      return BatchedScriptedTarget::score_batch(requests);
+    }
+  };
+  const ScriptedPair pair = make_pair();
+  SlowMomentTarget target(pair.target<float>());
+  BatchedScriptedDraft draft(pair.draft<float>());
+  std::vector<token_t> context;
+  for (int i = 0; i < 24; ++i) context.push_back(static_cast<token_t>(i % 8));
+  const specdec::BatchCallCosts costs =
+      specdec::measure_batch_call_costs(draft, target, context, 2, 2, 3);
+  ASSERT_EQ(costs.plain_seconds.size(), 2u);
+  for (std::size_t b = 1; b <= 2; ++b) {
+    EXPECT_LT(costs.plain_seconds[b - 1], 1e-4 * static_cast<double>(b) + 5e-4) << b;
+  }
   EXPECT_EQ(target.broken_promises, 0u);
 }
 

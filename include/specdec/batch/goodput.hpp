@@ -88,7 +88,8 @@ struct BatchGoodputOptions {
   /// shapes took 1.19 ms and the same call 10 calls into a run of them 0.75-0.85 ms: priced at
   /// the former, plain decoding looked 35 % dearer than it runs, and the plan drafted one token
   /// per sequence at 0.92-0.97x of plain batched decoding. With measured curves (seconds),
-  /// the plain guard also judges a plain step with its target call at most this long.
+  /// the plain guard also judges a plain step with its target call at most the price the plan
+  /// gives it (this, or T(b) where lower).
   std::vector<double> plain_step_costs{};
   /// With fixed curves: the extra cost of a target call whose total rows differ from the
   /// previous call's (an engine that prepares each call shape anew: llama.cpp builds a new
@@ -357,7 +358,7 @@ class BatchGoodputPlanner {
     if (options_.fixed_costs() && !options_.measured_costs) return;
     if (settled_plain_step() && call_seconds < seconds) {
       // A plain step is judged as plain decoding runs it: its target call at most the settled
-      // plain call (plain_step_costs, in seconds: measured), the rest as it was. The first
+      // plain call (settled_plain_cost, in seconds: measured), the rest as it was. The first
       // plain steps after the prompts' and drafting's calls run unsettled (on the shipped
       // pair's Q8_0 weights at B = 2: 1.7, 1.4, 1.2 ms, then 0.9 ms from the 10th on), and a
       // guard that took its plain time from them judged drafting steps that lost 6-12 % to
@@ -637,9 +638,14 @@ class BatchGoodputPlanner {
   [[nodiscard]] bool settled_plain_step() const noexcept {
     return shared_target_ && rows_ == sequences_.size() && !options_.plain_step_costs.empty();
   }
-  /// That step's settled call (BatchGoodputOptions::plain_step_costs at its rows).
+  /// That step's settled call: BatchGoodputOptions::plain_step_costs at its rows, or T at them
+  /// where that is lower (a run of plain calls timed above the same call among other shapes
+  /// was timed in a slow moment; the guard caps a plain step's call at the price the plan
+  /// gives it, observe_step). (On the shipped pair's Q8_0 weights at B = 2, a process that
+  /// timed its run of plain calls at 1.28 ms and the call among other shapes at 1.12 ms drafted
+  /// one token per sequence nearly every step, at 0.88 of plain batched decoding.)
   [[nodiscard]] double settled_plain_cost() const noexcept {
-    return at(options_.plain_step_costs, rows_);
+    return std::min(at(options_.plain_step_costs, rows_), target_cost(rows_));
   }
 
   /// The step's rows with nothing planned drafted.

@@ -36,21 +36,21 @@
 /// sequence's rows follow its own positions after the last call's, walked through the second
 /// half of `context` again and again.
 ///
-/// Then plain steps of b = 1 .. `sequences` sequences (every b up to 8, above every fourth or
-/// so), each b in a run of calls as plain batched decoding makes them, give
-/// BatchCallCosts::plain_seconds: a drafting step's calls never settle so, and a plain step
-/// priced among them looked up to 35 % dearer than it runs (BatchGoodputOptions::
-/// plain_step_costs). A draft with release() is timed reading 16 tokens it has not read in one
-/// call, against a step of one: BatchCallCosts::draft_catch_up_seconds, the price of resuming
-/// drafting after plain steps (BatchGoodputOptions::draft_catch_up_cost; through llama.cpp the
-/// shipped draft reads such tokens at 0.02 ms each here, a third to a half of a one-row call,
-/// and at 0.04-0.06 ms after 100-200 tokens of context: a lower bound late in a long
+/// Then plain steps of b = 1 .. `sequences` sequences (every b up to 8, above every fourth or so),
+/// each b in `repeats` runs of calls as plain batched decoding makes them (the quietest run's
+/// median), give BatchCallCosts::plain_seconds: a drafting step's calls never settle so, and a
+/// plain step priced among them looked up to 35 % dearer than it runs
+/// (BatchGoodputOptions::plain_step_costs). A draft with release() is timed reading 16 tokens it
+/// has not read in one call, against a step of one: BatchCallCosts::draft_catch_up_seconds, the
+/// price of resuming drafting after plain steps (BatchGoodputOptions::draft_catch_up_cost; through
+/// llama.cpp the shipped draft reads such tokens at 0.02 ms each here, a third to a half of a
+/// one-row call, and at 0.04-0.06 ms after 100-200 tokens of context: a lower bound late in a long
 /// generation). Last, one sequence's plain steps early and late in `context` give
-/// BatchCallCosts::plain_growth, as measure_call_costs does (the guard judges each step
-/// against a plain step at the step's context: BatchGoodputOptions::plain_growth). The
-/// sequences use ids first_id .. first_id + sequences - 1 and are released from both models
-/// (release(id), if they have it) at the end, so a decoder may use those ids afterwards. A
-/// measurement tool: it allocates, and it calls the models many times.
+/// BatchCallCosts::plain_growth, as measure_call_costs does (the guard judges each step against a
+/// plain step at the step's context: BatchGoodputOptions::plain_growth). The sequences use ids
+/// first_id .. first_id + sequences - 1 and are released from both models (release(id), if they
+/// have it) at the end, so a decoder may use those ids afterwards. A measurement tool: it
+/// allocates, and it calls the models many times.
 
 #include <algorithm>
 #include <chrono>
@@ -96,8 +96,8 @@ namespace detail {
 struct BatchCallCosts {
   std::vector<double> target_seconds;  ///< [n - 1]: one target call of n rows in total
   std::vector<double> draft_seconds;   ///< [r - 1]: one draft call advancing r sequences
-  /// [b - 1]: a plain step of b sequences (one row each) in a run of plain steps
-  /// (BatchGoodputOptions::plain_step_costs)
+  /// [b - 1]: a plain step of b sequences (one row each) in a run of plain steps, the
+  /// quietest run's median (BatchGoodputOptions::plain_step_costs)
   std::vector<double> plain_seconds;
   /// The extra time of a target call whose total rows differ from the previous call's (the
   /// median over the timed row counts of the quartiles' difference; >= 0)
@@ -268,22 +268,29 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
     }
     // Plain steps as plain batched decoding runs them: kPlainRun calls of b sequences, one row
     // each, in a row, the last kPlainTimed timed (on llama.cpp's CPU backend a run of 2-row
-    // calls after other shapes took ~10 calls to settle, at 0.65 of the first). The median,
-    // not the lower quartile: the guard compares drafting steps' wall times, not their lower
-    // quartiles, with it (docs/llama_cpp.md).
+    // calls after other shapes took ~10 calls to settle, at 0.65 of the first). A run's
+    // median, not its lower quartile: the guard compares drafting steps' wall times, not
+    // their lower quartiles, with it (docs/llama_cpp.md). The quietest run's: a shared host
+    // has slow moments that outlast a run, and a run timed in one priced every plain step of
+    // the process above what it ran at. (On the shipped pair's Q8_0 weights at B = 2, three
+    // measurements in one process priced the plain step at 1.79, 1.24 and 0.84 ms, where the
+    // same process's plain batched decoding ran its steps at 0.70-0.79 ms.)
     constexpr std::size_t kPlainRun = 12, kPlainTimed = 6, kAllWidthsUpTo = 8;
     std::vector<std::size_t> widths;  // the sequence counts timed
     for (std::size_t b = 1; b <= sequences; b += b < kAllWidthsUpTo ? 1 : b / 4) {
       widths.push_back(b);
     }
     if (widths.back() != sequences) widths.push_back(sequences);
-    std::vector<std::vector<double>> plain_times(widths.size());
+    std::vector<std::vector<double>> plain_times(widths.size());  // per width, each run's median
+    std::vector<double> run_times(kPlainTimed);
     for (std::size_t repeat = 0; repeat < repeats; ++repeat) {
       for (std::size_t i = 0; i < widths.size(); ++i) {
         for (std::size_t call = 0; call < kPlainRun; ++call) {
           const double seconds = target_call(widths[i]);
-          if (call + kPlainTimed >= kPlainRun) plain_times[i].push_back(seconds);
+          if (call + kPlainTimed >= kPlainRun) run_times[call + kPlainTimed - kPlainRun] = seconds;
         }
+        const double run = detail::median_of(run_times);
+        plain_times[i].assign(1, plain_times[i].empty() ? run : std::min(plain_times[i][0], run));
       }
     }
     costs.plain_seconds = detail::curve_through(widths, plain_times, /*median=*/true);
