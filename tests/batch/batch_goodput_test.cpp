@@ -517,6 +517,42 @@ TEST(BatchGoodputPlanner, ThePlainGuardCapsAPlainStepAtThePlansPriceOfIt) {
   EXPECT_TRUE(planner.drafting_loses());
 }
 
+// The settled call is capped at the step's context: plain_step_costs timed at context 0 and a
+// plain step twice as dear at context 100 (plain_growth 0.01 per token). Plain steps of 1.2 s
+// whose call took 1 s count as 0.6 s at context 0; capped at the price of context 0, they
+// counted as 0.35 s, and drafting steps of 6 tokens in 1.5 s (1.25 plain steps for 1.5 tokens
+// per sequence: a gain) looked a loss (2.1 plain steps).
+TEST(BatchGoodputPlanner, ThePlainGuardCapsAPlainStepAtItsOwnContext) {
+  BatchGoodputOptions options =
+      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+            curve(4, [](std::size_t) { return 0.01; }));
+  options.measured_costs = true;
+  options.plain_step_costs = curve(4, [](std::size_t b) { return 0.125 * static_cast<double>(b); });
+  options.plain_growth = 0.01;
+  const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
+  const auto losing = [&](double plain_step_context) {
+    options.plain_step_context = plain_step_context;
+    BatchGoodputPlanner planner(options);
+    planner.skip_step();  // the prompts' step
+    for (int step = 0; step < 2; ++step) {
+      EXPECT_EQ(drafted_rows(plan(planner, acceptance, options)), 0u);
+      planner.observe_target_call(4, 1.0);
+      planner.observe_step(1.2, 4, 4, 100);
+    }
+    planner.skip_step();  // the drafts' prefill
+    for (int step = 0; step < 2; ++step) {
+      EXPECT_GT(drafted_rows(plan(planner, acceptance, options)), 0u);
+      planner.observe_target_call(planner.rows(), 1.3);
+      planner.observe_step(1.5, 6, 4, 100);
+    }
+    return planner.drafting_loses();
+  };
+  EXPECT_FALSE(losing(0));
+  // Timed at context 100 themselves (twice the price of context 0), the same.
+  options.plain_step_costs = curve(4, [](std::size_t b) { return 0.25 * static_cast<double>(b); });
+  EXPECT_FALSE(losing(100));
+}
+
 // The correction (drafting steps' seconds per predicted unit over plain steps') makes a plan
 // plain where drafting steps run dearer than their calls (2.5x here, where every plan loses
 // by the steps as run and the calls promise 1.22x), and holds while the steps are plain: a
@@ -1027,6 +1063,9 @@ TEST(BatchGoodputOptions, RejectsBadCurvesNamingTheField) {
   BatchGoodputOptions shrinking;
   shrinking.plain_growth = -0.001;
   EXPECT_NE(message(shrinking).find("plain_growth = -0.001"), std::string::npos);
+  BatchGoodputOptions before_the_start;
+  before_the_start.plain_step_context = -1;
+  EXPECT_NE(message(before_the_start).find("plain_step_context = -1"), std::string::npos);
   BatchGoodputOptions plain_alone;
   plain_alone.plain_step_costs = {1.0};
   EXPECT_NE(message(plain_alone).find("plain_step_costs has 1 entries without target_call_costs"),
@@ -1262,6 +1301,10 @@ TEST(MeasureBatchCallCosts, TimesPlainStepsInARunOfPlainCalls) {
     EXPECT_GT(costs.target_seconds[b - 1], 1e-4 * static_cast<double>(b) + 3e-4) << b;
   }
   EXPECT_EQ(costs.goodput_options().plain_step_costs, costs.plain_seconds);
+  // Timed in the context's second half, walked again and again: 13 .. 24 tokens.
+  EXPECT_GE(costs.plain_context, 13.0);
+  EXPECT_LE(costs.plain_context, 24.0);
+  EXPECT_EQ(costs.goodput_options().plain_step_context, costs.plain_context);
   EXPECT_EQ(target.broken_promises, 0u);
 }
 

@@ -105,6 +105,10 @@ struct BatchGoodputOptions {
   /// context, as GoodputOptions::plain_growth (BatchCallCosts::goodput_options sets it; 0: every
   /// context alike).
   double plain_growth = 0;
+  /// With plain_step_costs: the mean context (tokens per sequence) of the calls they were timed
+  /// at. The guard caps a plain step's call at their price grown to the step's own context
+  /// (plain_growth); 0: timed at context 0 (BatchCallCosts::goodput_options sets it).
+  double plain_step_context = 0;
   /// Steps a sequence is left plain before a probe (one drafted row) is considered.
   std::size_t probe_interval = 16;
   /// Judge drafting by what it delivers (file comment), when timings decide anyway: with costs
@@ -154,6 +158,10 @@ struct BatchGoodputOptions {
     if (!std::isfinite(draft_catch_up_cost) || draft_catch_up_cost < 0) {
       detail::throw_invalid_argument("BatchGoodputOptions::draft_catch_up_cost = ",
                                      draft_catch_up_cost, "; expected a finite cost >= 0");
+    }
+    if (!std::isfinite(plain_step_context) || plain_step_context < 0) {
+      detail::throw_invalid_argument("BatchGoodputOptions::plain_step_context = ",
+                                     plain_step_context, "; expected a finite context >= 0");
     }
     if (!std::isfinite(plain_growth) || plain_growth < 0) {
       detail::throw_invalid_argument("BatchGoodputOptions::plain_growth = ", plain_growth,
@@ -363,7 +371,16 @@ class BatchGoodputPlanner {
       // pair's Q8_0 weights at B = 2: 1.7, 1.4, 1.2 ms, then 0.9 ms from the 10th on), and a
       // guard that took its plain time from them judged drafting steps that lost 6-12 % to
       // plain batched decoding a gain.
-      seconds -= call_seconds - std::min(call_seconds, settled_plain_cost());
+      // The settled call at the step's context: timed at plain_step_context, it is grown (or
+      // shrunk) to the step's as the guard's plain step is (plain_growth). Capped at the timed
+      // context's price, a plain step late in a generation counted as dear as an early one and
+      // then, divided by its context's growth, cheaper than it runs.
+      const double growth = options_.plain_growth;
+      const double settled = context == 0 ? settled_plain_cost()
+                                          : settled_plain_cost() *
+                                                (1.0 + growth * static_cast<double>(context)) /
+                                                (1.0 + growth * options_.plain_step_context);
+      seconds -= call_seconds - std::min(call_seconds, settled);
     }
     const std::size_t drafted = rows_ - std::min(rows_, plain_rows());
     const bool plain_step = drafted == 0;

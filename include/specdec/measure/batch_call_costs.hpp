@@ -110,6 +110,9 @@ struct BatchCallCosts {
   /// How one sequence's plain step grows per token of context, relative to its time at context
   /// 0 (BatchGoodputOptions::plain_growth; 0 when the context was too short to tell)
   double plain_growth = 0;
+  /// The mean context (tokens per sequence) of the plain steps timed for plain_seconds
+  /// (BatchGoodputOptions::plain_step_context)
+  double plain_context = 0;
 
   /// \brief T(n) / T(1), n = 1 .. target_seconds.size().
   [[nodiscard]] std::vector<double> target_ratios() const {
@@ -127,6 +130,7 @@ struct BatchCallCosts {
     base.plain_step_costs = plain_seconds;
     base.target_switch_cost = target_switch_seconds;
     base.plain_growth = plain_growth;
+    base.plain_step_context = plain_context;
     base.draft_catch_up_cost = draft_catch_up_seconds;
     base.measured_costs = true;  // plain_guard applies: these curves are timings anyway
     if (target_seconds.empty() || draft_seconds.empty()) {
@@ -283,17 +287,26 @@ template <BatchedDraftModel Draft, BatchedTargetModel Target>
     if (widths.back() != sequences) widths.push_back(sequences);
     std::vector<std::vector<double>> plain_times(widths.size());  // per width, each run's median
     std::vector<double> run_times(kPlainTimed);
+    double contexts = 0;
+    std::size_t timed_calls = 0;
     for (std::size_t repeat = 0; repeat < repeats; ++repeat) {
       for (std::size_t i = 0; i < widths.size(); ++i) {
         for (std::size_t call = 0; call < kPlainRun; ++call) {
+          const std::size_t before = target_position[0];
           const double seconds = target_call(widths[i]);
-          if (call + kPlainTimed >= kPlainRun) run_times[call + kPlainTimed - kPlainRun] = seconds;
+          if (call + kPlainTimed >= kPlainRun) {
+            run_times[call + kPlainTimed - kPlainRun] = seconds;
+            // The call's context: its first sequence's tokens (every sequence walks alike).
+            contexts += static_cast<double>(before + 1 > context.size() ? lowest + 1 : before + 1);
+            ++timed_calls;
+          }
         }
         const double run = detail::median_of(run_times);
         plain_times[i].assign(1, plain_times[i].empty() ? run : std::min(plain_times[i][0], run));
       }
     }
     costs.plain_seconds = detail::curve_through(widths, plain_times, /*median=*/true);
+    costs.plain_context = contexts / static_cast<double>(timed_calls);
     costs.plain_growth =
         detail::measure_plain_growth(context.size(), repeats, [&](std::size_t length) {
           score[0] = ScoreRequest{first_id, context.first(length), length, 1};
