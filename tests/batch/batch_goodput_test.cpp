@@ -455,6 +455,39 @@ TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSte
   }
 }
 
+/// Timings for guard_finds_drafting_losing (seconds; `context`: the steps' mean context).
+struct GuardScript {
+  double plain_call = 0, plain_step = 0;        // each plain step's target call and wall time
+  double drafting_call = 0, drafting_step = 0;  // each drafting step's
+  std::size_t context = 0;
+  double plain_price = 0;  // > 0: the plan's price of the plain step, checked
+};
+
+/// 4 sequences that may draft 8 tokens at 0.9: the prompts' step, two plain steps, the
+/// drafts' prefill, then two drafting steps that emit 6 tokens; whether the guard then finds
+/// drafting losing.
+bool guard_finds_drafting_losing(const BatchGoodputOptions& options, const GuardScript& script) {
+  const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
+  BatchGoodputPlanner planner(options);
+  planner.skip_step();  // the prompts' step
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_EQ(drafted_rows(plan(planner, acceptance, options)), 0u);
+    if (script.plain_price > 0) {
+      EXPECT_DOUBLE_EQ(planner.expected_cost(), script.plain_price);
+    }
+    planner.observe_target_call(4, script.plain_call);
+    planner.observe_step(script.plain_step, 4, 4, script.context);
+  }
+  EXPECT_GT(drafted_rows(plan(planner, acceptance, options)), 0u);
+  planner.skip_step();  // the drafts' prefill
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_GT(drafted_rows(plan(planner, acceptance, options)), 0u);
+    planner.observe_target_call(planner.rows(), script.drafting_call);
+    planner.observe_step(script.drafting_step, 6, 4, script.context);
+  }
+  return planner.drafting_loses();
+}
+
 // The guard judges a plain step as plain decoding runs it (plain_step_costs): a plain step of
 // 2.5 s whose target call took 2 s, where a run of plain calls takes 0.5 s, counts as 1 s.
 // Against it, drafting steps of 6 tokens in 2 s lose (0.5 s per sequence for 1.5 tokens, where
@@ -464,28 +497,11 @@ TEST(BatchGoodputPlanner, ThePlainGuardJudgesAgainstTheSettledPlainCall) {
       fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
             curve(4, [](std::size_t) { return 0.01; }));
   options.measured_costs = true;
-  const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
-  const auto losing_after_drafting = [&](const BatchGoodputOptions& given) {
-    BatchGoodputPlanner planner(given);
-    planner.skip_step();  // the prompts' step
-    for (int step = 0; step < 2; ++step) {
-      EXPECT_EQ(drafted_rows(plan(planner, acceptance, given)), 0u);
-      planner.observe_target_call(4, 2.0);
-      planner.observe_step(2.5, 4, 4);
-    }
-    EXPECT_GT(drafted_rows(plan(planner, acceptance, given)), 0u);
-    planner.skip_step();  // the drafts' prefill
-    for (int step = 0; step < 2; ++step) {
-      const Planned planned = plan(planner, acceptance, given);
-      EXPECT_GT(drafted_rows(planned), 0u);
-      planner.observe_target_call(planner.rows(), 1.5);
-      planner.observe_step(2.0, 6, 4);
-    }
-    return planner.drafting_loses();
-  };
-  EXPECT_FALSE(losing_after_drafting(options));
+  const GuardScript script{
+      .plain_call = 2.0, .plain_step = 2.5, .drafting_call = 1.5, .drafting_step = 2.0};
+  EXPECT_FALSE(guard_finds_drafting_losing(options, script));
   options.plain_step_costs = curve(4, [](std::size_t b) { return 0.125 * static_cast<double>(b); });
-  EXPECT_TRUE(losing_after_drafting(options));
+  EXPECT_TRUE(guard_finds_drafting_losing(options, script));
 }
 
 // A run of plain calls timed above the same call among other shapes (T(b)) was timed in a
@@ -499,22 +515,11 @@ TEST(BatchGoodputPlanner, ThePlainGuardCapsAPlainStepAtThePlansPriceOfIt) {
             curve(4, [](std::size_t) { return 0.01; }));
   options.measured_costs = true;
   options.plain_step_costs = curve(4, [](std::size_t b) { return 0.75 * static_cast<double>(b); });
-  const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
-  BatchGoodputPlanner planner(options);
-  planner.skip_step();  // the prompts' step
-  for (int step = 0; step < 2; ++step) {
-    EXPECT_EQ(drafted_rows(plan(planner, acceptance, options)), 0u);
-    EXPECT_DOUBLE_EQ(planner.expected_cost(), 1.06);
-    planner.observe_target_call(4, 2.0);
-    planner.observe_step(2.5, 4, 4);
-  }
-  planner.skip_step();  // the drafts' prefill
-  for (int step = 0; step < 2; ++step) {
-    EXPECT_GT(drafted_rows(plan(planner, acceptance, options)), 0u);
-    planner.observe_target_call(planner.rows(), 2.0);
-    planner.observe_step(2.5, 6, 4);
-  }
-  EXPECT_TRUE(planner.drafting_loses());
+  EXPECT_TRUE(guard_finds_drafting_losing(options, {.plain_call = 2.0,
+                                                    .plain_step = 2.5,
+                                                    .drafting_call = 2.0,
+                                                    .drafting_step = 2.5,
+                                                    .plain_price = 1.06}));
 }
 
 // The settled call is capped at the step's context: plain_step_costs timed at context 0 and a
@@ -529,28 +534,17 @@ TEST(BatchGoodputPlanner, ThePlainGuardCapsAPlainStepAtItsOwnContext) {
   options.measured_costs = true;
   options.plain_step_costs = curve(4, [](std::size_t b) { return 0.125 * static_cast<double>(b); });
   options.plain_growth = 0.01;
-  const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
-  const auto losing = [&](double plain_step_context) {
-    options.plain_step_context = plain_step_context;
-    BatchGoodputPlanner planner(options);
-    planner.skip_step();  // the prompts' step
-    for (int step = 0; step < 2; ++step) {
-      EXPECT_EQ(drafted_rows(plan(planner, acceptance, options)), 0u);
-      planner.observe_target_call(4, 1.0);
-      planner.observe_step(1.2, 4, 4, 100);
-    }
-    planner.skip_step();  // the drafts' prefill
-    for (int step = 0; step < 2; ++step) {
-      EXPECT_GT(drafted_rows(plan(planner, acceptance, options)), 0u);
-      planner.observe_target_call(planner.rows(), 1.3);
-      planner.observe_step(1.5, 6, 4, 100);
-    }
-    return planner.drafting_loses();
-  };
-  EXPECT_FALSE(losing(0));
+  const GuardScript script{.plain_call = 1.0,
+                           .plain_step = 1.2,
+                           .drafting_call = 1.3,
+                           .drafting_step = 1.5,
+                           .context = 100};
+  options.plain_step_context = 0;
+  EXPECT_FALSE(guard_finds_drafting_losing(options, script));
   // Timed at context 100 themselves (twice the price of context 0), the same.
   options.plain_step_costs = curve(4, [](std::size_t b) { return 0.25 * static_cast<double>(b); });
-  EXPECT_FALSE(losing(100));
+  options.plain_step_context = 100;
+  EXPECT_FALSE(guard_finds_drafting_losing(options, script));
 }
 
 // The correction (drafting steps' seconds per predicted unit over plain steps') makes a plan
