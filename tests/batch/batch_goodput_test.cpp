@@ -455,6 +455,72 @@ TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSte
   }
 }
 
+// A trial wins on one step, and one step wins by luck (greedy, every drafted token accepted):
+// the drafting it reopens is the trial's until it has held 16 judged steps. Reopened drafting
+// that loses again 1 step later counts as a lost trial: the next trial waits twice as long
+// (taken as won, the wait started over at 8 plain steps, and on llama.cpp six such trials
+// cost 8 % of a run), and what the reopened step lost stays on the ledger. Drafting that held
+// starts the wait over.
+TEST(BatchGoodputPlanner, ATrialWonIsLostWhenTheDraftingItReopensDoesNotHold) {
+  BatchGoodputOptions options =
+      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+            curve(4, [](std::size_t) { return 0.01; }));
+  options.measured_costs = true;
+  const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
+  const auto drafts = [&](BatchGoodputPlanner& planner) {
+    return drafted_rows(plan(planner, acceptance, options)) > 0;
+  };
+  // Plain steps of 4 sequences emit 4 tokens in 1 s; returns the plain steps before a trial.
+  const auto wait_for_trial = [&](BatchGoodputPlanner& planner) {
+    std::size_t waited = 0;
+    while (!drafts(planner) && waited < 1000) {
+      planner.observe_step(1.0, 4, 4);
+      ++waited;
+    }
+    return waited;
+  };
+  // A trial: the drafts' catch-up, then the step it is judged on, which wins (32 tokens in
+  // 2 s: 4 plain steps' worth in 2 plain steps' time).
+  const auto win_trial = [&](BatchGoodputPlanner& planner) {
+    planner.observe_step(2.0, 32, 4);
+    ASSERT_TRUE(drafts(planner));
+    planner.observe_step(2.0, 32, 4);
+    ASSERT_FALSE(planner.drafting_loses());
+  };
+  // Drafting steps that lose (6 tokens in 3 s) until the guard says so.
+  const auto lose = [&](BatchGoodputPlanner& planner) {
+    for (int step = 0; step < 10 && !planner.drafting_loses(); ++step) {
+      EXPECT_TRUE(drafts(planner));
+      planner.observe_step(3.0, 6, 4);
+    }
+    ASSERT_TRUE(planner.drafting_loses());
+  };
+
+  BatchGoodputPlanner planner(options);
+  planner.skip_step();  // the prompts'
+  for (const double seconds : {5.0, 1.0}) {
+    ASSERT_FALSE(drafts(planner));
+    planner.observe_step(seconds, 4, 4);
+  }
+  ASSERT_TRUE(drafts(planner));
+  planner.skip_step();  // the drafts' prefill
+  lose(planner);
+  EXPECT_EQ(wait_for_trial(planner), 8u);
+  win_trial(planner);
+  lose(planner);  // one step later
+  // The trial lost: the wait doubled, and the ledger also holds the reopened step's loss.
+  const std::size_t waited = wait_for_trial(planner);
+  EXPECT_GE(waited, 16u);
+  EXPECT_LT(waited, 1000u);
+  win_trial(planner);
+  for (int step = 0; step < 16; ++step) {  // held: 6 tokens a step in 1 s
+    ASSERT_TRUE(drafts(planner));
+    planner.observe_step(1.0, 6, 4);
+  }
+  lose(planner);
+  EXPECT_EQ(wait_for_trial(planner), 8u) << "drafting held: the wait starts over";
+}
+
 /// Timings for guard_finds_drafting_losing (seconds; `context`: the steps' mean context).
 struct GuardScript {
   double plain_call = 0, plain_step = 0;        // each plain step's target call and wall time

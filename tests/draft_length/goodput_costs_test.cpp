@@ -456,6 +456,36 @@ TEST(DraftingGuardTest, JudgesEachRoundAgainstAPlainStepAtItsContext) {
   }
 }
 
+// A won trial is one round: the drafting it reopens is the trial's until it has held 16
+// judged rounds. Found losing before that, the trial counts as lost: the wait before the next
+// doubles and what the reopened rounds lost stays on the ledger (where the loss of drafting
+// before the first verdict is spent). Plain steps of 1 s; losing rounds: 1 token in 3 s.
+TEST(DraftingGuardTest, WhatReopenedDraftingLosesBeforeItHoldsIsTheTrials) {
+  specdec::detail::DraftingGuard guard;
+  guard.prefills_unobserved();
+  for (int step = 0; step < 4; ++step) guard.observe(0, 1.0, 1.0);
+  guard.observe(3, 1.0, 3.0);
+  guard.observe(3, 1.0, 3.0);
+  ASSERT_TRUE(guard.drafting_loses());
+  EXPECT_EQ(guard.trial_wait(), 8u);
+  EXPECT_NEAR(guard.allowance_left(), 2 + 0.005 * 10, 1e-12) << "the first stretch's is spent";
+  guard.observe(3, 4.0, 3.0);  // a trial wins: 4 tokens in 3 plain steps' time
+  ASSERT_FALSE(guard.drafting_loses());
+  guard.observe(3, 1.0, 3.0);  // and the next round loses
+  ASSERT_TRUE(guard.drafting_loses());
+  EXPECT_EQ(guard.trial_wait(), 16u);
+  EXPECT_NEAR(guard.allowance_left(), 2 + 0.005 * 16 - 2, 1e-12) << "2 plain steps lost";
+
+  guard.observe(3, 4.0, 3.0);  // a trial wins (the ledger: 1 plain step lost)
+  ASSERT_FALSE(guard.drafting_loses());
+  for (int round = 2; round <= 16; ++round) {  // rounds that pay: 3.5 tokens in 3 s
+    EXPECT_EQ(guard.trial_wait(), 16u) << "round " << round << " has not held";
+    guard.observe(3, 3.5, 3.0);
+  }
+  EXPECT_FALSE(guard.drafting_loses());
+  EXPECT_EQ(guard.trial_wait(), 8u) << "held: the wait starts over";
+}
+
 // Fixed costs a user gives (not measured_costs, no correct_costs) keep decisions independent
 // of timings: the same draws give the same draft lengths whatever the rounds report.
 TEST(GoodputCostCurvesTest, WithGivenFixedCostsTimingsDoNotSteer) {

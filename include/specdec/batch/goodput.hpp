@@ -420,10 +420,6 @@ class BatchGoodputPlanner {
           guard_.elapse(units);
         }
         plain_streak_ = plain_step ? plain_streak_ + 1 : 0;
-        if (guard_trial_) {  // did the trial reopen drafting?
-          guard_wait_ =
-              guard_.drafting_loses() ? std::min(2 * guard_wait_, kMaxGuardWait) : kFirstGuardWait;
-        }
         trial_caught_up_ = false;
       }
       guard_trial_ = false;
@@ -589,7 +585,7 @@ class BatchGoodputPlanner {
   void retry_without_correction(std::size_t longest) {
     if (!options_.guarding() || !(correction_ > 1) || !guard_.has_verdict()) return;
     const bool due = guard_.drafting_loses()
-                         ? plain_streak_ >= guard_wait_ && guard_.affords_trial()
+                         ? plain_streak_ >= guard_.trial_wait() && guard_.affords_trial()
                          : plain_streak_ >= correction_wait_;
     if (!due) return;
     const double held = std::exchange(correction_, 1.0);
@@ -608,7 +604,9 @@ class BatchGoodputPlanner {
     drafting_per_unit_ = 0;
     drafting_samples_ = 0;
     correction_retry_ = true;  // its step pays the drafts' catch-up: no sample (observe_step)
-    if (!guard_.drafting_loses()) correction_wait_ = std::min(2 * correction_wait_, kMaxGuardWait);
+    if (!guard_.drafting_loses()) {
+      correction_wait_ = std::min(2 * correction_wait_, kMaxCorrectionWait);
+    }
   }
 
   /// The m up to its limit for which `entry` (plain in the plan) drafting m tokens, each
@@ -674,12 +672,13 @@ class BatchGoodputPlanner {
 
   /// Whether a step that drafts may (plain_guard): not before a plain step was timed, nor
   /// while drafting loses, except for a trial of the plan (not of probes alone: the estimates
-  /// expect those to lose, as GoodputDraftLength's guard does) after guard_wait_ plain steps
-  /// that the ledger affords. (With probes as trials, on the shipped pair's Q8_0 weights at
-  /// B = 1 a plan that ran 187 of 193 steps plain lost 8 % to plain batched decoding: each probe
-  /// paid the draft's catch-up on the tokens of the plain steps before it, 0.6-2 ms against a
-  /// 0.55 ms plain step.) A trial is two steps: the first pays the drafts' catch-up, charged
-  /// to the ledger (DraftingGuard::observe_catch_up), the second is judged.
+  /// expect those to lose, as GoodputDraftLength's guard does) after the guard's trial_wait()
+  /// plain steps that the ledger affords. (With probes as trials, on the shipped pair's Q8_0
+  /// weights at B = 1 a plan that ran 187 of 193 steps plain lost 8 % to plain batched
+  /// decoding: each probe paid the draft's catch-up on the tokens of the plain steps before
+  /// it, 0.6-2 ms against a 0.55 ms plain step.) A trial is two steps: the first pays the
+  /// drafts' catch-up, charged to the ledger (DraftingGuard::observe_catch_up), the second is
+  /// judged; the drafting it reopens is still the trial's until it holds (DraftingGuard).
   [[nodiscard]] bool guard_allows(bool probes_only) noexcept {
     if (guard_.needs_plain_steps()) return false;
     if (!guard_.drafting_loses()) return true;
@@ -687,7 +686,7 @@ class BatchGoodputPlanner {
     // A trial's second step, the one it is judged on, needs no wait: the catch-up is paid.
     // The first needs the ledger to afford that catch-up.
     if (!trial_caught_up_ &&
-        (plain_streak_ < guard_wait_ || !guard_.affords_trial(trial_catch_up_units()))) {
+        (plain_streak_ < guard_.trial_wait() || !guard_.affords_trial(trial_catch_up_units()))) {
       return false;
     }
     guard_trial_ = true;
@@ -848,13 +847,11 @@ class BatchGoodputPlanner {
   double drafting_per_unit_ = 0, drafting_samples_ = 0;
   double correction_ = 1;
   // plain_guard (file comment), as GoodputDraftLength's
-  static constexpr std::size_t kFirstGuardWait = 8, kMaxGuardWait = 256;
   detail::DraftingGuard guard_{};
   std::size_t plain_streak_ = 0;  // consecutive observed plain steps
-  std::size_t guard_wait_ = kFirstGuardWait;
-  bool guard_trial_ = false;
+  bool guard_trial_ = false;      // the step planned is a trial (guard_allows)
   // retry_without_correction
-  static constexpr std::size_t kFirstCorrectionWait = 16;
+  static constexpr std::size_t kFirstCorrectionWait = 16, kMaxCorrectionWait = 256;
   std::size_t correction_wait_ = kFirstCorrectionWait;
   std::size_t drafting_streak_ = 0;  // consecutive observed steps that drafted
   bool correction_retry_ = false;    // the step planned is a retry

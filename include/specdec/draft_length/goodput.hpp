@@ -183,7 +183,6 @@ class GoodputDraftLength {
     first_round_ = true;
     guard_.start_generation();
     guard_.set_plain_growth(options_.plain_growth);
-    guard_trial_ = false;
     last_rows_ = 0;  // the first round reads the prompt: a shape of its own
     batch_plan_.reset();
     alone_.reset();
@@ -268,12 +267,7 @@ class GoodputDraftLength {
     if (guarding() && !first_round_) {
       guard_.observe(report.drafted, static_cast<double>(report.accepted + 1),
                      std::max(report.draft_seconds, 0.0) + report.target_seconds, report.context);
-      if (guard_trial_) {  // did the trial reopen drafting?
-        guard_wait_ =
-            guard_.drafting_loses() ? std::min(2 * guard_wait_, kMaxGuardWait) : kFirstGuardWait;
-      }
     }
-    guard_trial_ = false;
     if (alone_) {
       end_alone();  // the batch times its own calls
     } else if (!options_.fixed_costs() && !first_round_) {
@@ -448,15 +442,16 @@ class GoodputDraftLength {
 
   /// Whether a round planned to draft may: not while no plain step has been timed (after the
   /// first round), nor while drafting loses to plain steps, except for a trial of the model's
-  /// plan (not a probe) after guard_wait_ plain rounds that the guard's ledger affords.
+  /// plan (not a probe) after the guard's trial_wait() plain rounds that its ledger affords.
   [[nodiscard]] bool guard_allows(bool probe) noexcept {
     // The first round reads the prompt and is not judged: it drafts as the model says (its
     // extra rows ride on the prompt's call); the plain step is timed right after it.
     if (guard_.needs_plain_steps()) return first_round_;
     if (!guard_.drafting_loses()) return true;
     if (probe) return false;  // a probe is no trial: the model expects it to lose
-    if (plain_streak_ < guard_wait_ || !guard_.affords_trial(trial_catch_up_units())) return false;
-    guard_trial_ = true;
+    if (plain_streak_ < guard_.trial_wait() || !guard_.affords_trial(trial_catch_up_units())) {
+      return false;
+    }
     return true;
   }
 
@@ -579,9 +574,6 @@ class GoodputDraftLength {
   std::optional<AloneSettings> alone_;  // this round's, set by price_alone
   // plain_guard: carried over between generate() calls (it describes the pair on this host)
   detail::DraftingGuard guard_{};
-  static constexpr std::size_t kFirstGuardWait = 8, kMaxGuardWait = 256;
-  std::size_t guard_wait_ = kFirstGuardWait;  // plain rounds before a trial while drafting loses
-  bool guard_trial_ = false;                  // this round is such a trial
 };
 
 }  // namespace specdec
