@@ -52,6 +52,13 @@ BatchGoodputOptions fixed(std::vector<double> target, std::vector<double> draft)
   return options;
 }
 
+/// The plain guard's curves: 4 sequences of up to 8 drafted tokens, T(n) = 1 + 0.02 (n - 1),
+/// a draft call 0.01 whatever it advances.
+BatchGoodputOptions four_sequence_curves() {
+  return fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
+               curve(4, [](std::size_t) { return 0.01; }));
+}
+
 /// The step's expected rate for given lengths, written out as the planner's file comment
 /// defines it: tokens sum_s (1 + sum_{i <= m_s} P_{s,i}); one target call of sum_s (m_s + 1)
 /// rows; draft call k over the sequences with m_s >= k.
@@ -388,9 +395,7 @@ TEST(BatchGoodputPlanner, MeasuredCostsAreReadWhereSeenAndExtrapolatedFromBelow)
 // reopens drafting when a trial delivers. Only with measured curves (or costs learnt while
 // decoding): a user's own fixed curves keep the plan independent of timings.
 TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSteps) {
-  BatchGoodputOptions options =
-      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
-            curve(4, [](std::size_t) { return 0.01; }));
+  BatchGoodputOptions options = four_sequence_curves();
   const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
   const auto drafted = [&](BatchGoodputPlanner& planner) {
     return drafted_rows(plan(planner, acceptance, options));
@@ -462,9 +467,7 @@ TEST(BatchGoodputPlanner, ThePlainGuardStopsDraftingThatDeliversLessThanPlainSte
 // cost 8 % of a run), and what the reopened step lost stays on the ledger. Drafting that held
 // starts the wait over.
 TEST(BatchGoodputPlanner, ATrialWonIsLostWhenTheDraftingItReopensDoesNotHold) {
-  BatchGoodputOptions options =
-      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
-            curve(4, [](std::size_t) { return 0.01; }));
+  BatchGoodputOptions options = four_sequence_curves();
   options.measured_costs = true;
   const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
   const auto drafts = [&](BatchGoodputPlanner& planner) {
@@ -497,14 +500,7 @@ TEST(BatchGoodputPlanner, ATrialWonIsLostWhenTheDraftingItReopensDoesNotHold) {
   };
 
   BatchGoodputPlanner planner(options);
-  planner.skip_step();  // the prompts'
-  for (const double seconds : {5.0, 1.0}) {
-    ASSERT_FALSE(drafts(planner));
-    planner.observe_step(seconds, 4, 4);
-  }
-  ASSERT_TRUE(drafts(planner));
-  planner.skip_step();  // the drafts' prefill
-  lose(planner);
+  judge_drafting_losing(planner, acceptance, options, 1.0);
   EXPECT_EQ(wait_for_trial(planner), 8u);
   win_trial(planner);
   lose(planner);  // one step later
@@ -559,9 +555,7 @@ bool guard_finds_drafting_losing(const BatchGoodputOptions& options, const Guard
 // Against it, drafting steps of 6 tokens in 2 s lose (0.5 s per sequence for 1.5 tokens, where
 // a plain step gives 1 token in 0.25 s); against the 2.5 s they would be a gain.
 TEST(BatchGoodputPlanner, ThePlainGuardJudgesAgainstTheSettledPlainCall) {
-  BatchGoodputOptions options =
-      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
-            curve(4, [](std::size_t) { return 0.01; }));
+  BatchGoodputOptions options = four_sequence_curves();
   options.measured_costs = true;
   const GuardScript script{
       .plain_call = 2.0, .plain_step = 2.5, .drafting_call = 1.5, .drafting_step = 2.0};
@@ -576,9 +570,7 @@ TEST(BatchGoodputPlanner, ThePlainGuardJudgesAgainstTheSettledPlainCall) {
 // plain_step_costs of 3 s): drafting steps of 6 tokens in 2.5 s then lose (1.6 plain steps
 // for 1.5 tokens per sequence), where against 2.5 s they would be a gain.
 TEST(BatchGoodputPlanner, ThePlainGuardCapsAPlainStepAtThePlansPriceOfIt) {
-  BatchGoodputOptions options =
-      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
-            curve(4, [](std::size_t) { return 0.01; }));
+  BatchGoodputOptions options = four_sequence_curves();
   options.measured_costs = true;
   options.plain_step_costs = curve(4, [](std::size_t b) { return 0.75 * static_cast<double>(b); });
   EXPECT_TRUE(guard_finds_drafting_losing(options, {.plain_call = 2.0,
@@ -594,9 +586,7 @@ TEST(BatchGoodputPlanner, ThePlainGuardCapsAPlainStepAtThePlansPriceOfIt) {
 // counted as 0.35 s, and drafting steps of 6 tokens in 1.5 s (1.25 plain steps for 1.5 tokens
 // per sequence: a gain) looked a loss (2.1 plain steps).
 TEST(BatchGoodputPlanner, ThePlainGuardCapsAPlainStepAtItsOwnContext) {
-  BatchGoodputOptions options =
-      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
-            curve(4, [](std::size_t) { return 0.01; }));
+  BatchGoodputOptions options = four_sequence_curves();
   options.measured_costs = true;
   options.plain_step_costs = curve(4, [](std::size_t b) { return 0.125 * static_cast<double>(b); });
   options.plain_growth = 0.01;
@@ -895,9 +885,7 @@ TEST(BatchGoodputPlanner, AfterAWaitThePlanIsRetriedWithoutTheCorrection) {
 // the wait (the estimates expect probes to lose; each pays a draft's catch-up), as with the
 // single-sequence policy; a trial is of the plan. Not losing, the same probes are planned.
 TEST(BatchGoodputPlanner, WhileDraftingLosesProbesAloneAreNoTrial) {
-  BatchGoodputOptions options =
-      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
-            curve(4, [](std::size_t) { return 0.01; }));
+  BatchGoodputOptions options = four_sequence_curves();
   options.measured_costs = true;
   const std::vector<std::vector<double>> good(4, std::vector<double>(8, 0.9));
   const std::vector<std::vector<double>> useless(4, std::vector<double>(8, 0.05));
@@ -946,9 +934,7 @@ TEST(BatchGoodputPlanner, WhileDraftingLosesProbesAloneAreNoTrial) {
 // catch-up, every trial lost and the wait doubled: a decoder kept in service stopped
 // drafting for good. A trial whose judged step loses doubles the wait as before.
 TEST(BatchGoodputPlanner, ATrialIsJudgedOnTheStepAfterItsCatchUp) {
-  BatchGoodputOptions options =
-      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
-            curve(4, [](std::size_t) { return 0.01; }));
+  BatchGoodputOptions options = four_sequence_curves();
   options.measured_costs = true;
   const std::vector<std::vector<double>> good(4, std::vector<double>(8, 0.9));
   const auto losing = [&](BatchGoodputPlanner& planner) {
@@ -991,9 +977,7 @@ TEST(BatchGoodputPlanner, ATrialIsJudgedOnTheStepAfterItsCatchUp) {
 // it faster than the ledger's share. Sequences that joined since (4 plain steps each: 1.6
 // plain steps) are afforded a trial.
 TEST(BatchGoodputPlanner, ATrialWaitsForTheLedgerToAffordTheDraftsCatchUp) {
-  BatchGoodputOptions options =
-      fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
-            curve(4, [](std::size_t) { return 0.01; }));
+  BatchGoodputOptions options = four_sequence_curves();
   options.measured_costs = true;
   const double plain_step = options.target_call_costs[3];
   const std::vector<std::vector<double>> good(4, std::vector<double>(8, 0.9));
@@ -1080,9 +1064,7 @@ TEST(BatchGoodputPlanner, ThePlainGuardJudgesEachStepAgainstAPlainStepAtItsConte
   const std::vector<std::vector<double>> acceptance(4, std::vector<double>(8, 0.9));
   for (const bool told : {true, false}) {
     SCOPED_TRACE(told ? "growth told" : "growth not told");
-    BatchGoodputOptions options =
-        fixed(curve(4 * 9, [](std::size_t n) { return 1.0 + 0.02 * static_cast<double>(n - 1); }),
-              curve(4, [](std::size_t) { return 0.01; }));
+    BatchGoodputOptions options = four_sequence_curves();
     options.measured_costs = true;
     options.plain_growth = told ? kGrowth : 0.0;
     BatchGoodputPlanner planner(options);
