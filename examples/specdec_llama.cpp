@@ -492,7 +492,8 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
   target.reset();
   draft.reset();
   // goodput with measured costs: the pair timed on the prompt (repeated to cover the longest
-  // verification call), before decoding and outside its timing.
+  // verification call and the generation: the plain step's growth is timed over all of it),
+  // before decoding and outside its timing.
   std::vector<double> measured_verify_costs;
   // (Not for drafting by text: a draft call there is one draft token, several target tokens;
   // goodput learns the costs per target token online.)
@@ -501,7 +502,10 @@ int decode(Options& options, llama::LoadedModel& target, llama::LoadedModel& dra
         options.measure_costs && options.proposer != Proposer::ngram && !options.tree) {
       const std::size_t rows = std::min(config.draft_length + 1, config.max_context / 2);
       std::vector<token_t> context;
-      while (context.size() < std::max<std::size_t>(4 * rows, 256)) {  // rounds walk its 2nd half
+      // The rounds walk its second half.
+      const std::size_t wanted =
+          std::max<std::size_t>({4 * rows, 256, prompt.size() + config.max_new_tokens});
+      while (context.size() < wanted) {
         context.insert(context.end(), prompt.begin(), prompt.end());
       }
       context.resize(std::min(context.size(), config.max_context - 1));

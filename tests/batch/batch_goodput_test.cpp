@@ -1283,7 +1283,7 @@ void spin_for(std::chrono::microseconds duration) {
 
 // A fake batched engine whose call costs 100 us per row plus 1 us per token of its sequences'
 // contexts: a plain step grows by 0.01 per token. measure_batch_call_costs finds it from one
-// sequence's plain steps after ~8 and ~64 tokens, as measure_call_costs does.
+// sequence's plain steps through the context, as measure_call_costs does.
 TEST(MeasureBatchCallCosts, MeasuresHowAPlainStepGrowsWithTheContext) {
   struct GrowingTarget : BatchedScriptedTarget {
     using BatchedScriptedTarget::BatchedScriptedTarget;

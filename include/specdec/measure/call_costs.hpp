@@ -38,15 +38,17 @@
 /// first call of a round catches up on the last round's tokens, on a graph of its own), and
 /// the policy drafted 3 tokens a round at 0.74-0.9x of plain decoding.
 ///
-/// Last, plain steps (one-row calls, each after one more token) in a window after a short
-/// context and in one at the end of `context`, alternately: how a plain step's time grows with
-/// the context (CallCosts::plain_growth), which the plain guard needs because it times plain
-/// steps early in a generation and judges drafting rounds all along it.
+/// Last, plain steps (one-row calls, each after one more token) through the whole of
+/// `context`, as plain decoding makes them: how a plain step's time grows with the context
+/// (CallCosts::plain_growth), which the plain guard needs because it times plain steps early in
+/// a generation and judges drafting rounds all along it. So `context` should be as long as the
+/// generations it stands for (the prompt and the budget).
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -112,47 +114,74 @@ namespace detail {
   return *quarter;
 }
 
-/// The growth per token of context, relative to the time at context 0, of the line through
-/// (short_context, short_seconds) and (long_context, long_seconds); 0 where the line does not
-/// describe a cost that grows (a step that fell, or a line through 0 seconds or below).
-[[nodiscard]] inline double plain_growth_of(double short_context, double short_seconds,
-                                            double long_context, double long_seconds) noexcept {
-  if (!(long_context > short_context) || !(long_seconds > short_seconds)) return 0;
-  const double per_token = (long_seconds - short_seconds) / (long_context - short_context);
-  const double at_zero = short_seconds - per_token * short_context;
+/// The growth per token of context, relative to the time at context 0, of the least-squares
+/// line through the points (contexts[i], seconds[i]); 0 where the line does not describe a cost
+/// that grows (a flat or falling line, one through 0 seconds or below before context 0, or
+/// fewer than two distinct contexts).
+[[nodiscard]] inline double plain_growth_of(std::span<const double> contexts,
+                                            std::span<const double> seconds) noexcept {
+  const std::size_t points = std::min(contexts.size(), seconds.size());
+  if (points < 2) return 0;
+  double mean_x = 0, mean_y = 0;
+  for (std::size_t i = 0; i < points; ++i) {
+    mean_x += contexts[i];
+    mean_y += seconds[i];
+  }
+  mean_x /= static_cast<double>(points);
+  mean_y /= static_cast<double>(points);
+  double sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < points; ++i) {
+    sxx += (contexts[i] - mean_x) * (contexts[i] - mean_x);
+    sxy += (contexts[i] - mean_x) * (seconds[i] - mean_y);
+  }
+  if (!(sxx > 0) || !(sxy > 0)) return 0;
+  const double per_token = sxy / sxx;
+  const double at_zero = mean_y - per_token * mean_x;
   return at_zero > 0 ? per_token / at_zero : 0;
 }
 
-/// CallCosts::plain_growth: times plain steps (`step(length)`: one row after the first `length`
-/// tokens of a context of `size`) in two windows, after ~kWindow and after ~size tokens,
-/// kWindow steps in each per repeat (at most kGrowthRepeats: each long window first reads the
-/// tokens between the two), and returns the growth of plain_growth_of's line through their
-/// lower quartiles; 0 for a context too short to tell. measure_call_costs and
+/// CallCosts::plain_growth: plain steps (`step(length)`: one row after the first `length`
+/// tokens of a context of `size`) as plain decoding makes them, one token after another from
+/// kStart tokens to the end of the context, at most kGrowthRepeats times; each position's
+/// fastest step, the first kSettle of each pass left out, the lower quartile of every
+/// kWindow positions, and the growth of plain_growth_of's line through those; 0 for a context
+/// too short to tell (fewer than kMinWindows windows). measure_call_costs and
 /// measure_batch_call_costs (one sequence) share it.
+///
+/// Why every step, and not two windows of steps (early and late in the context, as before
+/// 2026-12-07): the late window followed the call that read the tokens between the two, and
+/// through llama.cpp the one-row steps after a call of another shape run slow for about ten
+/// calls. On the shipped pair's Q8_0 weights the late window (context 222-229) read 0.67 ms a
+/// step where plain decoding ran 0.59-0.61 ms there, and with a 64-token context the line read
+/// a growth of 0.0031 per token against 0.0014-0.0015 in plain decoding: a plain step at context
+/// 200 was priced a third above its cost, and drafting steps that lost 10 % to plain decoding
+/// late in a generation were judged gains.
 template <class PlainStep>
 [[nodiscard]] double measure_plain_growth(std::size_t size, std::size_t repeats, PlainStep step) {
-  constexpr std::size_t kWindow = 8, kGrowthRepeats = 3, kShortestForGrowth = 8 * kWindow;
-  if (size < kShortestForGrowth) return 0;
-  const std::array<std::size_t, 2> starts{kWindow, size - kWindow};
-  std::array<std::vector<double>, 2> steps;
-  std::array<double, 2> mean_context{};
-  for (std::size_t window = 0; window < 2; ++window) {
-    steps[window].reserve(kWindow * kGrowthRepeats);
-    mean_context[window] = static_cast<double>(starts[window]) + (kWindow - 1) / 2.0;
-  }
+  constexpr std::size_t kStart = 8, kSettle = 8, kWindow = 8, kMinWindows = 4;
+  constexpr std::size_t kGrowthRepeats = 2;
+  constexpr std::size_t kFirstTimed = kStart + kSettle + 1;
+  if (size < kFirstTimed - 1 + kMinWindows * kWindow) return 0;
+  std::vector<double> fastest(size + 1, std::numeric_limits<double>::infinity());
   for (std::size_t repeat = 0; repeat < std::min(repeats, kGrowthRepeats); ++repeat) {
-    for (std::size_t window = 0; window < 2; ++window) {
-      step(starts[window]);  // rolls back or reads up to the start
-      for (std::size_t n = 1; n <= kWindow; ++n) {
-        const auto start = std::chrono::steady_clock::now();
-        step(starts[window] + n);
-        steps[window].push_back(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      }
+    step(kStart);  // rolls back or reads up to the start
+    for (std::size_t length = kStart + 1; length <= size; ++length) {
+      const auto start = std::chrono::steady_clock::now();
+      step(length);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      fastest[length] = std::min(fastest[length], seconds);
     }
   }
-  return plain_growth_of(mean_context[0], lower_quartile_of(steps[0]), mean_context[1],
-                         lower_quartile_of(steps[1]));
+  std::vector<double> contexts, quartiles, window;
+  for (std::size_t first = kFirstTimed; first + kWindow <= size + 1; first += kWindow) {
+    window.assign(fastest.begin() + static_cast<std::ptrdiff_t>(first),
+                  fastest.begin() + static_cast<std::ptrdiff_t>(first + kWindow));
+    // A step of `length` tokens reads the first length - 1 and computes the last one's row.
+    contexts.push_back(static_cast<double>(first) + (kWindow - 1) / 2.0 - 1.0);
+    quartiles.push_back(lower_quartile_of(window));
+  }
+  return plain_growth_of(contexts, quartiles);
 }
 
 }  // namespace detail
@@ -160,7 +189,8 @@ template <class PlainStep>
 /// \brief Times `draft(context)` and `target(context, n)` for n = 1 .. max_rows, `repeats`
 /// times each (see the file comment), after one untimed warm-up call of each.
 ///
-/// `context` stands for the text the pair will decode (a prompt is fine); every target call
+/// `context` stands for the text the pair will decode (a prompt, repeated to about the length of
+/// a generation: the plain steps' growth is timed through it); every target call
 /// computes the rows of its last n tokens, so it needs max_rows <= context.size(). A model
 /// with a KV cache recomputes exactly those rows (the positions before them are kept), which
 /// is what a verification call of n rows costs. Throws std::invalid_argument for an empty
