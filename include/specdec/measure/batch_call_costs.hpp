@@ -47,8 +47,7 @@
 /// one-row call, and at 0.04-0.06 ms after 100-200 tokens of context: a lower bound late in a long
 /// generation). Last, one sequence's plain steps through the whole of `context` give
 /// BatchCallCosts::plain_growth, as measure_call_costs does: the guard judges each step against a
-/// plain step at the step's context (BatchGoodputOptions::plain_growth), so `context` should be
-/// as long as a generation. The sequences use ids
+/// plain step at the step's context (BatchGoodputOptions::plain_growth). The sequences use ids
 /// first_id .. first_id + sequences - 1 and are released from both models (release(id), if they
 /// have it) at the end, so a decoder may use those ids afterwards. A measurement tool: it
 /// allocates, and it calls the models many times.
