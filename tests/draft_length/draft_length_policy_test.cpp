@@ -23,12 +23,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specdec/specdec.hpp"
@@ -78,6 +80,37 @@ std::size_t drafted_by(Policy& policy, std::span<const double> probabilities, st
   while (n < limit && policy.draft_more(DraftState{n, limit, probabilities.first(n)})) ++n;
   return n;
 }
+
+/// A policy's rounds as a decoder times them: each drafts what the policy lets it (every token
+/// accepted) and takes 1 ms if plain, else `seconds_per_token` per token emitted; the context
+/// grows by the tokens emitted. `before_round` runs first (a batch of one's price_alone).
+template <class Policy>
+class TimedRounds {
+ public:
+  TimedRounds(Policy& policy, std::span<const double> probabilities, std::size_t limit,
+              std::function<void()> before_round = {})
+      : policy_(policy),
+        probabilities_(probabilities),
+        limit_(limit),
+        before_round_(std::move(before_round)) {}
+
+  /// Runs one round; returns the tokens it drafted.
+  std::size_t operator()(double seconds_per_token) {
+    if (before_round_) before_round_();
+    const std::size_t n = drafted_by(policy_, probabilities_, limit_);
+    const double seconds = n == 0 ? 1e-3 : seconds_per_token * static_cast<double>(n + 1);
+    policy_.observe(RoundReport{n, n, limit_, 0.0, seconds, probabilities_.first(n), context_});
+    context_ += n + 1;
+    return n;
+  }
+
+ private:
+  Policy& policy_;
+  std::span<const double> probabilities_;
+  std::size_t limit_;
+  std::function<void()> before_round_;
+  std::size_t context_ = 16;
+};
 
 // ---- the baselines -------------------------------------------------------------------------
 
@@ -576,15 +609,7 @@ TEST(GoodputDraftLengthTest, AloneATrialWaitsForTheLedgerToAffordTheCatchUp) {
     GoodputDraftLength policy;  // measured costs: the guard judges the rounds
     policy.begin(config_with(8));
     const specdec::AloneRoundCosts costs{curve, 0.05e-3, 0.0, 0.0, true, catch_up};
-    std::size_t context = 16;
-    const auto round = [&](double seconds_per_token) {
-      policy.price_alone(costs);
-      const std::size_t n = drafted_by(policy, sure, 8);
-      const double seconds = n == 0 ? 1e-3 : seconds_per_token * static_cast<double>(n + 1);
-      policy.observe(RoundReport{n, n, 8, 0.0, seconds, std::span(sure).first(n), context});
-      context += n + 1;
-      return n;
-    };
+    TimedRounds round(policy, sure, 8, [&] { policy.price_alone(costs); });
     (void)round(50e-3);  // the prompt's round
     EXPECT_EQ(round(1e-3), 0u) << "a plain step after the prompt's: not a sample";
     EXPECT_EQ(round(1e-3), 0u) << "the plain step timed";
@@ -598,6 +623,60 @@ TEST(GoodputDraftLengthTest, AloneATrialWaitsForTheLedgerToAffordTheCatchUp) {
   };
   EXPECT_EQ(plain_rounds_until_trial(0.01e-3), 8u);
   EXPECT_EQ(plain_rounds_until_trial(0.5e-3), 300u);
+}
+
+// A sequence alone in its batch prices a plain round as the batch plan does, at a plain step
+// in a run of them (AloneRoundCosts::plain_step_cost, the batch's plain_step_costs[0]) where that
+// is below the curve's one-row call, which follows calls of other shapes. Curve: T(n) = 1 +
+// 0.6 (n - 1) ms, a draft call 0.05 ms, every drafted token accepted so far: priced
+// at 1 ms, plain decoding loses to drafting; at 0.7 ms, a run's price, it wins.
+TEST(GoodputDraftLengthTest, AloneAPlainRoundIsPricedAsARunOfPlainSteps) {
+  std::vector<double> curve;
+  for (std::size_t n = 1; n <= 9; ++n)
+    curve.push_back(1e-3 * (1.0 + 0.6 * static_cast<double>(n - 1)));
+  const auto planned = [&](double plain_step) {
+    GoodputDraftLength policy;
+    policy.begin(config_with(8));
+    const std::vector<double> sure(8, 0.9);
+    for (int round = 0; round < 30; ++round) policy.observe(report(8, 8, sure));
+    policy.price_alone(specdec::AloneRoundCosts{curve, 0.05e-3, 0.0, 0.0, false, 0.0, plain_step});
+    const GoodputEstimates estimates = policy.estimates_for(DraftState{0, 8, {}});
+    EXPECT_DOUBLE_EQ(estimates.verify_cost[0], plain_step > 0 ? std::min(plain_step, 1e-3) : 1e-3);
+    EXPECT_DOUBLE_EQ(estimates.verify_cost[3], curve[3]);
+    return specdec::best_draft_length(estimates, 8);
+  };
+  EXPECT_GT(planned(0.0), 0u);     // not given: T(1)
+  EXPECT_GT(planned(1.2e-3), 0u);  // above T(1): T(1)
+  EXPECT_EQ(planned(0.7e-3), 0u);
+}
+
+// Before the plain guard's first verdict a round may lose at most what would stop drafting at
+// once (3 plain steps) plus the ledger's allowance (2, and a share of the time decoded): its
+// worst case, one token emitted for the whole round's cost, must fit. Costs in one-row calls:
+// T(n) = 1 + 0.5 (n - 1), drafted tokens free, every token accepted, so the plan drafts all it
+// may (12); 12 tokens cost 7 calls, a loss of 6 at worst, so the cold rounds draft 10 (a loss
+// of 5 at worst). Once two judged rounds have won (the verdict), the plan drafts 12 again.
+TEST(GoodputDraftLengthTest, BeforeTheFirstVerdictARoundsWorstCaseFitsTheLedger) {
+  GoodputOptions options{.draft_token_cost = 0.0};
+  for (std::size_t n = 1; n <= 13; ++n)
+    options.verify_costs.push_back(1.0 + 0.5 * static_cast<double>(n - 1));
+  options.measured_costs = true;  // timings judge the rounds: the guard applies
+  GoodputDraftLength policy(options);
+  const std::vector<double> sure(12, 1.0);
+  policy.begin(config_with(12));
+  TimedRounds round(policy, sure, 12);
+  (void)round(50e-3);  // the prompt's round
+  // Rounds without timings: the acceptance estimates learn that every token is accepted; the
+  // guard learns nothing.
+  for (int untimed = 0; untimed < 30; ++untimed) policy.observe(report(12, 12, sure));
+  EXPECT_EQ(round(1e-3), 0u) << "a plain step after the prompt's: not a sample";
+  EXPECT_EQ(round(1e-3), 0u) << "the plain step timed";
+  // The first drafting round (the draft's prefill, not judged), then two judged rounds, each
+  // emitting a token per 0.6 plain steps: drafting wins.
+  EXPECT_EQ(round(0.6e-3), 10u);
+  EXPECT_EQ(round(0.6e-3), 10u);
+  EXPECT_EQ(round(0.6e-3), 10u);
+  EXPECT_EQ(round(0.6e-3), 12u) << "after the verdict the plan is the model's";
 }
 
 TEST(GoodputDraftLengthTest, MeasuredCostsFollowTheRoundTimings) {

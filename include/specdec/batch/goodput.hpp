@@ -332,8 +332,14 @@ class BatchGoodputPlanner {
   /// plan its rounds, in the same cost model). Views the planner's curves until the next call
   /// that measures or reserves.
   [[nodiscard]] AloneRoundCosts alone_costs() const noexcept {
-    return {target_table_,         at(draft_table_, 1), options_.target_switch_cost,
-            options_.plain_growth, options_.guarding(), catch_up_cost()};
+    const double plain = options_.plain_step_costs.empty() ? 0.0 : options_.plain_step_costs[0];
+    return {target_table_,
+            at(draft_table_, 1),
+            options_.target_switch_cost,
+            options_.plain_growth,
+            options_.guarding(),
+            catch_up_cost(),
+            plain};
   }
 
   /// \brief The rows of the target call just made: a plan of other rows pays the switch

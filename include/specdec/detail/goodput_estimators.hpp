@@ -579,6 +579,10 @@ class DraftingGuard {
   [[nodiscard]] double allowance_left() const noexcept {
     return kAllowance + kShare * elapsed_units_ - lost_units_;
   }
+  /// What a round may lose before the first verdict, in plain steps: the loss that is verdict
+  /// enough on its own (a round that lost more stops drafting at once), plus the ledger's
+  /// allowance_left.
+  [[nodiscard]] double cold_allowance() const noexcept { return kBigLoss + allowance_left(); }
   /// No plain step has been timed yet, so no drafting round could be judged: the rounds
   /// should be plain until one is (the first two rounds of the policy's life, the first being
   /// the prompt's; a few plain steps against judging every drafting round from the start).

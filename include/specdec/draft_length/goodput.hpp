@@ -127,6 +127,10 @@ struct AloneRoundCosts {
   /// What a token costs the draft when it catches up on the plain rounds' tokens: a trial of
   /// drafting after plain rounds needs the guard's ledger to afford that (0: not charged)
   double catch_up_cost = 0;
+  /// A plain step as plain decoding runs it, a run of one-row calls (the batch plan's settled
+  /// plain price, BatchGoodputOptions::plain_step_costs): T_v(1) where lower (0: T_v(1)). The
+  /// curve's one-row call is timed among other shapes and runs dearer than a run of them.
+  double plain_step_cost = 0;
 };
 
 /// \brief The goodput-optimal draft-length policy (see the file comment).
@@ -221,6 +225,12 @@ class GoodputDraftLength {
     if (j == 0 && planned > 0 && guarding() && !guard_allows(probing_)) {
       planned = 0;
       probing_ = false;
+    }
+    if (j == 0 && planned > 0 && guarding() && !guard_.has_verdict()) {
+      // A cap for the round's later decisions too: draft_more re-plans at every token (and a
+      // one-token probe grows into the round the estimates plan then).
+      round_cap_ = within_ledger(estimates, max_length);
+      planned = std::min(planned, round_cap_);
     }
     if (j == 0) round_plan_ = planned;
     last_prediction_ = RoundPrediction{expected_round_tokens(estimates, planned),
@@ -365,6 +375,9 @@ class GoodputDraftLength {
     for (std::size_t n = 1; n <= verify_cost_.size(); ++n) {
       verify_cost_[n - 1] = known == 0 ? 1.0 : costs.verify_cost[std::min(n, known) - 1];
     }
+    if (costs.plain_step_cost > 0 && !verify_cost_.empty()) {
+      verify_cost_[0] = std::min(verify_cost_[0], costs.plain_step_cost);
+    }
     draft_token_cost_ = costs.draft_token_cost;
     guard_.set_plain_growth(costs.plain_growth);
   }
@@ -453,6 +466,27 @@ class GoodputDraftLength {
       return false;
     }
     return true;
+  }
+
+  /// Before the guard's first verdict, the longest round up to `planned` whose worst case
+  /// (one token emitted for the whole round's cost) loses no more plain steps than
+  /// DraftingGuard::cold_allowance (the 3 that stop drafting at once, plus what the ledger has
+  /// left), as the batch plan bounds its cold probes by its ledger; one token at least, so that
+  /// a verdict comes. (The ledger alone cut plans that pay: in the replayed cold starts of
+  /// goodput_costs_test.cpp, a Q8_0 curve's dip at 8 rows ran at 1.17 tokens per unit against
+  /// 1.20.) The first rounds are the policy's bets on an acceptance it has barely seen: on the
+  /// shipped pair's Q8_0 weights through llama.cpp, a sequence alone in its batch drafted 3
+  /// tokens twice, all accepted, then 9, of which none was: 4.1 ms for one token against a
+  /// 0.49 ms plain step, most of the 3.6 % by which that generation fell behind plain decoding.
+  [[nodiscard]] std::size_t within_ledger(const GoodputEstimates& estimates,
+                                          std::size_t planned) const noexcept {
+    const double plain = estimates.verify_cost[0];
+    if (!(plain > 0)) return planned;
+    const double allowance = guard_.cold_allowance();
+    while (planned > 1 && expected_round_cost(estimates, planned) / plain - 1 > allowance) {
+      --planned;
+    }
+    return planned;
   }
 
   /// What the draft's catch-up on the plain rounds' tokens costs a trial, in plain steps

@@ -128,7 +128,8 @@ struct GoodputOptions {
   /// more), it runs plain steps (no probes) and tries its plan again only after 8 plain
   /// rounds, then 16, ... up to 256 while the trials keep losing, and only while what the
   /// trials lost stays within 2 plain steps plus 0.5 % of the time decoded; a trial that wins
-  /// reopens drafting. The model still chooses the draft lengths;
+  /// reopens drafting. Before its first verdict a round may lose at most 3 plain steps plus
+  /// that allowance, were it to emit one token. The model still chooses the draft lengths;
   /// this only stops drafting that does not pay as run (the cost model's errors near
   /// break-even: call costs measured before decoding against those inside it, the draft's
   /// catch-up, a graph rebuilt per call shape, acceptance that block verification changes).
