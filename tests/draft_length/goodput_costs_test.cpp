@@ -413,7 +413,7 @@ std::pair<Replay, Replay> cold_starts(const World& world, double alpha, double f
 // steps + 0.5 % of the time). The rounds before the first verdict are bounded too: a round's
 // worst case must fit what the guard stops at plus the ledger (within_ledger). Without that
 // bound: 0.970 of plain here, and 0.974 on the Q8_0 curve through the adapter with the
-// shipped pair's acceptance (now 0.975 and 0.984).
+// shipped pair's acceptance (now 0.974 and 0.984).
 TEST(GoodputCostCurvesTest, PlainGuardBoundsWhatColdStartsCost) {
   const World world{kQ8OneThread, 0.15, 0.1};
   const double alpha = 0.8, factor = 1.3;

@@ -468,7 +468,7 @@ class GoodputDraftLength {
     return true;
   }
 
-  /// Before the guard's first verdict, the longest round up to `planned` whose worst case
+  /// Before the guard's first verdict, the longest round up to `longest` whose worst case
   /// (one token emitted for the whole round's cost) loses no more plain steps than
   /// DraftingGuard::cold_allowance (the 3 that stop drafting at once, plus what the ledger has
   /// left), as the batch plan bounds its cold probes by its ledger; one token at least, so that
@@ -479,14 +479,14 @@ class GoodputDraftLength {
   /// tokens twice, all accepted, then 9, of which none was: 4.1 ms for one token against a
   /// 0.49 ms plain step, most of the 3.6 % by which that generation fell behind plain decoding.
   [[nodiscard]] std::size_t within_ledger(const GoodputEstimates& estimates,
-                                          std::size_t planned) const noexcept {
+                                          std::size_t longest) const noexcept {
     const double plain = estimates.verify_cost[0];
-    if (!(plain > 0)) return planned;
+    if (!(plain > 0)) return longest;
     const double allowance = guard_.cold_allowance();
-    while (planned > 1 && expected_round_cost(estimates, planned) / plain - 1 > allowance) {
-      --planned;
+    while (longest > 1 && expected_round_cost(estimates, longest) / plain - 1 > allowance) {
+      --longest;
     }
-    return planned;
+    return longest;
   }
 
   /// What the draft's catch-up on the plain rounds' tokens costs a trial, in plain steps

@@ -46,7 +46,6 @@
 /// within ~10 % of the line through 230).
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <limits>
