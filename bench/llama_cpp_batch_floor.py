@@ -17,11 +17,15 @@ nothing, so both arms are plain batched decoding), the two alternating, and pool
   bench/llama_cpp_batch_floor.py [--build build/release] [--cells q8_0:2,f16:4,...]
       [--temps 0,1] [--processes 6] [--repeat 12] [--tokens 200] [--warm-decoder]
       [--compare OTHER_SPECDEC_LLAMA] [--out floor.jsonl]
-  bench/llama_cpp_batch_floor.py --summarize floor.jsonl
+  bench/llama_cpp_batch_floor.py --summarize floor.jsonl[:ARM=LABEL,...] [floor_2.jsonl ...]
 
 --compare adds a third arm, `goodput-b`: the same policy run by another build of specdec-llama
 (an A/B of two versions, each read against the same control); the arms' order rotates from
 round to round.
+
+--summarize pools every process of the files it is given, cell by cell and arm by arm (each
+process one observation, whichever run it came from). A file's arms may be renamed for the pool
+(`run_2.jsonl:goodput=e2a4403,goodput-b=8818eb4`) where the runs gave one binary different arms.
 
 Every process is one line of --out (the CLI's --json, the sequences' texts left out, plus
 `weights`, `arm`, `round`). The Q8_0 pair comes from
@@ -84,8 +88,7 @@ def summarize(records):
     for r in records:
         cells.setdefault((r["weights"], r["parallel"], r["temperature"]), {}).setdefault(
             r["arm"], []).append(r)
-    policies = ["goodput"] + (["goodput-b"] if any("goodput-b" in a for a in cells.values())
-                              else [])
+    policies = list(dict.fromkeys(r["arm"] for r in records if r["arm"] != "control"))
     header = ["weights", "B", "T"]
     for arm in policies + ["control"]:
         header += [f"{arm}: pooled ratio [95 %]", "processes below 0.98"]
@@ -123,6 +126,16 @@ def summarize(records):
         print("| " + " | ".join(row) + " |")
 
 
+def read_run(spec):
+    """A finished run's records from `path[:arm=label,...]`, its arms renamed as asked."""
+    path, _, renames = spec.partition(":")
+    labels = dict(pair.split("=", 1) for pair in renames.split(",") if pair)
+    records = [json.loads(line) for line in open(path) if line.strip()]
+    for record in records:
+        record["arm"] = labels.get(record["arm"], record["arm"])
+    return records
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", default="build/release")
@@ -138,10 +151,11 @@ def main():
     parser.add_argument("--compare", metavar="SPECDEC_LLAMA",
                         help="another build's specdec-llama, run as the arm goodput-b")
     parser.add_argument("--out", default="llama_cpp_batch_floor.jsonl")
-    parser.add_argument("--summarize", metavar="JSONL", help="only summarise a finished run")
+    parser.add_argument("--summarize", metavar="JSONL", nargs="+",
+                        help="only summarise finished runs (several: their processes pooled)")
     args = parser.parse_args()
     if args.summarize:
-        summarize([json.loads(line) for line in open(args.summarize) if line.strip()])
+        summarize([record for spec in args.summarize for record in read_run(spec)])
         return
     cells = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cells.split(",")]
     temps = [float(t) for t in args.temps.split(",")]
