@@ -28,7 +28,9 @@ set -euo pipefail
 npm_version="3.22.1"
 commit="de3ff815ea7d559ee917f063901b8986f038abc6"  # llama.cpp as of 2026-09-28
 prefix="${SPECDEC_LLAMA_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/specdec/llama.cpp-${commit:0:12}}"
-stamp="$prefix/.specdec-installed-$commit"
+# The stamp names the build's flavour too: an install of another flavour is rebuilt.
+flavour="noamx"
+stamp="$prefix/.specdec-installed-$commit-$flavour"
 jobs="${JOBS:-$(nproc)}"
 want_tools="${SPECDEC_LLAMA_TOOLS:-0}"
 case "${1:-}" in
@@ -78,6 +80,16 @@ common=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHAR
         -DCMAKE_INSTALL_RPATH="$prefix/lib" -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DGGML_NATIVE=ON -DGGML_RPC=ON -DLLAMA_CURL=OFF
         -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
         -DLLAMA_TOOLS_INSTALL=OFF)
+# GGML_NATIVE builds for the build machine's CPU, AMX included where it has AMX, and this
+# llama.cpp's AMX kernels die on such CPUs: SIGILL at the first tile load of a Q8_0 or Q4_0
+# matrix product (ggml-cpu/amx requests the tile state for the main thread only and keeps its
+# tile configuration where the compiler may drop it; seen on a Xeon with amx_tile / amx_int8 /
+# amx_bf16, where f16 weights ran and Q8_0 aborted specdec-llama). So no AMX: explicit -mno-amx-*
+# win over -march=native in GCC and Clang, in any order. (Flavour "noamx" above.)
+if [ "$(uname -m)" = x86_64 ]; then
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  common+=(-DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx")
+fi
 generator=()
 command -v ninja >/dev/null && [ ! -f build/Makefile ] && generator=(-G Ninja)
 fail() { tail -60 build.log >&2; exit 1; }
