@@ -460,8 +460,15 @@ class DraftingGuard {
 
   /// A round after the generation's first (whose calls also read the prompt), made after
   /// `context` tokens (0 where the caller does not say: then every round counts alike).
-  void observe(std::size_t drafted, double emitted, double seconds,
-               std::size_t context = 0) noexcept {
+  /// `expected`: the tokens the caller's model expected the round to emit (negative: not
+  /// known). Where known, the verdict weighs the round by the mean of the tokens it emitted and
+  /// those expected; the ledger keeps what it emitted. (A round of four drafted tokens accepted
+  /// at 0.89 emits 1 to 5: judged on what they emit, two or three rounds of a draft that pays
+  /// 1.3 times plain decoding read as losing in about a third of the replayed cold starts of
+  /// goodput_costs_test.cpp. The expectation alone would take the model's word where the guard
+  /// is there to check it: an optimistic calibration, a block verifier's acceptance.)
+  void observe(std::size_t drafted, double emitted, double seconds, std::size_t context = 0,
+               double expected = -1) noexcept {
     if (!(seconds > 0)) return;
     // A round's time in plain steps is seconds / (plain_seconds_ * scale); a plain step's
     // seconds / scale is its time at context 0.
@@ -516,6 +523,7 @@ class DraftingGuard {
     draft_units_ *= kForgetting;
     ++judged_rounds_;
     charge(tokens, units);
+    if (expected >= 0) draft_tokens_ += 0.5 * (expected - tokens);  // the verdict's weight
     // Before two rounds are judged, one that lost kBigLoss plain steps is verdict enough: a
     // long plan on a curve where every row doubles the call loses that much at once. Later
     // only the recent rounds together decide (one call preempted for a scheduler slice must
@@ -533,6 +541,26 @@ class DraftingGuard {
       reopened_ = false;  // the trial held: drafting pays again
       trial_wait_ = kFirstTrialWait;
     }
+  }
+
+  /// A probe (a round the caller's model expected to lose, drafted to learn the draft's
+  /// acceptance now): its loss goes on the ledger and its time counts, but it gives no
+  /// verdict, as a generation's first drafting round gives none. The caller affords a probe
+  /// from the ledger (affords_trial), so what probes lose stays within it. (Judged, probes
+  /// decided verdicts that lose by construction on curves where a second row costs 1.8 one-row
+  /// calls: a one-token round emits at most 2 tokens for ~2.2 plain steps. In the replayed cold
+  /// starts of goodput_costs_test.cpp a draft that pays 1.3 times plain decoding was stopped
+  /// by its probes, and the model, which had seen only rejections, planned no drafting again.)
+  void observe_probe(std::size_t drafted, double emitted, double seconds,
+                     std::size_t context = 0) noexcept {
+    if (!(seconds > 0)) return;
+    if (!draft_warm_ && !prefills_unobserved_) {  // the prefill's round, as in observe()
+      draft_warm_ = true;
+      after_drafting_ = true;
+      last_round_drafted_ = true;
+      return;
+    }
+    observe_catch_up(drafted, emitted, seconds, context);
   }
 
   /// While drafting loses: a trial's first round, whose draft read the tokens of every plain

@@ -24,7 +24,8 @@
 /// (the draft catches up), both spread over a few rounds. With sampled block verification the
 /// round's length is planned at its first decision (see whole_rounds_). Whenever timings
 /// decide anyway, drafting rounds are also judged by what they delivered: while they emit fewer
-/// tokens per second than plain steps, the rounds are plain (GoodputOptions::plain_guard).
+/// tokens per second than plain steps, the rounds are plain (GoodputOptions::plain_guard);
+/// probes are paid from the guard's ledger and judge nothing.
 /// With measured costs, now and then (after 8 drafting rounds, then 16, ... up to every 128th) a
 /// round stops at half its planned length, so that T_v is measured below the lengths the policy
 /// settles on, not only extrapolated there.
@@ -206,6 +207,7 @@ class GoodputDraftLength {
       if (could_pay(estimates, max_length)) {
         planned = 1;  // probe: is drafting worth it again?
         probing_ = true;
+        probe_loss_ = expected_probe_loss(estimates);
       } else {
         probe_due_ = plain_streak_ + probe_wait_;  // not even an easy stretch pays: look later
       }
@@ -269,14 +271,21 @@ class GoodputDraftLength {
       probe_due_ = probe_wait_;
       plain_streak_ = 0;
     }
+    const bool probed = probing_ && report.drafted > 0;
+    const double expected_tokens = predicted_ ? last_prediction_.tokens : -1.0;
     probing_ = false;
     predicted_ = false;
     round_cap_ = cap_;
     // The first round's calls also read the prompt (a KV-cached model's prefill): their times
     // say nothing about a round's cost.
     if (guarding() && !first_round_) {
-      guard_.observe(report.drafted, static_cast<double>(report.accepted + 1),
-                     std::max(report.draft_seconds, 0.0) + report.target_seconds, report.context);
+      const double emitted = static_cast<double>(report.accepted + 1);
+      const double seconds = std::max(report.draft_seconds, 0.0) + report.target_seconds;
+      if (probed) {
+        guard_.observe_probe(report.drafted, emitted, seconds, report.context);
+      } else {
+        guard_.observe(report.drafted, emitted, seconds, report.context, expected_tokens);
+      }
     }
     if (alone_) {
       end_alone();  // the batch times its own calls
@@ -460,6 +469,9 @@ class GoodputDraftLength {
     // The first round reads the prompt and is not judged: it drafts as the model says (its
     // extra rows ride on the prompt's call); the plain step is timed right after it.
     if (guard_.needs_plain_steps()) return first_round_;
+    // A probe gives no verdict (DraftingGuard::observe_probe): the ledger pays for it, so what
+    // probes lose in a generation stays within the ledger's allowance.
+    if (probe && !guard_.affords_trial(probe_loss_)) return false;
     if (!guard_.drafting_loses()) return true;
     if (probe) return false;  // a probe is no trial: the model expects it to lose
     if (plain_streak_ < guard_.trial_wait() || !guard_.affords_trial(trial_catch_up_units())) {
@@ -487,6 +499,14 @@ class GoodputDraftLength {
       --longest;
     }
     return longest;
+  }
+
+  /// What a one-token probe is expected to lose, in plain steps: its cost over a plain step's
+  /// less the tokens the model expects it to emit.
+  [[nodiscard]] static double expected_probe_loss(const GoodputEstimates& estimates) noexcept {
+    const double plain = estimates.verify_cost[0];
+    if (!(plain > 0)) return 0.0;
+    return expected_round_cost(estimates, 1) / plain - expected_round_tokens(estimates, 1);
   }
 
   /// What the draft's catch-up on the plain rounds' tokens costs a trial, in plain steps
@@ -591,6 +611,7 @@ class GoodputDraftLength {
   std::size_t explore_interval_ = kFirstExploreInterval;
   static constexpr std::size_t kProbesBeforeBackoff = 4, kMaxProbeDoublings = 4;
   std::size_t failed_probes_ = 0;  // probes since drafting last resumed
+  double probe_loss_ = 0;          // expected_probe_loss of the round's probe
   std::size_t rounds_since_exploring_ = 0;
   std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or
                                                                      // less in an exploring round
