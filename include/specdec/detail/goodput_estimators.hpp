@@ -492,16 +492,7 @@ class DraftingGuard {
       after_drafting_ = false;
       return;
     }
-    after_drafting_ = true;
-    last_round_drafted_ = true;
-    if (!draft_warm_ && !prefills_unobserved_) {
-      // A generation's first drafting round also reads the prompt into the draft (its prefill,
-      // several plain steps' worth on the shipped pair): the price of drafting at all in this
-      // generation, not of the plan. Judged, it stopped drafting that paid (f16 weights: 61 %
-      // plain rounds at T = 0 where block K = 4 ran at 1.17x).
-      draft_warm_ = true;
-      return;
-    }
+    if (prefill_round()) return;
     if (!(plain_samples_ > 0)) return;  // no plain step timed yet (the caller drafted anyway)
     const double units = drafting_units(drafted, seconds, scale);
     const double tokens = emitted;
@@ -553,13 +544,7 @@ class DraftingGuard {
   /// by its probes, and the model, which had seen only rejections, planned no drafting again.)
   void observe_probe(std::size_t drafted, double emitted, double seconds,
                      std::size_t context = 0) noexcept {
-    if (!(seconds > 0)) return;
-    if (!draft_warm_ && !prefills_unobserved_) {  // the prefill's round, as in observe()
-      draft_warm_ = true;
-      after_drafting_ = true;
-      last_round_drafted_ = true;
-      return;
-    }
+    if (!(seconds > 0) || prefill_round()) return;
     observe_catch_up(drafted, emitted, seconds, context);
   }
 
@@ -623,6 +608,19 @@ class DraftingGuard {
   [[nodiscard]] double drafting_units(std::size_t drafted, double seconds,
                                       double scale) const noexcept {
     return std::min(seconds / (plain_seconds_ * scale), 2.0 * static_cast<double>(drafted + 1));
+  }
+
+  /// A drafting round was observed; whether it is the generation's first, which also reads the
+  /// prompt into the draft (its prefill, several plain steps' worth on the shipped pair): the
+  /// price of drafting at all in this generation, not of the plan, so it is neither judged nor
+  /// charged. (Judged, it stopped drafting that paid: f16 weights, 61 % plain rounds at T = 0
+  /// where block K = 4 ran at 1.17x.) Not with prefills_unobserved().
+  bool prefill_round() noexcept {
+    after_drafting_ = true;
+    last_round_drafted_ = true;
+    if (draft_warm_ || prefills_unobserved_) return false;
+    draft_warm_ = true;
+    return true;
   }
 
   void lose_trial() noexcept {

@@ -207,7 +207,6 @@ class GoodputDraftLength {
       if (could_pay(estimates, max_length)) {
         planned = 1;  // probe: is drafting worth it again?
         probing_ = true;
-        probe_loss_ = expected_probe_loss(estimates);
       } else {
         probe_due_ = plain_streak_ + probe_wait_;  // not even an easy stretch pays: look later
       }
@@ -224,7 +223,8 @@ class GoodputDraftLength {
       planned = (planned + 1) / 2;
       round_cap_ = planned;
     }
-    if (j == 0 && planned > 0 && guarding() && !guard_allows(probing_)) {
+    if (j == 0 && planned > 0 && guarding() &&
+        !guard_allows(probing_ ? std::optional(expected_probe_loss(estimates)) : std::nullopt)) {
       planned = 0;
       probing_ = false;
     }
@@ -465,13 +465,15 @@ class GoodputDraftLength {
   /// Whether a round planned to draft may: not while no plain step has been timed (after the
   /// first round), nor while drafting loses to plain steps, except for a trial of the model's
   /// plan (not a probe) after the guard's trial_wait() plain rounds that its ledger affords.
-  [[nodiscard]] bool guard_allows(bool probe) noexcept {
+  /// `probe_loss`: the round is a probe expected to lose that many plain steps.
+  [[nodiscard]] bool guard_allows(std::optional<double> probe_loss) noexcept {
+    const bool probe = probe_loss.has_value();
     // The first round reads the prompt and is not judged: it drafts as the model says (its
     // extra rows ride on the prompt's call); the plain step is timed right after it.
     if (guard_.needs_plain_steps()) return first_round_;
     // A probe gives no verdict (DraftingGuard::observe_probe): the ledger pays for it, so what
     // probes lose in a generation stays within the ledger's allowance.
-    if (probe && !guard_.affords_trial(probe_loss_)) return false;
+    if (probe && !guard_.affords_trial(*probe_loss)) return false;
     if (!guard_.drafting_loses()) return true;
     if (probe) return false;  // a probe is no trial: the model expects it to lose
     if (plain_streak_ < guard_.trial_wait() || !guard_.affords_trial(trial_catch_up_units())) {
@@ -611,7 +613,6 @@ class GoodputDraftLength {
   std::size_t explore_interval_ = kFirstExploreInterval;
   static constexpr std::size_t kProbesBeforeBackoff = 4, kMaxProbeDoublings = 4;
   std::size_t failed_probes_ = 0;  // probes since drafting last resumed
-  double probe_loss_ = 0;          // expected_probe_loss of the round's probe
   std::size_t rounds_since_exploring_ = 0;
   std::size_t round_cap_ = std::numeric_limits<std::size_t>::max();  // this round's cap: cap_, or
                                                                      // less in an exploring round
